@@ -1,0 +1,113 @@
+"""Benchmark: vectorised batched tree relation labels vs the slow BFS reference.
+
+Labels = tree distance + tree traversal (METHODS.md §1), computed for random dependency trees of
+10-60 words (half projective, 1-2 root words, seeded). The vectorised path sorts the sentences by
+length, pads each chunk of ``--chunk`` sentences to its longest one and calls
+``batch_relation_labels``; the baseline is ``synattn.trees._reference.reference_labels``
+(breadth-first path search per word pair) on a subset, scaled to sentences per second.
+
+Usage:
+    python benchmarks/bench_relations.py [--sentences 20000] [--reference 500] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from synattn.trees._reference import random_heads, reference_labels
+from synattn.trees.relations import batch_relation_labels
+
+
+def make_corpus(n_sentences: int, seed: int = 0) -> list[np.ndarray]:
+    """Random trees of 10-60 words: half projective, one or two root words."""
+    rng = np.random.default_rng(seed)
+    return [random_heads(rng, int(rng.integers(10, 61)), roots=int(rng.integers(1, 3)),
+                         projective=bool(k % 2)) for k in range(n_sentences)]
+
+
+def vectorised(corpus: list[np.ndarray], chunk: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Labels of every sentence, in length-sorted chunks; returns one (distance, traversal) per chunk."""
+    order = np.argsort([len(h) for h in corpus], kind="stable")
+    out = []
+    for start in range(0, len(order), chunk):
+        members = [corpus[k] for k in order[start:start + chunk]]
+        lengths = np.array([len(h) for h in members])
+        heads = np.zeros((len(members), lengths.max()), dtype=np.int64)  # [B, n]
+        for row, h in enumerate(members):
+            heads[row, :len(h)] = h
+        out.append(batch_relation_labels(heads, lengths))
+    return out
+
+
+def check(corpus: list[np.ndarray], chunk: int) -> None:
+    """The vectorised labels of the first sentences equal the reference (sanity, not timed)."""
+    sample = corpus[:50]
+    order = np.argsort([len(h) for h in sample], kind="stable")
+    results = vectorised(sample, chunk)
+    flat = [(d[r], t[r]) for d, t in results for r in range(len(d))]
+    for (dist, trav), k in zip(flat, order):
+        n = len(sample[k])
+        ref_dist, ref_trav = reference_labels(sample[k])
+        assert (dist[:n, :n] == ref_dist).all() and (trav[:n, :n] == ref_trav).all(), k
+
+
+def timed(fn, repeats: int) -> float:
+    """Median wall-clock seconds of ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def machine_info() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        import torch
+        torch_info = f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    except ImportError:
+        torch_info = "torch not installed"
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{cpu}; {affinity} usable cores; python {platform.python_version()}; "
+            f"numpy {np.__version__}; {torch_info}; "
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=20000)
+    parser.add_argument("--reference", type=int, default=500, help="sentences for the baseline")
+    parser.add_argument("--chunk", type=int, default=512, help="sentences per padded batch")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    print(machine_info())
+    corpus = make_corpus(args.sentences)
+    words = sum(len(h) for h in corpus)
+    print(f"{len(corpus)} sentences, {words} words (mean length {words / len(corpus):.1f})")
+    check(corpus, args.chunk)
+
+    fast = timed(lambda: vectorised(corpus, args.chunk), args.repeats)
+    subset = corpus[:args.reference]
+    slow = timed(lambda: [reference_labels(h) for h in subset], 1) * len(corpus) / len(subset)
+    rows = [("reference (BFS per pair)", slow), (f"vectorised batched, chunk {args.chunk}", fast)]
+    print(f"{'method':<34} {'median s / corpus':>18} {'sentences/s':>12} {'speed-up':>9}")
+    for name, seconds in rows:
+        print(f"{name:<34} {seconds:>18.3f} {len(corpus) / seconds:>12.0f} {slow / seconds:>8.1f}x")
+    print(f"(reference timed once on {len(subset)} sentences and scaled to {len(corpus)})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+import sys
+
+from synattn.cli.main import main
+
+sys.exit(main())

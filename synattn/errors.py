@@ -1,0 +1,72 @@
+"""Error types that synattn raises for bad user input.
+
+Every error raised while reading user files names the file, the line and the cause, so that
+``synattn`` can print it as one line without a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SynattnError(Exception):
+    """Base class of every error synattn raises on purpose for bad input or a missing resource."""
+
+
+class MissingDependencyError(SynattnError, ImportError):
+    """An optional package (a spaCy model, a corpus package) is not installed.
+
+    The message says what to ``pip install``.
+    """
+
+    def __init__(self, what: str, install: str):
+        self.what = what
+        self.install = install
+        super().__init__(f"{what} is not installed; install it with: pip install {install}")
+
+
+@dataclass
+class Location:
+    """Where in an input file a problem was found (1-based line numbers)."""
+
+    path: str = "<input>"
+    line: int | None = None
+    sent_id: str | None = None
+
+    def __str__(self) -> str:
+        out = self.path
+        if self.line is not None:
+            out += f":{self.line}"
+        if self.sent_id is not None:
+            out += f" (sentence {self.sent_id})"
+        return out
+
+
+class InputError(SynattnError, ValueError):
+    """Malformed user input: the message starts with ``file:line`` and states the cause."""
+
+    def __init__(self, cause: str, path: str = "<input>", line: int | None = None,
+                 sent_id: str | None = None):
+        self.cause = cause
+        self.location = Location(path, line, sent_id)
+        super().__init__(f"{self.location}: {cause}")
+
+    @property
+    def path(self) -> str:
+        return self.location.path
+
+    @property
+    def line(self) -> int | None:
+        return self.location.line
+
+    @property
+    def sent_id(self) -> str | None:
+        return self.location.sent_id
+
+
+class TreebankError(InputError):
+    """A dependency or constituency treebank file is malformed (bad head, cycle, no root, ...)."""
+
+
+class DataError(InputError):
+    """A text corpus file is malformed (mismatched parallel lines, bad encoding, empty line...)."""

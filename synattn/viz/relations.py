@@ -33,7 +33,7 @@ def plot_relation_histograms(stats: dict[str, RelationStats], path: str | Path, 
         ax.bar(range(len(s.distance_vocab)), s.distance_counts / max(s.n_pairs, 1), color="#4c72b0")
         ax.set_xticks(range(len(s.distance_vocab)), s.distance_vocab)
         ax.set_title(f"{name}: tree distance labels")
-        ax.set_ylabel("share of word pairs")
+        ax.set_ylabel("share of pairs (i ≠ j)")
         ax = axes[row, 1]
         idx = np.argsort(-s.traversal_counts)[:top]
         ax.bar(range(len(idx)), s.traversal_counts[idx] / max(s.n_pairs, 1), color="#dd8452")

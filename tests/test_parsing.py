@@ -24,7 +24,7 @@ def test_one_tree_per_line_in_order(nlp):
     assert [t.text for t in trees] == LINES
     assert [t.sent_id for t in trees] == ["1", "2", "3", "4"]
     for tree in trees:
-        validate_heads(tree.heads)  # raises on a bad tree
+        assert validate_heads(tree.heads) is None
         assert len(tree.heads) == len(tree.words) == len(tree.deprels) == len(tree.upos)
         assert int((tree.heads == 0).sum()) == 1  # the parser may not split a line
     assert trees[0].words == ["I", "think", "this", "is", "a", "good", "idea", "."]
@@ -52,3 +52,8 @@ def test_missing_model_says_what_to_install(monkeypatch):
     monkeypatch.setitem(parsing._PACKAGES, "xx_no_such_model", "xx-no-such-model-pkg==1.0")
     with pytest.raises(MissingDependencyError, match=r"pip install xx-no-such-model-pkg==1\.0"):
         load_pipeline("xx_no_such_model")
+
+
+def test_odd_whitespace_never_becomes_a_token(nlp):
+    (tree,) = parse(["Dogs\u00a0\u00a0 bark  \t loudly ."], nlp=nlp, show_progress=False)
+    assert tree.words == ["Dogs", "bark", "loudly", "."]

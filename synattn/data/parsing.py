@@ -111,7 +111,8 @@ def parse(lines: Sequence[str] | Iterable[str], model: str = DEFAULT_MODEL, *,
     def inputs():
         from spacy.tokens import Doc
         for line in lines:
-            yield Doc(nlp.vocab, words=line.split()) if pretokenized else line.strip()
+            # whitespace normalised: spaCy would make tokens of runs of (non-breaking) spaces
+            yield Doc(nlp.vocab, words=line.split()) if pretokenized else " ".join(line.split())
 
     docs = nlp.pipe(inputs(), batch_size=batch_size, n_process=n_process)
     for number, doc in enumerate(progress(docs, desc="parse", total=total, unit="sent",

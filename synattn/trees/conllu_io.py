@@ -10,7 +10,8 @@ Checks (each a ``TreebankError`` naming ``file:line (sentence id)``; the sentenc
 ``# sent_id`` comment, else the 1-based sentence number): bytes that are not UTF-8, a token line
 without exactly 10 tab-separated columns, an empty column, an invalid or out-of-order ID, a
 multiword token or empty node out of place, a non-integer HEAD, a head out of range, a cycle
-(naming its words), no root, a comment after the token lines, a sentence without words.
+(naming its words), no root, a comment after the token lines, a second ``# sent_id`` or
+``# text`` comment, a carriage return inside a line, a sentence without words.
 """
 
 from __future__ import annotations
@@ -141,13 +142,17 @@ def _parse_sentence(block: list[str], first_line: int, number: int, path: str,
                              sent_id=sent_id if sent_id is not None else str(number))
 
     for line_number, line in enumerate(block, start=first_line):
-        line = line.rstrip("\r\n")
+        line = line.removesuffix("\r")
         if check_bytes and (cause := bad_byte_cause(line)) is not None:
             raise fail(cause, line_number)
+        if "\r" in line:
+            raise fail("carriage return inside a line", line_number)
         if line.startswith("#"):
             if words or multiword or empty_nodes:
                 raise fail("comment line after the token lines of the sentence", line_number)
             for key, value in parse_comment_line(line, metadata_parsers=_KEEP_ALL_COMMENTS):
+                if key in ("sent_id", "text") and any(key == k for k, _ in comments):
+                    raise fail(f"second '# {key}' comment in one sentence", line_number)
                 comments.append((key, value))
                 if key == "sent_id":
                     sent_id = value
@@ -276,9 +281,9 @@ def read_conllu(path_or_file: PathOrFile, on_error: Literal["raise", "skip"] = "
 
 def _field(value: str, what: str, tree: DependencyTree, word: int | None,
            tabs_ok: bool = False) -> str:
-    if not value or ("\t" in value and not tabs_ok) or "\n" in value or "\r" in value:
+    if not value.strip() or ("\t" in value and not tabs_ok) or "\n" in value or "\r" in value:
         where = "" if word is None else f" of word {word}"
-        raise InputError(f"{what}{where} is empty or holds a tab or line break: {value!r}",
+        raise InputError(f"{what}{where} is blank or holds a tab or line break: {value!r}",
                          sent_id=tree.sent_id)
     return value
 
@@ -290,7 +295,7 @@ def to_conllu(tree: DependencyTree) -> str:
     ``# text`` taken from the tree's fields; columns the tree lacks are written as ``_``.
 
     Raises:
-        InputError: a field is empty or holds a tab or line break.
+        InputError: a field is blank or holds a tab or line break.
     """
     n = len(tree)
     meta = tree.metadata
@@ -302,16 +307,18 @@ def to_conllu(tree: DependencyTree) -> str:
         if key not in keys and fields[key] is not None:
             comments.insert(0, (key, fields[key]))
     for key, value in comments:
-        value = fields[key] if key in fields else value
-        if key in fields and value is None:
-            continue
+        if key in fields:
+            if fields[key] is None and value is not None:
+                continue  # the field was cleared after reading
+            value = fields[key]
         comment = f"# {key}" if value is None else f"# {key} = {value}"
         lines.append(_field(comment, "comment", tree, None))
     extra = {key: meta.get(key) or ["_"] * n for key in _EXTRA_COLUMNS}
     multiword = {first: (last, form, misc) for first, last, form, misc
                  in meta.get("multiword_tokens", [])}
     empty_nodes = meta.get("empty_nodes", [])
-    lines += [_field(raw, "empty node", tree, None, True) for after, raw in empty_nodes if after == 0]
+    lines += [_field(raw, "empty node", tree, None, True) for after, raw in empty_nodes
+              if after == 0]
     for i in range(1, n + 1):
         if i in multiword:
             last, form, misc = multiword[i]
@@ -334,7 +341,7 @@ def write_conllu(trees: Iterable[DependencyTree], path_or_file: PathOrFile) -> N
         path_or_file: a path (written as UTF-8), or an open text or binary file.
 
     Raises:
-        InputError: a field is empty or holds a tab or line break.
+        InputError: a field is blank or holds a tab or line break.
     """
     text = "".join(to_conllu(tree) for tree in trees)
     if isinstance(path_or_file, (str, os.PathLike)):

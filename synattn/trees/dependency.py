@@ -45,9 +45,9 @@ def head_problem(heads: Sequence[int] | np.ndarray,
     # has reached ROOT unless it lies on, or leads into, a cycle.
     parent = np.where(heads == 0, n, heads - 1).astype(np.int64)
     parent = np.append(parent, n)  # [n + 1]
-    reach = parent
-    for _ in range(max(1, int(np.ceil(np.log2(n + 1))))):
-        reach = reach[reach]
+    reach = parent  # 2^0 steps up
+    for _ in range(int(np.ceil(np.log2(n)))):
+        reach = reach[reach]  # twice as many steps up
     stuck = np.flatnonzero(reach[:n] != n)
     if len(stuck) == 0:
         return None
@@ -122,8 +122,8 @@ class DependencyTree:
         sent_id: the ``# sent_id`` comment, if any.
         text: the ``# text`` comment, if any.
         metadata: everything else a reader keeps for writing the sentence back. The CoNLL-U
-            reader fills ``comments`` (list of ``(key, value-or-None)`` of the other comment
-            lines), ``lemma``/``feats``/``deps``/``misc`` (``[n]`` raw column strings),
+            reader fills ``comments`` (``(key, value-or-None)`` of every comment line in
+            order; the writer takes ``sent_id`` and ``text`` from the fields), ``lemma``/``feats``/``deps``/``misc`` (``[n]`` raw column strings),
             ``multiword_tokens`` (list of ``(first, last, form, misc)``, 1-based word ids) and
             ``empty_nodes`` (list of ``(after_word, raw_line)``).
 

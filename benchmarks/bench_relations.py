@@ -8,6 +8,9 @@ length, pads each chunk of ``--chunk`` sentences to its longest one and calls
 
 Usage:
     python benchmarks/bench_relations.py [--sentences 20000] [--reference 500] [--repeats 5]
+
+Wall time and CPU time (of this process) are both printed: on a shared machine the CPU time is
+the steadier of the two.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def make_corpus(n_sentences: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def vectorised(corpus: list[np.ndarray], chunk: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Labels of every sentence, in length-sorted chunks; returns one (distance, traversal) per chunk."""
+    """Labels of every sentence in length-sorted chunks: one (distance, traversal) per chunk."""
     order = np.argsort([len(h) for h in corpus], kind="stable")
     out = []
     for start in range(0, len(order), chunk):
@@ -57,14 +60,15 @@ def check(corpus: list[np.ndarray], chunk: int) -> None:
         assert (dist[:n, :n] == ref_dist).all() and (trav[:n, :n] == ref_trav).all(), k
 
 
-def timed(fn, repeats: int) -> float:
-    """Median wall-clock seconds of ``repeats`` calls."""
-    times = []
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """Median wall-clock and median CPU seconds (this process, all threads) of ``repeats`` calls."""
+    walls, cpus = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def machine_info() -> str:
@@ -80,7 +84,8 @@ def machine_info() -> str:
     except ImportError:
         torch_info = "torch not installed"
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{cpu}; {affinity} usable cores; python {platform.python_version()}; "
+    return (f"{cpu}; {affinity} usable cores, load average {os.getloadavg()[0]:.1f}; "
+            f"python {platform.python_version()}; "
             f"numpy {np.__version__}; {torch_info}; "
             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
 
@@ -101,12 +106,17 @@ def main() -> None:
 
     fast = timed(lambda: vectorised(corpus, args.chunk), args.repeats)
     subset = corpus[:args.reference]
-    slow = timed(lambda: [reference_labels(h) for h in subset], 1) * len(corpus) / len(subset)
-    rows = [("reference (BFS per pair)", slow), (f"vectorised batched, chunk {args.chunk}", fast)]
-    print(f"{'method':<34} {'median s / corpus':>18} {'sentences/s':>12} {'speed-up':>9}")
-    for name, seconds in rows:
-        print(f"{name:<34} {seconds:>18.3f} {len(corpus) / seconds:>12.0f} {slow / seconds:>8.1f}x")
-    print(f"(reference timed once on {len(subset)} sentences and scaled to {len(corpus)})")
+    slow = tuple(t * len(corpus) / len(subset)
+                 for t in timed(lambda: [reference_labels(h) for h in subset], 1))
+    print(f"{'method':<32} {'wall s':>8} {'CPU s':>8} {'sent/s wall':>12} {'sent/s CPU':>11} "
+          f"{'speed-up':>9}")
+    for name, (wall, cpu) in [("reference (BFS per pair)", slow),
+                              (f"vectorised, chunks of {args.chunk}", fast)]:
+        print(f"{name:<32} {wall:>8.3f} {cpu:>8.3f} {len(corpus) / wall:>12.0f} "
+              f"{len(corpus) / cpu:>11.0f} {slow[0] / wall:>8.1f}x")
+    print(f"(medians of {args.repeats} runs over the corpus; the reference ran once on "
+          f"{len(subset)} sentences, scaled to {len(corpus)}; load average after: "
+          f"{os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ two root words are siblings, 2 edges apart. Relations are between words (0-based
   at a position <= t, else t itself.
 - Dependency-supervision targets (seed 001; METHODS.md §2): the head's index, a root word itself.
 
-The batched functions are vectorised over a padded batch: they climb from every word to ROOT at
-once (one numpy step per tree level), build the ancestor matrix ``A[b, i, k] = 1`` if k is i, an
-ancestor of i or ROOT, and count common ancestors with one batched matmul ``A Aᵀ``, which is the
-depth of the lowest common ancestor (LCA). With d the depth (ancestors counted the same way):
-distance = d_i + d_j − 2 d_lca, a = d_i − d_lca, b = d_j − d_lca; the sibling of the sibling rule is
-the ancestor of j that is b − 1 steps above j. A small lookup table maps (a, b, side) to a label.
+The batched functions are vectorised over a padded batch. They climb from every word to ROOT at
+once (one numpy step per tree level, so loops run over depth, never over word pairs) and build the
+ancestor matrix ``A[i, k] = 1`` if k is i, an ancestor of i, or ROOT. With d_i the depth (number of
+ancestors counted the same way) the number of common ancestors ``(A Aᵀ)[i, j]`` is the depth of the
+lowest common ancestor, so a = d_i - d_lca (steps up), b = d_j - d_lca (steps down) and the
+distance is a + b; any ``u a + v b`` for all pairs comes out of one batched matmul whose factors
+carry two extra columns for ``u d_i`` and ``v d_j``. For the sibling rule, j lies below a left
+sibling of i exactly when j precedes i in a depth-first walk that visits children left to right.
+A small lookup table maps (a, b, left) to the labels.
 
 Example:
     >>> heads = [2, 0, 4, 2, 7, 7, 4, 0]  # I think this is a good idea .
@@ -32,6 +35,9 @@ Example:
 from __future__ import annotations
 
 import sys
+from collections import deque
+from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -92,7 +98,8 @@ def _check_heads(heads: np.ndarray, lengths: np.ndarray | None) -> tuple[np.ndar
     batch_size, n = heads.shape
     if lengths is None:
         lengths = np.full(batch_size, n, dtype=np.int64)
-    if lengths.shape != (batch_size,) or (lengths.size and not np.issubdtype(lengths.dtype, np.integer)):
+    integral = lengths.size == 0 or np.issubdtype(lengths.dtype, np.integer)
+    if lengths.shape != (batch_size,) or not integral:
         raise InputError(f"lengths must be [batch_size] = [{batch_size}] integers, got "
                          f"shape {lengths.shape} dtype {lengths.dtype}")
     lengths = lengths.astype(np.int64)
@@ -109,59 +116,128 @@ def _check_heads(heads: np.ndarray, lengths: np.ndarray | None) -> tuple[np.ndar
     return heads, lengths
 
 
-def _climb(heads: np.ndarray) -> np.ndarray:
-    """Every word's chain of ancestors, one numpy step per tree level over the whole batch.
+def _prepare(heads: Any, lengths: Any) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Validated numpy ``heads [B, n]``, ``lengths [B]`` and the torch device of heads (or None)."""
+    heads_np, device = _to_numpy(heads)
+    lengths_np = None if lengths is None else _to_numpy(lengths)[0]
+    return (*_check_heads(heads_np, lengths_np), device)
 
-    Args:
-        heads: ``[batch_size, n]`` validated 1-based heads, 0 = ROOT.
 
-    Returns:
-        ``[batch_size, n, T]`` int64: ``[b, i, t]`` is the t-th ancestor of word i (0-based;
-        t = 0 is i itself), or n (ROOT) once ROOT is reached; the last column is all ROOT.
-
-    Raises:
-        InputError: the heads contain a cycle (some word never reaches ROOT).
-    """
+def _parents(heads: np.ndarray) -> np.ndarray:
+    """``[batch_size, n + 1]`` 0-based parents of validated heads; ROOT is n, its own parent."""
     batch_size, n = heads.shape
     root = np.full((batch_size, 1), n, dtype=np.int64)
-    parent = np.concatenate([np.where(heads > 0, heads - 1, n), root], axis=1)  # [B, n + 1]
-    cur = np.broadcast_to(np.arange(n), (batch_size, n))  # [B, n]
-    chain = [cur]
-    while not (cur == n).all():
-        if len(chain) > n:  # n steps lead every word of an acyclic tree to ROOT
-            b, i = np.argwhere(cur != n)[0]
-            where = f"sentence {b}: " if batch_size > 1 else ""
-            raise InputError(f"{where}the heads contain a cycle: word {cur[b, i] + 1} "
-                             f"(reached from word {i + 1}) never reaches ROOT")
-        cur = np.take_along_axis(parent, cur, axis=1)  # [B, n]
-        chain.append(cur)
-    return np.stack(chain, axis=-1)  # [B, n, T]
+    return np.concatenate([np.where(heads > 0, heads - 1, n), root], axis=1)  # [B, n + 1]
 
 
-def _geometry(heads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Depths, LCA depths and ancestor chains of a batch of trees.
+def _climb(parent: np.ndarray, start: np.ndarray) -> Iterator[np.ndarray]:
+    """Yields ``start`` and then its parents, grandparents, ... until every entry is ROOT.
+
+    Args:
+        parent: ``[batch_size, n + 1]`` from :func:`_parents`.
+        start: ``[batch_size, k]`` 0-based words (or n for ROOT).
+
+    Yields:
+        ``[batch_size, k]`` int64 ancestors, one tree level per step (at most n + 1 steps).
+
+    Raises:
+        InputError: the heads contain a cycle (an entry is not ROOT after n steps).
+    """
+    batch_size, n = parent.shape[0], parent.shape[1] - 1
+    parent_flat = parent.ravel()  # [B * (n + 1)]
+    offsets = (np.arange(batch_size) * (n + 1))[:, None]  # [B, 1]
+    cur = start
+    for _ in range(n + 1):  # n steps lead every word of an acyclic tree to ROOT
+        yield cur
+        if (cur == n).all():
+            return
+        cur = parent_flat[cur + offsets]  # [B, k] one step up
+    b, i = np.argwhere(cur != n)[0]
+    where = f"sentence {b}: " if batch_size > 1 else ""
+    raise InputError(f"{where}the heads contain a cycle: word {cur[b, i] + 1} (an ancestor of "
+                     f"word {start[b, i] + 1}) never reaches ROOT")
+
+
+def _ancestors(heads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ancestor matrices, depths and parents, one numpy step per tree level over the whole batch.
 
     Args:
         heads: ``[batch_size, n]`` validated 1-based heads, 0 = ROOT.
 
     Returns:
-        depth ``[batch_size, n]`` (number of ancestors of i counting i and ROOT), lca_depth
-        ``[batch_size, n, n]`` (number of common ancestors of i and j, ROOT included), both int32,
-        and the ancestor chains of :func:`_climb` ``[batch_size, n, T]``.
+        ancestors ``[batch_size, n, n + 3]`` float32: ``[b, i, k] = 1`` if word k is i or an
+        ancestor of i, column n (ROOT) is 1, the last two columns are 0 (room for
+        :func:`_pair_form`); depth ``[batch_size, n]`` int64, the number of ancestors of i
+        counting i itself and ROOT; parent ``[batch_size, n]`` int64, 0-based with n = ROOT.
+
+    Raises:
+        InputError: the heads contain a cycle.
     """
     batch_size, n = heads.shape
-    chain = _climb(heads)  # [B, n, T]
-    ancestors = np.zeros((batch_size, n, n + 1), dtype=np.float32)  # column n is ROOT
-    ancestors[np.arange(batch_size)[:, None, None], np.arange(n)[None, :, None], chain] = 1.0
-    lca_depth = np.matmul(ancestors, ancestors.transpose(0, 2, 1)).astype(np.int32)  # [B, n, n]
-    depth = (chain != n).sum(axis=-1, dtype=np.int32) + 1  # [B, n]
-    return depth, lca_depth, chain
+    parent = _parents(heads)  # [B, n + 1]
+    ancestors = np.zeros((batch_size, n, n + 3), dtype=np.float32)  # [B, n, n words + ROOT + 2]
+    row_start = np.arange(batch_size * n).reshape(batch_size, n) * (n + 3)  # [B, n]
+    depth = np.ones((batch_size, n), dtype=np.int64)
+    for cur in _climb(parent, np.broadcast_to(np.arange(n), (batch_size, n))):
+        ancestors.reshape(-1)[row_start + cur] = 1.0  # the last step marks ROOT for every word
+        depth += cur != n
+    return ancestors, depth, parent[:, :n]
 
 
-def _pair_mask(lengths: np.ndarray, n: int) -> np.ndarray:
-    """``[batch_size, n, n]`` True where both i and j are words (not padding)."""
-    valid = np.arange(n) < lengths[:, None]  # [B, n]
-    return valid[:, :, None] & valid[:, None, :]  # [B, n, n]
+def _preorder(ancestors: np.ndarray, depth: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Rank of every word in a depth-first walk from ROOT that visits children left to right.
+
+    For siblings s < i (positions) the whole subtree of s is walked before i, so a word j below s
+    has ``rank[j] < rank[i]``: this decides L / R of the sibling rule without finding s. The rank
+    is the number of ancestors plus the sizes of the subtrees of the left siblings of the word and
+    of each of its ancestors.
+
+    Args:
+        ancestors, depth, parent: as returned by :func:`_ancestors`.
+
+    Returns:
+        ``[batch_size, n]`` int32 ranks, distinct within a sentence.
+    """
+    batch_size, n = parent.shape
+    size = ancestors[:, :, :n].sum(axis=1)  # [B, n] words in each subtree
+    order = np.argsort(parent * n + np.arange(n), axis=1)  # [B, n] siblings together, left first
+    parent_sorted = np.take_along_axis(parent, order, axis=1)
+    size_sorted = np.take_along_axis(size, order, axis=1)
+    before = np.cumsum(size_sorted, axis=1) - size_sorted  # [B, n]
+    first = np.ones((batch_size, n), dtype=bool)
+    first[:, 1:] = parent_sorted[:, 1:] != parent_sorted[:, :-1]  # first child of each parent
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0), axis=1)  # [B, n]
+    left_sizes = np.zeros((batch_size, n + 3), dtype=np.float32)  # [B, n + 3], 0 beyond words
+    np.put_along_axis(left_sizes[:, :n], order, before - np.take_along_axis(before, start, axis=1),
+                      axis=1)
+    on_path = np.matmul(ancestors, left_sizes[:, :, None])[:, :, 0]  # [B, n] sum over ancestors
+    return on_path.astype(np.int32) + depth.astype(np.int32)
+
+
+def _pair_form(ancestors: np.ndarray, depth: np.ndarray, up: int, down: int) -> np.ndarray:
+    """``up * a + down * b`` for every pair (i, j) with one batched matmul.
+
+    a = d_i - d_lca and b = d_j - d_lca, where d_lca = (A Aᵀ)[i, j] counts the common ancestors
+    (ROOT included). ``up a + down b = up d_i + down d_j - (up + down) (A Aᵀ)[i, j]`` is the product
+    of the rows ``[-(up + down) A_i, up d_i, 1]`` and ``[A_j, 1, down d_j]``.
+
+    Args:
+        ancestors: ``[batch_size, n, n + 3]`` from :func:`_ancestors`; its last two columns are
+            overwritten.
+        depth: ``[batch_size, n]`` depths (those of :func:`_ancestors`, or larger for padding).
+        up, down: integer weights.
+
+    Returns:
+        ``[batch_size, n, n]`` float32 holding exact integers (float64 if float32 could not).
+    """
+    n = depth.shape[1]
+    factor_j = ancestors  # [B, n, n + 3]
+    if (abs(up) + abs(down)) * (int(depth.max(initial=0)) + 1) >= 2**24:  # beyond exact float32
+        factor_j = ancestors.astype(np.float64)
+    factor_j[:, :, n + 1], factor_j[:, :, n + 2] = 1.0, down * depth
+    factor_i = factor_j * -(up + down)  # [B, n, n + 3]
+    factor_i[:, :, n + 1], factor_i[:, :, n + 2] = up * depth, 1.0
+    return np.matmul(factor_i, factor_j.transpose(0, 2, 1))  # [B, n, n]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,12 +267,12 @@ def batch_tree_distance(heads: Any, lengths: Any = None) -> Any:
         ``[batch_size, n, n]`` int64 distances (same kind as ``heads``): edges between i and j in
         the tree where every root word hangs from one artificial ROOT; -1 where i or j is padding.
     """
-    heads_np, device = _to_numpy(heads)
-    lengths_np = None if lengths is None else _to_numpy(lengths)[0]
-    heads_np, lengths_np = _check_heads(heads_np, lengths_np)
-    depth, lca_depth, _ = _geometry(heads_np)
-    dist = depth[:, :, None] + depth[:, None, :] - 2 * lca_depth  # [B, n, n]
-    dist = np.where(_pair_mask(lengths_np, heads_np.shape[1]), dist, -1).astype(np.int64)
+    heads_np, lengths_np, device = _prepare(heads, lengths)
+    n = heads_np.shape[1]
+    ancestors, depth, _ = _ancestors(heads_np)
+    dist = _pair_form(ancestors, depth, up=1, down=1).astype(np.int64)  # [B, n, n]
+    valid = np.arange(n) < lengths_np[:, None]  # [B, n]
+    dist[~(valid[:, :, None] & valid[:, None, :])] = -1
     return _from_numpy(dist, device)
 
 
@@ -258,44 +334,29 @@ def traversal_vocab(max_traversal: int = 4) -> list[str]:
     return vocab + [FAR]
 
 
-def _traversal_table(max_traversal: int) -> np.ndarray:
-    """Lookup table ``[max_traversal + 4, max_traversal + 2]`` from (row, b) to a vocab index.
+@lru_cache(maxsize=16)
+def _label_tables(max_distance: int, max_traversal: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """Lookup tables from a clipped path (a, b, left) to a distance label and a traversal label.
 
-    Row a in 0..max_traversal + 1 is U^a D^b (a clipped to max_traversal + 1, which is beyond every
-    label); row max_traversal + 2 is L D^(b-1) and row max_traversal + 3 is R D^(b-1).
-    """
-    index = {label: k for k, label in enumerate(traversal_vocab(max_traversal))}
-    far = index[FAR]
-    m = max_traversal
-    table = np.full((m + 4, m + 2), far, dtype=np.int64)
-    for b in range(m + 2):
-        for a in range(m + 2):
-            table[a, b] = index.get("U" * a + "D" * b, far)
-        if b >= 1:
-            table[m + 2, b] = index.get("L" + "D" * (b - 1), far)
-            table[m + 3, b] = index.get("R" + "D" * (b - 1), far)
-    return table
-
-
-def _traversal_parts(depth: np.ndarray, lca_depth: np.ndarray, chain: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The path i -> j as (a, b, side): ``U^a D^b``, side 0, or with the sibling rule side 1 (L) / 2 (R).
-
-    Args:
-        depth, lca_depth, chain: as returned by :func:`_geometry`.
+    The path i -> j goes a steps up and b down; ``left`` says whether j lies left of i in the
+    depth-first order (:func:`_preorder`), which decides L / R when a == 1 and b >= 1. a and b are
+    clipped to ``clip = max(max_distance, max_traversal) + 1``, beyond every label.
 
     Returns:
-        a, b ``[batch_size, n, n]`` int32 and side ``[batch_size, n, n]`` int8.
+        clip, and two ``[(clip + 1) * (clip + 1) * 2]`` tables indexed by ``(a * (clip + 1) + b) * 2
+        + left``: distance labels (indices into :func:`distance_vocab`) and traversal labels
+        (indices into :func:`traversal_vocab`), each in the smallest integer dtype that fits.
     """
-    n = depth.shape[1]
-    a = depth[:, :, None] - lca_depth  # [B, n, n] steps up from i to the LCA
-    b = depth[:, None, :] - lca_depth  # [B, n, n] steps down from the LCA to j
-    # the sibling passed through is the ancestor of j at b - 1 steps above j: chain[b, j, b - 1]
-    steps = np.clip(b - 1, 0, chain.shape[-1] - 1)  # [B, n_i, n_j]
-    sibling = np.take_along_axis(chain.transpose(0, 2, 1), steps, axis=1)  # [B, n_i, n_j]
-    left = sibling < np.arange(n)[None, :, None]  # [B, n, n]
-    side = np.where((a == 1) & (b >= 1), np.where(left, 1, 2), 0).astype(np.int8)
-    return a, b, side
+    clip = max(max_distance, max_traversal) + 1
+    vocab = traversal_vocab(max_traversal)
+    index = {label: k for k, label in enumerate(vocab)}
+    a, b, left = np.meshgrid(np.arange(clip + 1), np.arange(clip + 1), [0, 1], indexing="ij")
+    distance = np.minimum(a + b, max_distance + 1).ravel()
+    paths = [("RL"[lf] + "D" * (b_ - 1)) if a_ == 1 and b_ >= 1 else ("U" * a_ + "D" * b_)
+             for a_, b_, lf in zip(a.ravel(), b.ravel(), left.ravel())]
+    traversal = np.array([index.get(p, index[FAR]) for p in paths])
+    return (clip, distance.astype(_label_dtype(max_distance + 2)),
+            traversal.astype(_label_dtype(len(vocab))))
 
 
 def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = 8,
@@ -314,23 +375,24 @@ def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = 8
         :func:`distance_vocab` / :func:`traversal_vocab`; pairs involving padding get the overflow
         label of each. Same kind (numpy / torch, device) as ``heads``.
     """
-    heads_np, device = _to_numpy(heads)
-    lengths_np = None if lengths is None else _to_numpy(lengths)[0]
-    heads_np, lengths_np = _check_heads(heads_np, lengths_np)
-    n_dist, table = len(distance_vocab(max_distance)), _traversal_table(max_traversal)
-    depth, lca_depth, chain = _geometry(heads_np)
-    pairs = _pair_mask(lengths_np, heads_np.shape[1])  # [B, n, n]
-
-    dist = depth[:, :, None] + depth[:, None, :] - 2 * lca_depth  # [B, n, n]
-    dist = np.where(pairs, np.minimum(dist, max_distance + 1), max_distance + 1)
-    dist = dist.astype(_label_dtype(n_dist))
-
-    a, b, side = _traversal_parts(depth, lca_depth, chain)
-    m = max_traversal
-    row = np.where(side == 0, np.minimum(a, m + 1), side + (m + 1))  # [B, n, n] row of the table
-    trav = table.ravel()[row * (m + 2) + np.minimum(b, m + 1)]  # [B, n, n]
-    trav = np.where(pairs, trav, table[m + 1, m + 1]).astype(_label_dtype(table.max() + 1))
-    return _from_numpy(dist, device), _from_numpy(trav, device)
+    heads_np, lengths_np, device = _prepare(heads, lengths)
+    clip, distance_table, traversal_table = _label_tables(max_distance, max_traversal)
+    n = heads_np.shape[1]
+    ancestors, depth, parent = _ancestors(heads_np)  # [B, n, n + 3], [B, n], [B, n]
+    rank = _preorder(ancestors, depth, parent)  # [B, n]
+    # padding gets a depth beyond every clip, so every pair involving it gets overflow labels;
+    # real words have a, b < depth <= deepest, so tables extended to a, b <= deepest cover all
+    deepest = max(int(depth.max(initial=0)), clip) + 2
+    depth = np.where(np.arange(n) < lengths_np[:, None], depth, deepest)  # [B, n]
+    code = _pair_form(ancestors, depth, up=2 * (deepest + 1), down=2)  # [B, n, n]
+    code += rank[:, None, :] < rank[:, :, None]  # index (a * (deepest + 1) + b) * 2 + left
+    code = code.astype(np.intp)
+    clipped = np.minimum(np.arange(deepest + 1), clip)  # a, b beyond the clip read its row
+    extend = np.ix_(clipped, clipped, [0, 1])
+    distance_table = distance_table.reshape(clip + 1, clip + 1, 2)[extend].ravel()
+    traversal_table = traversal_table.reshape(clip + 1, clip + 1, 2)[extend].ravel()
+    return (_from_numpy(distance_table.take(code), device),
+            _from_numpy(traversal_table.take(code), device))
 
 
 def batch_traversal_labels(heads: Any, lengths: Any = None, max_traversal: int = 4) -> Any:
@@ -368,8 +430,13 @@ def traversal_paths(heads: Any) -> list[list[str]]:
     n = heads_np.shape[1]
     if n == 0:
         return []
-    a, b, side = (x[0] for x in _traversal_parts(*_geometry(heads_np)))  # [n, n] each
-    code = (side.astype(np.int64) * (n + 1) + a) * (n + 1) + b  # [n, n] one code per path
+    ancestors, depth, parent = _ancestors(heads_np)
+    rank = _preorder(ancestors, depth, parent)[0]  # [n]
+    a = _pair_form(ancestors, depth, up=1, down=0)[0].astype(np.int64)  # [n, n] steps up
+    b = _pair_form(ancestors, depth, up=0, down=1)[0].astype(np.int64)  # [n, n] steps down
+    left = rank[None, :] < rank[:, None]  # [n, n] j walked before i
+    side = np.where((a == 1) & (b >= 1), np.where(left, 1, 2), 0)  # [n, n] 0: U^a D^b, 1: L, 2: R
+    code = (side * (n + 1) + a) * (n + 1) + b  # [n, n] one code per path
     codes, inverse = np.unique(code, return_inverse=True)
     side_u, rest = np.divmod(codes, (n + 1) ** 2)
     a_u, b_u = np.divmod(rest, n + 1)
@@ -396,25 +463,16 @@ def batch_syntax_hints(heads: Any, lengths: Any = None) -> Any:
     Returns:
         ``[batch_size, n]`` int64 0-based positions (same kind as ``heads``).
     """
-    heads_np, device = _to_numpy(heads)
-    lengths_np = None if lengths is None else _to_numpy(lengths)[0]
-    heads_np, lengths_np = _check_heads(heads_np, lengths_np)
+    heads_np, lengths_np, device = _prepare(heads, lengths)
     batch_size, n = heads_np.shape
-    root = np.full((batch_size, 1), n, dtype=np.int64)
-    parent = np.concatenate([np.where(heads_np > 0, heads_np - 1, n), root], axis=1)  # [B, n+1]
+    parent = _parents(heads_np)  # [B, n + 1]
     t = np.broadcast_to(np.arange(n), (batch_size, n))  # [B, n]
-    hints = t.copy()
-    cur = np.where(t + 1 < lengths_np[:, None], t + 1, n)  # [B, n] word t + 1, or ROOT
-    for _ in range(n):
-        cur = np.take_along_axis(parent, cur, axis=1)  # [B, n] one step up
-        found = cur <= t  # an ancestor at a position <= t (ROOT = n never is)
+    deque(_climb(parent, t), maxlen=0)  # raises if the heads contain a cycle
+    hints, done = t.copy(), np.zeros((batch_size, n), dtype=bool)
+    for cur in _climb(parent, np.where(t + 1 < lengths_np[:, None], t + 1, n)):  # word t + 1 up
+        found = (cur <= t) & ~done  # the first ancestor at a position <= t (ROOT = n never is)
         hints[found] = cur[found]
-        cur = np.where(found, n, cur)  # stop climbing once found
-        if (cur == n).all():
-            break
-    else:
-        if n and not (cur == n).all():
-            _climb(heads_np)  # raises the cycle error with its location
+        done |= found
     return _from_numpy(hints, device)
 
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from synattn.trees.dependency import DependencyTree
-from synattn.trees.relations import (batch_distance_labels, batch_syntax_hints, batch_traversal_labels,
-                                     distance_vocab, traversal_vocab)
+from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, distance_vocab, traversal_vocab
 
 
 def pad_heads(heads: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -116,8 +115,7 @@ def relation_statistics(heads: Sequence[np.ndarray], max_distance: int = 8, max_
         n = batch.shape[1]
         valid = np.arange(n)[None, :] < lengths[:, None]  # [B, n]
         pair = valid[:, :, None] & valid[:, None, :] & ~np.eye(n, dtype=bool)[None]  # [B, n, n]
-        dist = batch_distance_labels(batch, lengths, max_distance)
-        trav = batch_traversal_labels(batch, lengths, max_traversal)
+        dist, trav = batch_relation_labels(batch, lengths, max_distance, max_traversal)
         stats.distance_counts += np.bincount(np.asarray(dist)[pair], minlength=len(dvocab))
         stats.traversal_counts += np.bincount(np.asarray(trav)[pair], minlength=len(tvocab))
         stats.n_pairs += int(pair.sum())

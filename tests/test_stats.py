@@ -1,0 +1,48 @@
+"""Treebank statistics agree with counts made sentence by sentence."""
+
+from collections import Counter
+
+import numpy as np
+
+from synattn.trees.dependency import DependencyTree
+from synattn.trees.relations import distance_labels, syntax_hints, traversal_labels
+from synattn.trees.stats import relation_statistics, treebank_statistics
+
+
+def _random_heads(rng, n):
+    order = rng.permutation(n)
+    heads = np.zeros(n, dtype=np.int64)
+    for k, word in enumerate(order[1:], start=1):
+        heads[word] = order[rng.integers(0, k)] + 1
+    if n > 3 and rng.random() < 0.3:
+        heads[order[-1]] = 0  # a second root word
+    return heads
+
+
+def test_relation_histograms_equal_per_sentence_counts():
+    rng = np.random.default_rng(7)
+    heads = [_random_heads(rng, int(n)) for n in rng.integers(1, 25, size=60)]
+    stats = relation_statistics(heads, max_distance=3, max_traversal=2, chunk=16)
+    dist, trav, pairs, prev, n_hints = Counter(), Counter(), 0, 0, 0
+    for h in heads:
+        off = ~np.eye(len(h), dtype=bool)
+        dist.update(distance_labels(h, 3)[off].tolist())
+        trav.update(traversal_labels(h, 2)[off].tolist())
+        pairs += int(off.sum())
+        hints = syntax_hints(h)[: len(h) - 1]
+        prev += int((hints == np.arange(len(h) - 1)).sum())
+        n_hints += len(h) - 1
+    assert stats.n_pairs == pairs
+    assert stats.distance_counts.tolist() == [dist[i] for i in range(len(stats.distance_vocab))]
+    assert stats.traversal_counts.tolist() == [trav[i] for i in range(len(stats.traversal_vocab))]
+    assert (stats.hint_is_previous, stats.n_hints) == (prev, n_hints)
+
+
+def test_treebank_summary():
+    trees = [DependencyTree(["a", "b", "c", "d"], np.array([3, 4, 0, 3]), deprels=["x", "y", "root", "x"]),
+             DependencyTree(["e"], np.array([0]), deprels=["root"])]
+    stats = treebank_statistics(trees)
+    assert (stats.n_sentences, stats.n_words, stats.n_nonprojective) == (2, 5, 1)  # a<-c crosses b<-d
+    assert stats.roots_per_tree == Counter({1: 2})
+    assert stats.arc_lengths == Counter({2: 2, 1: 1})
+    assert stats.deprels["root"] == 2 and "sentences" in stats.format()

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     png = plot_relation_histograms({"words": words.relations, "subwords": subwords}, out / "relations.png")
     total = time.perf_counter() - start
-    print(f"\nparse {parse_s:.1f}s ({len(trees) / max(parse_s, 1e-9):.0f} sent/s or reused), relations "
+    print(f"\nparse {parse_s:.1f}s ({len(trees) / max(parse_s, 1e-9):.0f} sent/s or reused), statistics "
           f"{relations_s:.2f}s ({len(trees) / max(relations_s, 1e-9):,.0f} sent/s), total {total:.1f}s")
     print(f"wrote {out / 'train.src.conllu'}, {out / 'spm.src.model'}, {png}")
     return 0

@@ -1,0 +1,183 @@
+"""Multi-head attention whose features compose (Vaswani et al. 2017, §3.2).
+
+The plain layer is scaled dot-product attention over H heads. Features (relative positions, tree
+relations, specialized heads, supervised heads, ...) plug in through the hooks of
+:class:`~synattn.attention.feature.AttentionFeature`; see that module for the order of the steps
+and for when the fused kernel (``scaled_dot_product_attention``) is used instead of the explicit
+path. Both paths give the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from synattn.attention.cache import KVCache
+from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
+from synattn.attention.inputs import SyntaxInputs
+from synattn.attention.masks import alive_rows, attention_mask, fill_masked, upcast
+
+
+class MultiheadAttention(nn.Module):
+    """Self- or cross-attention with padding/causal masks, dropout, cache and features.
+
+    Args:
+        d_model: model width d.
+        heads: number of heads H (``d_model % heads == 0``; d_k = d / H).
+        dropout: dropout on the attention probabilities.
+        features: the attention features of this layer, applied in order.
+        bias: whether the four projections have biases.
+
+    Example:
+        >>> attn = MultiheadAttention(16, 4)
+        >>> out, extras = attn(torch.randn(2, 5, 16), causal=True)
+        >>> out.shape
+        torch.Size([2, 5, 16])
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0,
+                 features: Sequence[AttentionFeature] = (), bias: bool = True):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model={d_model} is not divisible by heads={heads}")
+        self.d_model, self.heads, self.head_dim = d_model, heads, d_model // heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.features = nn.ModuleList(features)
+
+    def _split(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)  # [B, H, t, d_k]
+
+    def forward(self, x: Tensor, context: Tensor | None = None, *,
+                key_padding_mask: Tensor | None = None, causal: bool = False,
+                syntax: SyntaxInputs | None = None, cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, AttentionExtras]:
+        """Attends from ``x`` to itself (``context`` None) or to ``context``.
+
+        Args:
+            x: ``[batch_size, n, d_model]`` queries' input.
+            context: ``[batch_size, m, d_model]`` keys' and values' input for cross-attention.
+            key_padding_mask: ``[batch_size, m]`` bool, True at padding keys; with a
+                self-attention cache it covers the cached keys too.
+            causal: forbid attending to later positions (decoder self-attention).
+            syntax: the batch's syntax fields, for the features that read them.
+            cache: key/value cache; self-attention appends to it, cross-attention fills it once.
+            need_weights: return the attention probabilities in the extras (explicit path).
+
+        Returns:
+            ``(out [batch_size, n, d_model], AttentionExtras)``. A query whose keys are all masked
+            attends to nothing: its probabilities are zero and its output is the output
+            projection's bias.
+        """
+        is_self = context is None
+        for feature in self.features:
+            if feature.self_attention_only and not is_self:
+                raise ValueError(f"{type(feature).__name__} is a self-attention feature")
+            if cache is not None and not feature.cacheable:
+                raise ValueError(f"{type(feature).__name__} does not support a key/value cache")
+        q = self._split(self.q_proj(x))  # [B, H, n, d_k]
+        query_start = cache.length if (cache is not None and is_self) else 0
+        if cache is not None and cache.static and cache.key is not None:
+            k, v = cache.key, cache.value
+        else:
+            source = x if is_self else context
+            k, v = self._split(self.k_proj(source)), self._split(self.v_proj(source))  # [B, H, m, d_k]
+            if cache is not None:
+                cache.static = not is_self
+                k, v = cache.append(k, v)
+        allowed = attention_mask(key_padding_mask, causal, q.shape[2], k.shape[2], query_start,
+                                 x.device)
+        ctx = AttentionContext(q=q, k=k, v=v, x=x, allowed=allowed, query_start=query_start,
+                               scale=1.0 / math.sqrt(self.head_dim), syntax=syntax,
+                               is_self=is_self, extras=AttentionExtras())
+        for feature in self.features:
+            ctx.q, ctx.k = feature.queries_keys(ctx)
+        if need_weights or any(f.needs_probs for f in self.features):
+            mixed = self._explicit(ctx, need_weights)
+        else:
+            mixed = self._fused(ctx, causal and key_padding_mask is None and query_start == 0)
+        b, _, n, _ = mixed.shape
+        out = self.out_proj(mixed.transpose(1, 2).reshape(b, n, self.d_model))  # [B, n, d]
+        return out, ctx.extras
+
+    def _bias(self, ctx: AttentionContext) -> Tensor | None:
+        bias = None
+        for feature in self.features:
+            term = feature.logit_bias(ctx)
+            if term is not None:
+                bias = term if bias is None else bias + term
+        return bias
+
+    def _explicit(self, ctx: AttentionContext, need_weights: bool) -> Tensor:
+        """Materialises the probabilities; returns the mixed values ``[B, H, n, d_k]``."""
+        logits = upcast(torch.matmul(ctx.q * ctx.scale, ctx.k.transpose(-1, -2)))  # [B, H, n, m]
+        bias = self._bias(ctx)
+        if bias is not None:
+            logits = logits.add_(bias)  # in place: fresh tensor, nothing saved it for backward
+        if ctx.allowed is not None:
+            logits = logits.masked_fill_(~ctx.allowed, torch.finfo(logits.dtype).min)
+        probs = torch.softmax(logits, dim=-1)  # [B, H, n, m]
+        for feature in self.features:
+            override = feature.head_distribution(ctx)
+            if override is not None:
+                head, head_probs = override
+                probs = probs.index_copy(1, torch.tensor([head], device=probs.device),
+                                         head_probs[:, None].to(probs.dtype))
+        for feature in self.features:
+            probs = feature.adjust_probs(probs, ctx)
+        probs = _zero_dead_rows(probs, ctx.allowed)
+        if need_weights:
+            ctx.extras.probs = probs
+        dropped = self._dropout(probs).to(ctx.v.dtype)
+        mixed = torch.matmul(dropped, ctx.v)  # [B, H, n, d_k]
+        for feature in self.features:
+            term = feature.value_term(dropped, ctx)
+            if term is not None:
+                mixed = mixed + term.to(mixed.dtype)
+        return mixed
+
+    def _fused(self, ctx: AttentionContext, plain_causal: bool) -> Tensor:
+        """Runs ``scaled_dot_product_attention``; returns the mixed values ``[B, H, n, d_k]``."""
+        dropout = self.dropout if self.training else 0.0
+        bias = self._bias(ctx)
+        if bias is None and plain_causal:
+            mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, dropout_p=dropout,
+                                                   is_causal=True, scale=ctx.scale)
+        else:
+            mask = None
+            if bias is not None or ctx.allowed is not None:
+                if bias is None:
+                    bias = ctx.q.new_zeros(ctx.allowed.shape)  # [B | 1, 1, n, m]
+                mask = fill_masked(bias.to(ctx.q.dtype), ctx.allowed)
+            mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask,
+                                                   dropout_p=dropout, scale=ctx.scale)
+        for feature in self.features:
+            override = feature.head_distribution(ctx)
+            if override is not None:
+                head, head_probs = override
+                head_probs = self._dropout(head_probs)
+                head_mixed = torch.matmul(head_probs.to(ctx.v.dtype), ctx.v[:, head])  # [B, n, d_k]
+                mixed = mixed.index_copy(1, torch.tensor([head], device=mixed.device),
+                                         head_mixed[:, None].to(mixed.dtype))
+        return _zero_dead_rows(mixed, ctx.allowed)
+
+    def _dropout(self, probs: Tensor) -> Tensor:
+        if not self.training or self.dropout == 0.0:
+            return probs
+        return F.dropout(probs, self.dropout, training=True)
+
+
+def _zero_dead_rows(x: Tensor, allowed: Tensor | None) -> Tensor:
+    """Zeroes the rows ``[..., n, :]`` of ``x`` whose keys are all masked (skipped when none is)."""
+    alive = alive_rows(allowed)  # [B | 1, 1, n, 1]
+    if alive is None or bool(alive.all()):
+        return x
+    return x * alive

@@ -1,0 +1,93 @@
+"""``save_pretrained`` / ``from_pretrained``: ``config.json`` + ``model.safetensors``, never pickle.
+
+The directory holds the model's config (with its ``model_type``) as JSON and its weights as
+safetensors (tied weights are stored once). Files are written to a temporary name and renamed
+into place, so an interrupted save never leaves a half-written file under the final name.
+
+Example:
+    >>> model.save_pretrained("runs/demo/model")          # doctest: +SKIP
+    >>> same = EncoderDecoderTransformer.from_pretrained("runs/demo/model")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import ClassVar, TypeVar
+
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from synattn.errors import InputError
+from synattn.models.config import ModelConfig
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+M = TypeVar("M", bound="PretrainedModel")
+
+MODEL_TYPES: dict[str, type[PretrainedModel]] = {}
+"""Model classes by ``model_type``, filled as the classes are defined."""
+
+
+class PretrainedModel(nn.Module):
+    """Base class of the models: a config, and saving/loading in the pretrained layout."""
+
+    config_class: ClassVar[type[ModelConfig]]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        MODEL_TYPES[cls.config_class.model_type] = cls
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, "
+                            f"got {type(config).__name__}")
+        config.validate()
+        self.config = config
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Writes ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        payload = {"model_type": self.config_class.model_type, **self.config.to_dict()}
+        tmp = directory / (CONFIG_NAME + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, directory / CONFIG_NAME)
+        tmp = directory / (WEIGHTS_NAME + ".tmp")
+        save_model(self, str(tmp))
+        os.replace(tmp, directory / WEIGHTS_NAME)
+
+    @classmethod
+    def from_pretrained(cls: type[M], directory: str | Path) -> M:
+        """Builds the model from ``directory``'s config and loads its weights (strictly).
+
+        Called on ``PretrainedModel`` itself, it builds whichever model the config names.
+        Raises ``InputError`` naming the file when a file is missing or does not fit.
+        """
+        directory = Path(directory)
+        config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
+        for path in (config_path, weights_path):
+            if not path.is_file():
+                raise InputError("file not found (expected a save_pretrained directory)", str(path))
+        try:
+            data = json.loads(config_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise InputError(f"invalid JSON: {error.msg}", str(config_path), error.lineno) from None
+        model_type = data.pop("model_type", None)
+        target = MODEL_TYPES.get(model_type) if cls is PretrainedModel else cls
+        if target is None or target.config_class.model_type != model_type:
+            expected = ", ".join(MODEL_TYPES) if cls is PretrainedModel else cls.config_class.model_type
+            raise InputError(f"model_type is {model_type!r}, expected {expected}", str(config_path))
+        try:
+            config = target.config_class.from_dict(data)
+        except ValueError as error:
+            raise InputError(str(error), str(config_path)) from None
+        model = target(config)
+        try:
+            load_model(model, str(weights_path), strict=True)
+        except RuntimeError as error:
+            raise InputError(f"weights do not fit the config: {error}", str(weights_path)) from None
+        return model

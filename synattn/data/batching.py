@@ -199,11 +199,19 @@ def _syntax(examples: list[dict], side: str, wanted: frozenset[str], length: int
 
 def collate(dataset: PreparedDataset, indices: np.ndarray, request: SyntaxRequest = SyntaxRequest()) -> Batch:
     """Pad the examples ``indices`` of ``dataset`` into a :class:`Batch` with the requested syntax."""
-    examples = [dataset[int(i)] for i in indices]
+    return collate_examples([dataset[int(i)] for i in indices], request, np.asarray(indices),
+                            str(dataset.folder))
+
+
+def collate_examples(examples: list[dict[str, np.ndarray]], request: SyntaxRequest = SyntaxRequest(),
+                     indices: np.ndarray | None = None, name: str = "the data") -> Batch:
+    """Pad examples (dicts of the stored fields, see ``prepare.encode_sentence``) into a :class:`Batch`."""
+    if indices is None:
+        indices = np.arange(len(examples))
     src = [np.concatenate([e["src_ids"], [EOS]]) for e in examples]
     n = max(len(s) for s in src)
     src_t = _pad(src, n, PAD)
-    batch = Batch(src=src_t, src_padding=src_t == PAD, index=torch.as_tensor(np.asarray(indices)))
+    batch = Batch(src=src_t, src_padding=src_t == PAD, index=torch.as_tensor(indices))
     batch.src_syntax = _syntax(examples, "src", request.src, n, 0, request, causal=False)
     if "tgt_ids" in examples[0]:
         m = max(len(e["tgt_ids"]) for e in examples) + 1
@@ -213,5 +221,5 @@ def collate(dataset: PreparedDataset, indices: np.ndarray, request: SyntaxReques
         batch.tgt_syntax = _syntax(examples, "tgt", request.tgt, m, 1, request, causal=True)
     elif request.tgt:
         raise ValueError(f"the model needs {', '.join(sorted(request.tgt))} on the target side, but "
-                         f"{dataset.folder} is monolingual")
+                         f"{name} is monolingual")
     return batch

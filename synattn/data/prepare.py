@@ -273,25 +273,42 @@ def _parser_versions(cfg: PrepareConfig, trees_of: dict) -> dict[str, str]:
     return info
 
 
+def encode_sentence(side: str, words: list[str], sp, labels: dict[str, list[str]],
+                    tree: DependencyTree | None = None) -> dict[str, np.ndarray]:
+    """The stored fields of one sentence on one side (also used to encode input at translation time).
+
+    Args:
+        side: ``"src"`` or ``"tgt"`` (the prefix of the field names).
+        words: the sentence's words (each is segmented on its own).
+        sp: the side's sentencepiece model.
+        labels: the POS/deprel vocabularies (``labels.json``); unknown labels map to ``<unk>`` (1).
+        tree: the sentence's dependency tree, if any.
+
+    Returns:
+        ``{side}_ids``, ``{side}_word`` and, with a tree, ``{side}_heads`` (subword tree),
+        ``{side}_upos``, ``{side}_deprel`` (per piece, the label of its word).
+    """
+    pieces, per_word = segment_words(sp, words, out_type=int)
+    word_of_piece = np.repeat(np.arange(len(words)), per_word)  # [pieces]
+    out = {f"{side}_ids": np.asarray(pieces, dtype=np.int32), f"{side}_word": word_of_piece}
+    if tree is not None:
+        upos_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_upos", []))}
+        rel_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_deprels", []))}
+        out[f"{side}_heads"] = project_to_subwords(tree.heads, per_word)
+        out[f"{side}_upos"] = np.array([upos_index.get(tree.upos[w], 1) for w in word_of_piece], dtype=np.int16)
+        out[f"{side}_deprel"] = np.array([rel_index.get(tree.deprels[w], 1) for w in word_of_piece],
+                                         dtype=np.int16)
+    return out
+
+
+_DTYPES = {"upos": np.int16, "deprel": np.int16}
+
+
 def _write_side(folder: Path, side: str, data: Side, sp, labels: dict[str, list[str]], split: str) -> None:
     """Segment, project and write one side of one split."""
-    ids, heads, upos, deprel, words_of = [], [], [], [], []
-    upos_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_upos", []))}
-    rel_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_deprels", []))}
     trees = data.trees
-    for k, words in enumerate(progress(data.words(), desc=f"{split}.{side}", unit="sent")):
-        pieces, per_word = segment_words(sp, words, out_type=int)
-        ids.append(np.asarray(pieces, dtype=np.int32))
-        word_of_piece = np.repeat(np.arange(len(words)), per_word)  # [pieces]
-        words_of.append(word_of_piece)
-        if trees is not None:
-            tree = trees[k]
-            heads.append(project_to_subwords(tree.heads, per_word))
-            upos.append(np.array([upos_index.get(tree.upos[w], 1) for w in word_of_piece]))
-            deprel.append(np.array([rel_index.get(tree.deprels[w], 1) for w in word_of_piece]))
-    write_field(folder, f"{side}_ids", ids)
-    write_field(folder, f"{side}_word", words_of)
-    if trees is not None:
-        write_field(folder, f"{side}_heads", heads)
-        write_field(folder, f"{side}_upos", upos, dtype=np.int16)
-        write_field(folder, f"{side}_deprel", deprel, dtype=np.int16)
+    encoded = [encode_sentence(side, words, sp, labels, trees[k] if trees is not None else None)
+               for k, words in enumerate(progress(data.words(), desc=f"{split}.{side}", unit="sent"))]
+    for name in encoded[0] if encoded else (f"{side}_ids", f"{side}_word"):
+        write_field(folder, name, [e[name] for e in encoded],
+                    dtype=_DTYPES.get(name.split("_", 1)[1], np.int32))

@@ -16,3 +16,13 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
             raise RuntimeError("crash in the middle")
     assert path.read_text() == "first"
     assert [p.name for p in path.parent.iterdir()] == ["out.txt"]  # no temporary file left behind
+
+
+def test_atomic_write_gives_usual_permissions(tmp_path):
+    import os
+
+    with atomic_write(tmp_path / "f.txt") as f:
+        f.write("x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~mask

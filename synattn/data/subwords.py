@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: Fixed ids of the special pieces in every model synattn trains.
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+#: Fixed ids of the special pieces in every model synattn trains (``<mask>`` for masked LMs).
+PAD, UNK, BOS, EOS, MASK = 0, 1, 2, 3, 4
 
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_size: int = 8000,
@@ -39,7 +39,8 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(list(sentences)), model_writer=buffer, vocab_size=vocab_size,
         model_type=model_type, character_coverage=character_coverage, hard_vocab_limit=False,
-        num_threads=2, minloglevel=2, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS)
+        num_threads=2, minloglevel=2, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+        user_defined_symbols=["<mask>"])
     from synattn.io import atomic_write
 
     with atomic_write(model_path, "wb") as f:

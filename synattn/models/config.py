@@ -98,7 +98,8 @@ class ModelConfig:
             sublayer, with a final LayerNorm).
         absolute_positions: add sinusoidal position encodings to the embeddings.
         tie_output: the output projection shares the (target) embedding matrix.
-        pad_id, bos_id, eos_id: special token ids.
+        pad_id, bos_id, eos_id: special token ids (defaults: those of the sentencepiece models
+            synattn trains, ``synattn.data.subwords``: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>).
         num_pos_tags, num_deprels: label vocabulary sizes for specialized heads (0: none).
     """
 
@@ -115,8 +116,8 @@ class ModelConfig:
     absolute_positions: bool = True
     tie_output: bool = True
     pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    bos_id: int = 2
+    eos_id: int = 3
     num_pos_tags: int = 0
     num_deprels: int = 0
 
@@ -255,13 +256,13 @@ class MaskedLMConfig(ModelConfig):
     """Encoder-only masked language model.
 
     Attributes:
-        mask_id: id of the mask token.
+        mask_id: id of the mask token (default 4: ``<mask>`` in synattn's sentencepiece models).
     """
 
     model_type: ClassVar[str] = "masked_lm"
 
     vocab_size: int
-    mask_id: int = 3
+    mask_id: int = 4
     encoder: StackConfig = field(default_factory=StackConfig)
 
     def stacks(self) -> dict[str, StackConfig]:

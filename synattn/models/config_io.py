@@ -8,6 +8,7 @@ expected; bools are never accepted as ints.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, TypeVar, Union
 import yaml
 
 from synattn.errors import InputError
+from synattn.io import atomic_write
 
 T = TypeVar("T")
 
@@ -108,11 +110,31 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, also reading ``5e-4`` and ``1e4`` as floats (as YAML 1.2 and
+    Python do; PyYAML alone reads them as strings)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                 |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                 |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                 |[-+]?\.(?:inf|Inf|INF)
+                 |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    """Parses YAML text with synattn's loader (safe: builds only plain data)."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def load_yaml(cls: type[T], path: str | Path) -> T:
     """Reads a config of class ``cls`` from a YAML file; errors name the file."""
     with open(path, encoding="utf-8") as f:
         try:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_Loader)
         except yaml.YAMLError as error:
             line = getattr(getattr(error, "problem_mark", None), "line", None)
             raise InputError(f"invalid YAML: {error}", str(path), None if line is None else line + 1)
@@ -124,5 +146,5 @@ def load_yaml(cls: type[T], path: str | Path) -> T:
 
 def save_yaml(obj: Any, path: str | Path) -> None:
     """Writes the config to a YAML file."""
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         yaml.safe_dump(to_dict(obj), f, sort_keys=False)

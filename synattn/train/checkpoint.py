@@ -1,0 +1,224 @@
+"""Checkpoints: one directory per checkpoint, present only when complete (fairseq's habit).
+
+Layout under ``RUN/checkpoints``::
+
+    ckpt_000120/          model.safetensors (+ config.json for synattn models), state.pt
+    ckpt_000240/
+    last                  one line: the name of the newest checkpoint directory
+    best                  one line: the checkpoint with the lowest validation loss
+
+A checkpoint is written into ``ckpt_NNNNNN.tmp/`` (every file flushed to disk), then renamed to
+``ckpt_NNNNNN/``; only then is ``last`` (and ``best``) atomically rewritten to point at it, and
+older directories beyond ``keep_last_n`` are pruned (renamed to ``*.del`` first, then deleted).
+So a process killed at any moment leaves ``last`` pointing at a complete checkpoint, and a
+directory named ``ckpt_NNNNNN`` is always complete. Leftovers of a killed save (``*.tmp``,
+``*.del``) are removed by the next save.
+
+Weights are safetensors; the training state (optimizer, scheduler, counters, RNG states) holds
+only tensors and plain Python values, so it loads with ``torch.load(weights_only=True)``:
+loading never unpickles arbitrary objects. A synattn model's checkpoint directory is also a
+``save_pretrained`` directory (``PretrainedModel.from_pretrained(resolve_checkpoint(run))``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from synattn.errors import InputError
+from synattn.io import atomic_write
+
+CHECKPOINTS = "checkpoints"
+WEIGHTS = "model.safetensors"
+STATE = "state.pt"
+POINTERS = ("last", "best")
+_NAME = re.compile(r"ckpt_(\d+)")
+
+
+def checkpoint_name(step: int) -> str:
+    """``ckpt_000123`` for update 123."""
+    return f"ckpt_{step:06d}"
+
+
+def list_checkpoints(folder: str | Path) -> list[Path]:
+    """The complete checkpoint directories of ``folder``, oldest (fewest updates) first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir()
+             if p.is_dir() and (m := _NAME.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def _read_pointer(folder: Path, which: str) -> Path | None:
+    try:
+        name = (folder / which).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    target = folder / name
+    return target if _NAME.fullmatch(name) and target.is_dir() else None
+
+
+def resolve_checkpoint(path: str | Path, which: str = "last") -> Path | None:
+    """The checkpoint directory that ``path`` designates, or None when there is none.
+
+    Args:
+        path: a run directory, its ``checkpoints`` folder, or a checkpoint directory.
+        which: ``"last"`` or ``"best"``. Without a readable ``last`` pointer (a run killed
+            before its first pointer was written), the newest complete directory is taken.
+    """
+    if which not in POINTERS:
+        raise ValueError(f"which={which!r}: use 'last' or 'best'")
+    path = Path(path)
+    if (path / STATE).is_file():
+        return path
+    folder = path / CHECKPOINTS if (path / CHECKPOINTS).is_dir() else path
+    target = _read_pointer(folder, which)
+    if target is None and which == "last":
+        complete = list_checkpoints(folder)
+        target = complete[-1] if complete else None
+    return target
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _discard(path: Path) -> None:
+    """Removes a directory so that no partly deleted one keeps a checkpoint's name."""
+    doomed = path.with_name(path.name + ".del")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _write_weights(model: nn.Module, folder: Path) -> None:
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(folder)  # config.json + model.safetensors
+    else:
+        save_model(model, str(folder / WEIGHTS))
+
+
+def save_checkpoint(folder: str | Path, step: int, model: nn.Module, state: dict, *,
+                    is_best: bool = False, keep_last_n: int | None = None) -> Path:
+    """Writes a checkpoint atomically, moves the pointers, prunes old checkpoints.
+
+    Args:
+        folder: the ``checkpoints`` folder of a run.
+        step: the number of updates done (names the directory).
+        model: the (unwrapped) model; its weights go to ``model.safetensors``.
+        state: training state of tensors and plain Python values (``torch.save``'d).
+        is_best: also point ``best`` at this checkpoint.
+        keep_last_n: numbered checkpoints to keep (the ones ``last``/``best`` point at are
+            always kept); None keeps all.
+
+    Returns:
+        The checkpoint directory.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in list(folder.glob("*.tmp")) + list(folder.glob("*.del")):  # of a killed save
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+    final = folder / checkpoint_name(step)
+    tmp = folder / (final.name + ".tmp")
+    tmp.mkdir()
+    _write_weights(model, tmp)
+    torch.save(state, tmp / STATE)
+    for file in tmp.iterdir():
+        _fsync(file)
+    _fsync(tmp)
+    if final.exists():  # left by an earlier, interrupted attempt at this step (never pointed to)
+        _discard(final)
+    os.rename(tmp, final)
+    _fsync(folder)
+    for which in ("last", "best") if is_best else ("last",):
+        with atomic_write(folder / which) as f:
+            f.write(final.name + "\n")
+    prune_checkpoints(folder, keep_last_n)
+    return final
+
+
+def prune_checkpoints(folder: str | Path, keep_last_n: int | None) -> list[Path]:
+    """Deletes numbered checkpoints beyond the newest ``keep_last_n`` (never ``last``/``best``).
+
+    Returns:
+        The deleted directories.
+    """
+    folder = Path(folder)
+    if keep_last_n is None:
+        return []
+    protected = {_read_pointer(folder, which) for which in POINTERS}
+    doomed = [p for p in list_checkpoints(folder)[:-keep_last_n] if p not in protected]
+    for path in doomed:
+        _discard(path)
+    return doomed
+
+
+def load_checkpoint(path: str | Path, model: nn.Module | None = None, which: str = "last",
+                    map_location: str | torch.device = "cpu") -> dict:
+    """Loads a checkpoint's training state, and its weights into ``model`` (strictly).
+
+    Args:
+        path: a run directory, its ``checkpoints`` folder or a checkpoint directory.
+        model: the (unwrapped) model to load the weights into; None loads the state only.
+        which: ``"last"`` or ``"best"``.
+        map_location: where the state's tensors go.
+
+    Returns:
+        The training state (see :meth:`synattn.train.Trainer.state_dict`).
+
+    Raises:
+        InputError: no checkpoint there, or weights that do not fit ``model``.
+    """
+    directory = resolve_checkpoint(path, which)
+    if directory is None:
+        raise InputError(f"no {which} checkpoint found", str(path))
+    if model is not None:
+        try:
+            load_model(model, str(directory / WEIGHTS), strict=True)  # copies into the params' devices
+        except (RuntimeError, FileNotFoundError) as error:
+            raise InputError(f"weights do not fit the model: {error}", str(directory / WEIGHTS)) from None
+    state = torch.load(directory / STATE, map_location=map_location, weights_only=True)
+    state["path"] = str(directory)
+    return state
+
+
+def rng_state() -> dict:
+    """The states of Python's, NumPy's and torch's (CPU and CUDA) global generators, as tensors."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
+                   "gauss": gauss},
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    """Restores the generators saved by :func:`rng_state`."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["internal"].tolist()), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state((npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"],
+                         npy["has_gauss"], npy["cached"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

@@ -1,0 +1,126 @@
+"""``TrainConfig``: every setting of a training run, strictly validated, loadable from YAML.
+
+Unknown keys and values of the wrong type are errors naming the key (the same strict conversion
+as the model configs, :mod:`synattn.models.config_io`). Example ``train:`` section::
+
+    max_tokens: 4096
+    max_epochs: 20
+    lr: 0.0005
+    warmup_updates: 4000
+    label_smoothing: 0.1
+    clip_norm: 1.0
+    update_freq: 2
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
+
+BATCH_ORDER_KEYS = ("max_tokens", "max_sentences", "seed")
+"""Settings that decide the batch lists of every epoch; a resumed run must keep them."""
+
+
+@dataclass
+class TrainConfig:
+    """Settings of :class:`synattn.train.Trainer`.
+
+    Attributes:
+        max_tokens: bound on ``batch_size × longest example`` of each batch (padded tokens).
+        max_sentences: optional bound on the number of examples in a batch.
+        max_epochs, max_steps, max_minutes: stop at whichever comes first (at least one is set);
+            ``max_minutes`` counts training wall time over all resumed parts of the run.
+        lr: peak learning rate (reached at the end of the warm-up).
+        betas, eps, weight_decay: AdamW settings (decay applied to every parameter).
+        warmup_updates: linear warm-up length; then the rate decays as ``1/sqrt(step)``
+            (Vaswani et al. 2017, §5.3, scaled so the peak is ``lr``). 0: constant ``lr``.
+        label_smoothing: ε of the label-smoothed cross-entropy of the tasks (Szegedy et al. 2016).
+        clip_norm: clip the global gradient norm to this value (0: no clipping).
+        bf16: run forward and loss under ``torch.autocast(dtype=bfloat16)`` (CPU and CUDA).
+        update_freq: accumulate the gradients of this many batches per update (per process).
+        seed: seed of the batch order, dropout and masking.
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        log_interval: log training statistics every this many updates.
+        validate_interval: validate every this many epochs (0: never at epoch ends).
+        validate_interval_updates: also validate every this many updates (0: off).
+        save_interval: save a checkpoint every this many epochs (0: only at the end of the run).
+        save_interval_updates: also save every this many updates (0: off).
+        keep_last_n: numbered checkpoints kept besides ``best`` (None: keep all).
+        progress_bar: show a progress bar with loss and tokens/s.
+        tensorboard: also write TensorBoard events when the ``tensorboard`` package is installed.
+    """
+
+    max_tokens: int = 4096
+    max_sentences: int | None = None
+    max_epochs: int | None = 10
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    lr: float = 5e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    warmup_updates: int = 4000
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0
+    bf16: bool = False
+    update_freq: int = 1
+    seed: int = 1
+    device: str = "auto"
+    log_interval: int = 100
+    validate_interval: int = 1
+    validate_interval_updates: int = 0
+    save_interval: int = 1
+    save_interval_updates: int = 0
+    keep_last_n: int | None = 5
+    progress_bar: bool = True
+    tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks types and ranges; raises ``ValueError`` naming the key."""
+        check_fields(self)
+        positive = ["max_tokens", "update_freq", "log_interval"]
+        positive += [k for k in ("max_sentences", "max_epochs", "max_steps", "keep_last_n")
+                     if getattr(self, k) is not None]
+        for key in positive:
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)} must be at least 1")
+        for key in ("warmup_updates", "validate_interval", "validate_interval_updates",
+                    "save_interval", "save_interval_updates"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}={getattr(self, key)} must be 0 (off) or positive")
+        if self.max_epochs is None and self.max_steps is None and self.max_minutes is None:
+            raise ValueError("set at least one of max_epochs, max_steps, max_minutes")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ValueError(f"max_minutes={self.max_minutes} must be positive")
+        if self.lr <= 0:
+            raise ValueError(f"lr={self.lr} must be positive")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas={self.betas} must be two numbers in [0, 1)")
+        for key in ("eps", "weight_decay", "clip_norm"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}={getattr(self, key)} must not be negative")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        """Builds the config from a dict; unknown keys and wrong types are ``ValueError``."""
+        return from_dict(cls, data)
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        """Reads the config from a YAML file (errors are ``InputError`` naming the file)."""
+        return load_yaml(cls, path)
+
+    def to_yaml(self, path: str | Path) -> None:
+        save_yaml(self, path)

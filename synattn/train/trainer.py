@@ -1,0 +1,372 @@
+"""The training loop: token-budget batches, accumulation, DDP, validation, exact resume.
+
+One update (fairseq's recipe): each process takes its share of the next ``world_size ×
+update_freq`` batches of the epoch's list, sums the task loss of each batch and back-propagates
+it (gradients are synchronised once, on the last batch), then the gradients are divided by the
+total ``sample_size`` of the update over all processes, clipped, and AdamW steps with the
+inverse-sqrt schedule.
+
+Determinism: the epoch's batch list depends only on ``(seed, epoch)``
+(:func:`synattn.data.batching.token_batches`), and torch's global generator is re-seeded from
+``(seed, update, rank, batch)`` before every batch (dropout, masking). A checkpoint stores the
+update count, the epoch, the number of the epoch's batches consumed, optimizer and scheduler
+states and the generators' states, so a resumed run repeats the uninterrupted one update for
+update, including resumes in the middle of an epoch and runs with several processes (whose
+per-process generators need not be saved, since they are re-seeded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from synattn.data.batching import Batch, collate, token_batches
+from synattn.errors import InputError
+from synattn.io import atomic_write
+from synattn.train.checkpoint import (CHECKPOINTS, load_checkpoint, resolve_checkpoint, rng_state,
+                                      save_checkpoint, set_rng_state)
+from synattn.train.config import BATCH_ORDER_KEYS, TrainConfig
+from synattn.train.distributed import init_distributed
+from synattn.train.optim import build_optimizer
+from synattn.train.run_log import RunLog
+from synattn.train.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.yaml"
+STATE_FORMAT = 1
+_TRAIN, _VALID = 1, 2  # tags of the seed streams
+
+
+def batch_seed(seed: int, stream: int, step: int, rank: int, index: int) -> int:
+    """The seed of torch's generator before batch ``index`` of update ``step`` on ``rank``."""
+    return int(np.random.SeedSequence([seed, stream, step, rank, index]).generate_state(1)[0])
+
+
+@dataclass
+class TrainResult:
+    """How a call to :meth:`Trainer.train` ended.
+
+    Attributes:
+        step: updates done in total; epoch: the epoch the run would continue with.
+        best_valid_loss: lowest validation loss seen (None without validation).
+        checkpoint: the last checkpoint directory (None when nothing was saved, and on ranks
+            other than 0).
+        stopped_by: ``max_epochs``, ``max_steps`` or ``max_minutes``.
+    """
+
+    step: int
+    epoch: int
+    best_valid_loss: float | None
+    checkpoint: Path | None
+    stopped_by: str
+
+
+class Trainer:
+    """Trains ``model`` on ``task`` over a prepared dataset (see the module docstring).
+
+    Args:
+        model: the model (moved to the process's device; wrapped in DDP under torchrun).
+        task: gives the syntax request and the loss (:mod:`synattn.train.tasks`).
+        config: the training settings.
+        train_data: has ``lengths() -> [N]`` and what ``collate_fn`` reads (a
+            :class:`synattn.data.batching.PreparedDataset`).
+        run_dir: where ``config.yaml``, ``log.jsonl``, ``tensorboard/`` and ``checkpoints/`` go.
+        valid_data: validation split (loss every ``validate_interval`` epochs).
+        valid_metrics: called after the validation loss on rank 0 with the unwrapped model in
+            eval mode; returns more metrics to log (e.g. ``{"bleu": 27.3}``).
+        collate_fn: ``(dataset, indices, SyntaxRequest) -> Batch``.
+        run_config: more sections for ``config.yaml`` (e.g. ``{"model": ..., "data": ...}``).
+
+    Example:
+        >>> trainer = Trainer(model, task_for(model), TrainConfig(max_epochs=2),  # doctest: +SKIP
+        ...                   PreparedDataset("data/x", "train"), "runs/x",
+        ...                   valid_data=PreparedDataset("data/x", "dev"))
+        >>> trainer.train(resume=True)  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, task: Task, config: TrainConfig, train_data, run_dir: str | Path,
+                 valid_data=None, *, valid_metrics: Callable[[nn.Module], dict[str, float]] | None = None,
+                 collate_fn: Callable[..., Batch] = collate, run_config: dict | None = None):
+        config.validate()
+        self.config, self.task = config, task
+        self.dist = init_distributed(config.device)
+        self.model = model.to(self.dist.device)
+        self.wrapped: nn.Module = self.model
+        self.optimizer, self.scheduler = build_optimizer(self.model, config)
+        self.train_data, self.valid_data = train_data, valid_data
+        self.valid_metrics, self.collate_fn = valid_metrics, collate_fn
+        self.run_dir = Path(run_dir)
+        self.run_config = run_config or {}
+        self.request = task.syntax_request()
+        self.lengths = np.asarray(train_data.lengths())
+        if len(self.lengths) == 0:
+            raise ValueError("the training data is empty")
+        self.step, self.epoch, self.batches_done = 0, 1, 0
+        self.best_valid_loss: float | None = None
+        self.elapsed = 0.0  # training seconds over every resumed part of the run
+        self._best_step = -1
+        self._log: RunLog | None = None
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        """The training state (tensors and plain values only: ``torch.load(weights_only=True)``)."""
+        return {"format": STATE_FORMAT, "step": self.step, "epoch": self.epoch,
+                "batches_done": self.batches_done, "best_valid_loss": self.best_valid_loss,
+                "elapsed": self.elapsed, "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rng": rng_state(),
+                "config": self.config.to_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores a state of :meth:`state_dict` (the weights are loaded separately)."""
+        saved = state["config"]
+        changed = [k for k in BATCH_ORDER_KEYS if saved.get(k) != getattr(self.config, k)]
+        if changed:
+            raise InputError(f"cannot resume exactly: {', '.join(f'{k}={saved.get(k)}' for k in changed)} "
+                             f"in the checkpoint, {', '.join(f'{k}={getattr(self.config, k)}' for k in changed)} "
+                             f"now (they decide the batch order)", state.get("path", "<checkpoint>"))
+        self.step, self.epoch, self.batches_done = state["step"], state["epoch"], state["batches_done"]
+        self.best_valid_loss, self.elapsed = state["best_valid_loss"], state["elapsed"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+
+    def save(self) -> Path | None:
+        """Writes a checkpoint of the current update (rank 0; others return None)."""
+        if not self.dist.is_main:
+            return None
+        return save_checkpoint(self.run_dir / CHECKPOINTS, self.step, self.model, self.state_dict(),
+                               is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
+
+    def _resume(self, resume: bool) -> bool:
+        found = resolve_checkpoint(self.run_dir / CHECKPOINTS)
+        if found is None:
+            return False
+        if not resume:
+            raise InputError("this run directory already has checkpoints: resume it or choose another "
+                             "directory", str(self.run_dir))
+        self.load_state_dict(load_checkpoint(found, self.model))
+        logger.info("resumed from %s (update %d, epoch %d, batch %d)", found, self.step, self.epoch,
+                    self.batches_done)
+        return True
+
+    # ------------------------------------------------------------------ one update
+
+    def _autocast(self):
+        return torch.autocast(self.dist.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
+
+    def train_step(self, batches: list[Batch], dummy: bool = False) -> dict[str, float]:
+        """One update over this process's ``batches`` (gradients accumulated, then one step).
+
+        Args:
+            batches: this process's batches of the update (at least one).
+            dummy: the batches only keep the processes in step (their loss is multiplied by 0
+                and their logs dropped): a process with no batch left at the end of an epoch
+                runs one like this.
+
+        Returns:
+            This process's logs summed over its batches, with the update's ``grad_norm`` and
+            ``lr`` (the same on every process). The normalised, clipped gradients stay in
+            ``.grad`` until the next update.
+        """
+        self.wrapped.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, Tensor] = {}
+        for i, batch in enumerate(batches):
+            torch.manual_seed(batch_seed(self.config.seed, _TRAIN, self.step, self.dist.rank, i))
+            last = i == len(batches) - 1
+            no_sync = self.wrapped.no_sync() if self.dist.world_size > 1 and not last else contextlib.nullcontext()
+            with no_sync:
+                with self._autocast():
+                    loss, logs = self.task.loss(self.wrapped, batch.to(self.dist.device))
+                (loss * 0.0 if dummy else loss).backward()
+            for key, value in ({} if dummy else logs).items():
+                value = torch.as_tensor(value, dtype=torch.float64, device=self.dist.device).detach()
+                sums[key] = sums[key] + value if key in sums else value
+        names = sorted(sums)
+        local = dict(zip(names, torch.stack([sums[k] for k in names]).tolist() if names else []))  # one sync
+        sample_size = self.dist.sum([local.get("sample_size", 0.0)])[0]
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads:  # DDP averaged the processes' sums: undo, then divide by the update's sample size
+            torch._foreach_mul_(grads, self.dist.world_size / max(sample_size, 1.0))
+        clip = self.config.clip_norm if self.config.clip_norm > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.grad is not None], clip))
+        if not math.isfinite(grad_norm):
+            raise FloatingPointError(f"the gradient norm is {grad_norm} at update {self.step + 1} "
+                                     f"(lower lr, or set clip_norm)")
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return {**local, "grad_norm": grad_norm, "lr": lr}
+
+    # ------------------------------------------------------------------ validation
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Loss (and ``valid_metrics``) on the validation data; logs it and tracks the best loss."""
+        if self.valid_data is None:
+            return {}
+        self.model.eval()  # unwrapped: processes may run different numbers of batches
+        batches = token_batches(np.asarray(self.valid_data.lengths()), self.config.max_tokens,
+                                shuffle=False, max_sentences=self.config.max_sentences)
+        sums: dict[str, float] = {}
+        for i, indices in enumerate(batches[self.dist.rank:: self.dist.world_size]):
+            torch.manual_seed(batch_seed(self.config.seed, _VALID, 0, self.dist.rank, i))  # same masks each time
+            batch = self.collate_fn(self.valid_data, indices, self.request).to(self.dist.device)
+            with self._autocast():
+                _, logs = self.task.loss(self.model, batch)
+            for key, value in logs.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        totals = self.dist.sum_dict(sums)
+        metrics = _summary(totals)
+        if self.valid_metrics is not None and self.dist.is_main:
+            metrics.update(self.valid_metrics(self.model))
+        self.model.train()
+        if self.best_valid_loss is None or metrics["loss"] < self.best_valid_loss:
+            self.best_valid_loss, self._best_step = metrics["loss"], self.step
+        metrics["best_loss"] = self.best_valid_loss
+        if self._log is not None:
+            self._log.write("valid", self.step, self.epochs_started, metrics)
+        return metrics
+
+    # ------------------------------------------------------------------ the loop
+
+    @property
+    def epochs_started(self) -> int:
+        """The epoch of the last update (the one before ``epoch`` right after an epoch's end)."""
+        return self.epoch - 1 if self.batches_done == 0 and self.step > 0 else self.epoch
+
+    def _stop_reason(self) -> str | None:
+        c = self.config
+        if c.max_steps is not None and self.step >= c.max_steps:
+            return "max_steps"
+        if c.max_epochs is not None and self.epoch > c.max_epochs:
+            return "max_epochs"
+        if c.max_minutes is not None and self.dist.main_says(self.elapsed >= 60.0 * c.max_minutes):
+            return "max_minutes"
+        return None
+
+    def _write_config(self) -> None:
+        if self.dist.is_main:
+            with atomic_write(self.run_dir / CONFIG_NAME) as f:
+                yaml.safe_dump({"train": self.config.to_dict(), **self.run_config}, f, sort_keys=False)
+
+    def train(self, resume: bool = False) -> TrainResult:
+        """Trains until ``max_epochs``, ``max_steps`` or ``max_minutes``.
+
+        Args:
+            resume: continue from the run directory's last checkpoint (a fresh start when there
+                is none). Without it, a run directory that has checkpoints is an error.
+
+        Returns:
+            How the run ended.
+        """
+        c, world = self.config, self.dist.world_size
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        resumed = self._resume(resume)
+        self._write_config()
+        self._log = RunLog(self.run_dir, self.dist.is_main, c.tensorboard, self.step if resumed else None)
+        if world > 1 and self.wrapped is self.model:
+            ids = [self.dist.local_rank] if self.dist.device.type == "cuda" else None
+            self.wrapped = DistributedDataParallel(self.model, device_ids=ids)
+        started, interval, interval_start = time.monotonic() - self.elapsed, {}, time.monotonic()
+        stopped = self._stop_reason()
+        try:
+            while stopped is None:
+                batches = token_batches(self.lengths, c.max_tokens, seed=c.seed, epoch=self.epoch,
+                                        max_sentences=c.max_sentences)
+                bar = self._progress_bar(len(batches), world * c.update_freq)
+                epoch_end = False
+                while not epoch_end and stopped is None:
+                    logs = self._next_update(batches)
+                    self.elapsed = time.monotonic() - started
+                    epoch_end = self.batches_done == len(batches)
+                    if epoch_end:
+                        self.epoch, self.batches_done = self.epoch + 1, 0
+                    interval = {k: interval.get(k, 0.0) + v for k, v in logs.items()}
+                    interval["updates"] = interval.get("updates", 0) + 1
+                    stopped = self._stop_reason()
+                    if self.step % c.log_interval == 0 or stopped:
+                        self._log_train(interval, time.monotonic() - interval_start, bar)
+                        interval, interval_start = {}, time.monotonic()
+                    bar.update(1)
+                    self._validate_and_save(epoch_end, stopped is not None)
+                bar.close()
+        finally:
+            self._log.close()
+        last = resolve_checkpoint(self.run_dir / CHECKPOINTS) if self.dist.is_main else None
+        return TrainResult(self.step, self.epoch, self.best_valid_loss, last, stopped)
+
+    def _next_update(self, batches: list[np.ndarray]) -> dict[str, float]:
+        """Runs the update over the next ``world_size × update_freq`` batches of the epoch's list."""
+        rank, world = self.dist.rank, self.dist.world_size
+        chunk = range(self.batches_done, min(self.batches_done + world * self.config.update_freq, len(batches)))
+        mine = [batches[j] for j in chunk[rank::world]]
+        collated = [self.collate_fn(self.train_data, indices, self.request)
+                    for indices in (mine or [batches[chunk[0]]])]
+        logs = self.train_step(collated, dummy=not mine)
+        self.batches_done = chunk.stop
+        return logs
+
+    def _validate_and_save(self, epoch_end: bool, stopping: bool) -> None:
+        """Validates and saves when an interval (of epochs at an epoch's end, else of updates) says so."""
+        c = self.config
+        if epoch_end:
+            done = self.epoch - 1
+            validate = c.validate_interval and done % c.validate_interval == 0
+            save = c.save_interval and done % c.save_interval == 0
+        else:
+            validate = c.validate_interval_updates and self.step % c.validate_interval_updates == 0
+            save = c.save_interval_updates and self.step % c.save_interval_updates == 0
+        if stopping or validate:
+            self.validate()
+        if stopping or save:
+            self.save()
+
+    def _progress_bar(self, num_batches: int, per_update: int):
+        tty = sys.stderr.isatty()
+        return tqdm(total=math.ceil(num_batches / per_update), initial=self.batches_done // per_update,
+                    desc=f"epoch {self.epoch}", unit="upd", dynamic_ncols=True, file=sys.stderr,
+                    disable=not (self.config.progress_bar and self.dist.is_main),
+                    mininterval=0.1 if tty else 30.0, leave=tty)
+
+    def _log_train(self, interval: dict[str, float], seconds: float, bar) -> None:
+        """Logs an interval's sums: the processes' logs are added, ``lr``/``grad_norm`` averaged."""
+        updates = interval.pop("updates")
+        lr, grad_norm = interval.pop("lr") / updates, interval.pop("grad_norm") / updates
+        sums = self.dist.sum_dict(interval)
+        metrics = _summary(sums)
+        metrics.update(lr=lr, grad_norm=grad_norm, tokens_per_s=sums.get("ntokens", 0.0) / max(seconds, 1e-9),
+                       ntokens=sums.get("ntokens", 0.0), nsentences=sums.get("nsentences", 0.0),
+                       updates=updates, elapsed_s=self.elapsed)
+        self._log.write("train", self.step, self.epochs_started, metrics)
+        bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)
+
+    def close(self) -> None:
+        """Leaves the process group if this trainer joined it."""
+        self.dist.close()
+
+
+def _summary(sums: dict[str, float]) -> dict[str, float]:
+    """Per-token averages of summed logs: loss and aux per sample, nll and perplexity per token."""
+    size, tokens = max(sums.get("sample_size", 0.0), 1.0), max(sums.get("ntokens", 0.0), 1.0)
+    nll = sums.get("nll_loss", 0.0) / tokens
+    out = {"loss": sums.get("loss", 0.0) / size, "nll_loss": nll, "ppl": math.exp(min(nll, 50.0))}
+    out.update({k: v / size for k, v in sums.items() if k.startswith("aux/")})
+    return out

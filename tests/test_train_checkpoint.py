@@ -1,0 +1,98 @@
+"""Checkpoint directories: complete or absent, pointers, pruning, loading without pickle."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+from test_train_support import TinyTranslator
+
+from synattn.errors import InputError
+from synattn.train import load_checkpoint, resolve_checkpoint, save_checkpoint
+from synattn.train.checkpoint import list_checkpoints, rng_state, set_rng_state
+
+
+def _state(step: int) -> dict:
+    return {"step": step, "values": torch.arange(3) * step, "nested": {"best": None, "x": [1.5, 2]}}
+
+
+def test_save_writes_a_complete_directory_and_moves_the_pointers(tmp_path):
+    folder = tmp_path / "checkpoints"
+    model = TinyTranslator(seed=1)
+    path = save_checkpoint(folder, 7, model, _state(7), is_best=True)
+    assert path.name == "ckpt_000007" and sorted(p.name for p in path.iterdir()) == ["model.safetensors", "state.pt"]
+    assert (folder / "last").read_text().strip() == (folder / "best").read_text().strip() == "ckpt_000007"
+    other = TinyTranslator(seed=2)
+    state = load_checkpoint(tmp_path, other)
+    assert state["step"] == 7 and torch.equal(state["values"], torch.arange(3) * 7)
+    for (name, a), b in zip(model.state_dict().items(), other.state_dict().values()):
+        assert torch.equal(a, b), name
+    save_checkpoint(folder, 9, model, _state(9))  # not best: "best" stays
+    assert resolve_checkpoint(tmp_path).name == "ckpt_000009"
+    assert resolve_checkpoint(tmp_path, "best").name == "ckpt_000007"
+    assert resolve_checkpoint(folder / "ckpt_000009") == folder / "ckpt_000009"
+
+
+def test_pruning_keeps_the_newest_and_the_best(tmp_path):
+    folder = tmp_path / "checkpoints"
+    model = TinyTranslator()
+    for step in range(1, 8):
+        save_checkpoint(folder, step, model, _state(step), is_best=step == 2, keep_last_n=3)
+    assert [p.name for p in list_checkpoints(folder)] == ["ckpt_000002", "ckpt_000005", "ckpt_000006", "ckpt_000007"]
+    assert load_checkpoint(folder, which="best")["step"] == 2
+
+
+def test_leftovers_of_a_killed_save_are_never_taken_for_checkpoints(tmp_path):
+    folder = tmp_path / "checkpoints"
+    model = TinyTranslator()
+    save_checkpoint(folder, 3, model, _state(3))
+    half = folder / "ckpt_000004.tmp"  # a save killed while writing
+    half.mkdir()
+    (half / "state.pt").write_bytes(b"\x00" * 10)
+    pointer = folder / ".last.x1y2.tmp"  # a pointer's temporary file
+    pointer.write_text("ckpt_0")
+    orphan = folder / "ckpt_000004"  # renamed but killed before "last" moved: complete, not pointed to
+    orphan.mkdir()
+    assert load_checkpoint(folder)["step"] == 3
+    (folder / "last").unlink()  # killed before the first pointer: the newest complete directory
+    assert resolve_checkpoint(folder) == orphan
+    save_checkpoint(folder, 4, model, _state(4))  # the step is done again: replaces the orphan
+    assert not half.exists() and not pointer.exists() and load_checkpoint(folder)["step"] == 4
+
+
+def test_loading_never_unpickles_objects(tmp_path):
+    folder = tmp_path / "checkpoints"
+    model = TinyTranslator()
+    path = save_checkpoint(folder, 1, model, _state(1))
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("echo unpickled > " + str(tmp_path / "pwned"),))
+
+    with open(path / "state.pt", "wb") as f:
+        pickle.dump({"step": Payload()}, f, protocol=2)
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(folder)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_missing_checkpoint_and_mismatched_weights_are_clear_errors(tmp_path):
+    with pytest.raises(InputError, match="no last checkpoint found"):
+        load_checkpoint(tmp_path)
+    save_checkpoint(tmp_path / "checkpoints", 1, TinyTranslator(d=16), _state(1))
+    with pytest.raises(InputError, match=r"model\.safetensors: weights do not fit the model"):
+        load_checkpoint(tmp_path, TinyTranslator(d=8))
+
+
+def test_rng_states_round_trip(tmp_path):
+    import random
+
+    import numpy as np
+
+    saved = rng_state()
+    torch.save(saved, tmp_path / "rng.pt")
+    first = (random.random(), np.random.rand(), torch.rand(1).item())
+    set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == first

@@ -1,0 +1,145 @@
+"""Exact resume: an interrupted-and-resumed run logs the same losses as the uninterrupted one;
+SIGKILL at random moments always leaves a loadable last checkpoint."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_train_support import TinyTranslator, config, make_trainer
+
+from synattn.errors import InputError
+from synattn.train import TranslationTask, load_checkpoint, read_log, resolve_checkpoint
+
+class Crash(Exception):
+    pass
+
+
+class CrashingTask(TranslationTask):
+    """Raises on its ``at``-th training batch (validation batches are not counted)."""
+
+    def __init__(self, label_smoothing: float, at: int):
+        super().__init__(label_smoothing)
+        self.at, self.calls = at, 0
+
+    def loss(self, model, batch):
+        if model.training:
+            self.calls += 1
+            if self.calls == self.at:
+                raise Crash
+        return super().loss(model, batch)
+
+
+def _losses(run_dir, kind: str = "train") -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_log(run_dir, kind)]
+
+
+def _assert_same_run(a, b) -> None:
+    for kind in ("train", "valid"):
+        la, lb = _losses(a.run_dir, kind), _losses(b.run_dir, kind)
+        assert [s for s, _ in la] == [s for s, _ in lb], kind
+        np.testing.assert_allclose([x for _, x in lb], [x for _, x in la], rtol=1e-6, atol=0)
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("overrides, crash_at", [
+    (dict(), 14),  # update 14 = 5th batch of epoch 2; last checkpoint at update 12 (mid-epoch)
+    (dict(update_freq=2, bf16=True, clip_norm=0.5, weight_decay=0.01), 18),  # in update 10; checkpoint at 8
+])
+def test_resume_mid_epoch_repeats_the_uninterrupted_run(tmp_path, overrides, crash_at):
+    cfg = config(max_epochs=3, save_interval_updates=4, **overrides)
+    full = make_trainer(tmp_path / "full", cfg)
+    full.train()
+    cut = make_trainer(tmp_path / "cut", cfg, task=CrashingTask(cfg.label_smoothing, crash_at))
+    with pytest.raises(Crash):
+        cut.train()
+    state = load_checkpoint(tmp_path / "cut")
+    assert state["epoch"] == 2 and state["batches_done"] > 0  # the resume starts mid-epoch
+    assert max(s for s, _ in _losses(tmp_path / "cut")) > state["step"]  # logged past the checkpoint
+    resumed = make_trainer(tmp_path / "cut", cfg, model_seed=1)  # other initial weights: replaced by the checkpoint
+    resumed.train(resume=True)
+    _assert_same_run(full, resumed)
+
+
+def test_resume_after_an_epoch_end_extends_the_run(tmp_path):
+    full = make_trainer(tmp_path / "full", config(max_epochs=3))
+    full.train()
+    short = make_trainer(tmp_path / "part", config(max_epochs=2))
+    assert short.train().stopped_by == "max_epochs"
+    longer = make_trainer(tmp_path / "part", config(max_epochs=3), model_seed=5)
+    result = longer.train(resume=True)
+    assert result.stopped_by == "max_epochs" and result.step == full.step
+    _assert_same_run(full, longer)
+
+
+def test_resume_guards(tmp_path):
+    make_trainer(tmp_path, config(max_steps=2)).train()
+    with pytest.raises(InputError, match="already has checkpoints"):
+        make_trainer(tmp_path, config(max_steps=4)).train()
+    with pytest.raises(InputError, match=r"max_tokens=40 in the checkpoint, max_tokens=50 now"):
+        make_trainer(tmp_path, config(max_steps=4, max_tokens=50)).train(resume=True)
+    fresh = make_trainer(tmp_path / "new", config(max_steps=1)).train(resume=True)  # nothing to resume
+    assert fresh.step == 1
+
+
+def _train_child(run_dir: Path, spec: dict) -> None:
+    torch.set_num_threads(1)
+    make_trainer(run_dir, config(**spec), train_size=60).train(resume=True)
+
+
+def _saved_step(run_dir: Path) -> int:
+    last = resolve_checkpoint(run_dir)
+    return 0 if last is None else int(last.name.split("_")[1])
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_sigkill_at_random_moments_leaves_a_loadable_checkpoint_and_resume_stays_exact(tmp_path):
+    """Processes forked from this one (no second start-up of torch) are killed a random time
+    after saving a random update, so kills fall in any phase: forward, backward, saving."""
+    settings = dict(max_epochs=4, save_interval_updates=1, keep_last_n=2)
+    # first: the forked children then inherit the imports that building an optimizer makes
+    reference = make_trainer(tmp_path / "ref", config(**settings), train_size=60)
+    reference.train()
+    run = tmp_path / "run"
+    fork = multiprocessing.get_context("fork")
+    rng = random.Random(1234)
+    last_step, kills = 0, 0
+    for _ in range(4):
+        child = fork.Process(target=_train_child, args=(run, settings))
+        child.start()
+        target = last_step + rng.randint(1, 8)
+        while child.is_alive() and _saved_step(run) < target:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.03))
+        if not child.is_alive():  # finished before the kill
+            assert child.exitcode == 0
+            break
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        kills += 1
+        if resolve_checkpoint(run) is None:  # killed before the first save completed
+            assert not list(run.glob("checkpoints/ckpt_??????"))
+            continue
+        state = load_checkpoint(run, TinyTranslator(seed=9))  # weights strict, state weights_only
+        assert state["step"] >= last_step
+        last_step = state["step"]
+    assert kills >= 3 and last_step > 0
+    child = fork.Process(target=_train_child, args=(run, settings))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0
+    resumed = TinyTranslator(seed=9)
+    load_checkpoint(run, resumed)
+    got, expected = _losses(run), _losses(tmp_path / "ref")
+    assert [s for s, _ in got] == [s for s, _ in expected]
+    np.testing.assert_allclose([x for _, x in got], [x for _, x in expected], rtol=1e-6, atol=0)
+    for (name, p), q in zip(reference.model.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7, msg=name)

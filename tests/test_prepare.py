@@ -8,6 +8,7 @@ import sentencepiece as spm
 
 from synattn.cli.main import main
 from synattn.data import prepare as prepare_module
+from synattn.data.batching import PreparedDataset
 from synattn.data.indexed import IndexedField
 from synattn.data.prepare import MANIFEST, PrepareConfig, prepare
 from synattn.errors import DataError
@@ -42,6 +43,7 @@ def test_parallel_text_round_trips(tmp_path):
     sp = spm.SentencePieceProcessor(model_file=str(out / manifest["spm"]["tgt"]))
     ids = IndexedField(out / "dev", "tgt_ids")
     assert [sp.decode(ids[i].tolist()) for i in range(len(ids))] == FR[:5]
+    assert PreparedDataset(out, "dev").text("tgt") == FR[:5] and PreparedDataset(out, "dev").text("src") == EN[:5]
     words = IndexedField(out / "dev", "src_word")
     assert [int(words[i].max()) + 1 for i in range(5)] == [len(s.split()) for s in EN[:5]]
 

@@ -53,6 +53,10 @@ class PreparedDataset:
     def __len__(self) -> int:
         return len(self.fields["src_ids"])
 
+    def text(self, side: str = "tgt") -> list[str]:
+        """The sentences of one side as prepared (e.g. references for BLEU), one per example."""
+        return (self.folder / self.split / f"{side}.txt").read_text(encoding="utf-8").splitlines()
+
     def has(self, name: str) -> bool:
         return name in self.fields
 

@@ -235,6 +235,8 @@ def prepare(cfg: PrepareConfig, force: bool = False) -> Path:
         folder.mkdir(parents=True)
         for s in sides:
             _write_side(folder, s, by_side[s], models[names[s]], labels, split)
+            with atomic_write(folder / f"{s}.txt") as f:  # the text, e.g. BLEU references
+                f.writelines(line + "\n" for line in by_side[s].lines)
         sizes[split] = {"sentences": len(by_side["src"].lines),
                         **{f"{s}_pieces": int(sum(np.load(folder / f"{s}_ids.offsets.npy")[-1:]))
                            for s in sides}}

@@ -1,0 +1,84 @@
+"""Translating text with a trained encoder-decoder: encode (parsing when the encoder reads trees),
+beam search, decode pieces back to text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+import torch
+
+from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.prepare import encode_sentence
+from synattn.generate.beam import beam_search
+from synattn.generate.greedy import greedy_search
+from synattn.progress import progress
+from synattn.trees.dependency import DependencyTree
+
+
+class Translator:
+    """Beam-search translation with a model and the vocabularies of its prepared dataset.
+
+    Args:
+        model: an ``EncoderDecoderTransformer``.
+        data: the prepared dataset folder the model was trained on (sentencepiece models, labels).
+        beam: beam size (1 = greedy search).
+        length_penalty: exponent of the length normalisation of beam scores.
+        max_len_a, max_len_b: at most ``a × source pieces + b`` target pieces.
+        batch_size: sentences per batch (sorted by length).
+    """
+
+    def __init__(self, model, data: str | Path, beam: int = 4, length_penalty: float = 1.0,
+                 max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 32):
+        from synattn.train.tasks import syntax_request_for
+
+        folder = Path(data)
+        self.manifest = json.loads((folder / "manifest.json").read_text())
+        if "tgt" not in self.manifest["spm"]:
+            raise ValueError(f"{folder} is monolingual: nothing to translate into")
+        self.src_sp = spm.SentencePieceProcessor(model_file=str(folder / self.manifest["spm"]["src"]))
+        self.tgt_sp = spm.SentencePieceProcessor(model_file=str(folder / self.manifest["spm"]["tgt"]))
+        labels_path = folder / "labels.json"
+        self.labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
+        self.model = model
+        self.request = SyntaxRequest(src=syntax_request_for(model.config).src)
+        self.beam, self.length_penalty, self.batch_size = beam, length_penalty, batch_size
+        self.max_len_a, self.max_len_b = max_len_a, max_len_b
+
+    @property
+    def needs_trees(self) -> bool:
+        """Whether the encoder reads source trees (then input text must be parsed)."""
+        return bool(self.request.src)
+
+    def encode(self, words: Sequence[str], tree: DependencyTree | None = None) -> dict[str, np.ndarray]:
+        """The source fields of one sentence (a tree is required when :attr:`needs_trees`)."""
+        if self.needs_trees and tree is None:
+            raise ValueError("this model's encoder reads source trees: give a parsed tree")
+        return encode_sentence("src", list(words), self.src_sp, self.labels, tree)
+
+    @torch.no_grad()
+    def translate(self, examples: Sequence[dict[str, np.ndarray]], show_progress: bool = False) -> list[str]:
+        """Translate encoded sources (see :meth:`encode` or a prepared split's examples)."""
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        config = self.model.config
+        order = np.argsort([len(e["src_ids"]) for e in examples], kind="stable")
+        out: list[str] = [""] * len(examples)
+        chunks = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        for chunk in progress(chunks, desc="translate", unit="batch", enabled=show_progress):
+            batch = collate_examples([examples[i] for i in chunk], self.request).to(device)
+            state = self.model.start_decoding(batch.src, batch.src_syntax)
+            prompt = torch.full((len(chunk), 1), config.bos_id, dtype=torch.long, device=device)
+            max_new = int(self.max_len_a * batch.src.shape[1] + self.max_len_b)
+            if self.beam > 1:
+                result = beam_search(self.model, state, prompt, max_new, config.eos_id, config.pad_id,
+                                     beam_size=self.beam, length_penalty=self.length_penalty)
+            else:
+                result = greedy_search(self.model, state, prompt, max_new, config.eos_id, config.pad_id)
+            for row, i in enumerate(chunk):
+                ids = result.tokens[row, : int(result.lengths[row])].tolist()
+                out[i] = self.tgt_sp.decode([t for t in ids if t not in (config.eos_id, config.pad_id)])
+        return out

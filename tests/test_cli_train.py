@@ -1,0 +1,69 @@
+"""``synattn train`` end to end on a tiny prepared dataset, with config overrides and resume."""
+
+import json
+
+import pytest
+import yaml
+
+from synattn.cli.main import main
+from synattn.data.prepare import PrepareConfig, prepare
+from synattn.errors import InputError
+from synattn.experiment import ExperimentConfig, apply_override
+from synattn.models import EncoderDecoderTransformer
+from synattn.train import read_log, resolve_checkpoint
+
+EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
+      "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
+FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
+      "nous sommes rentrés lentement", "les enfants ont joué dehors", "la pluie tombait sur le toit"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mt")
+    for split, reps in (("train", 4), ("dev", 1)):
+        (tmp / f"{split}.en").write_text("\n".join(EN * reps) + "\n")
+        (tmp / f"{split}.fr").write_text("\n".join(FR * reps) + "\n")
+    return prepare(PrepareConfig(out=str(tmp / "data"), prefixes={"train": str(tmp / "train"),
+                                 "dev": str(tmp / "dev")}, parse_source=False, vocab_size=60))
+
+
+def _config(tmp_path, data):
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "task": "mt", "data": str(data),
+        "model": {"d_model": 16, "heads": 2, "ffn_dim": 32, "encoder": {"layers": 1}, "decoder": {"layers": 1}},
+        "train": {"max_tokens": 200, "max_steps": 4, "warmup_updates": 2, "progress_bar": False,
+                  "tensorboard": False, "log_interval": 1},
+        "eval": {"beam": 2, "bleu_sentences": 3}}))
+    return path
+
+
+def test_train_writes_checkpoints_and_bleu_and_resumes(tmp_path, data, capsys):
+    config, run = _config(tmp_path, data), tmp_path / "run"
+    assert main(["train", "--config", str(config), "--run-dir", str(run), "train.max_steps=2",
+                 "model.encoder.relations=[sequential]"]) == 0
+    assert "stopped by max_steps at step 2" in capsys.readouterr().err
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["experiment"]["model"]["encoder"]["relations"] == ["sequential"]
+    valid = read_log(run, "valid")
+    assert valid and "bleu" in valid[-1] and 0 <= valid[-1]["bleu"] <= 100
+    model = EncoderDecoderTransformer.from_pretrained(resolve_checkpoint(run))
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert model.config.encoder.relations == ["sequential"]
+    assert model.config.src_vocab_size == manifest["vocab_size"]["src"]
+    assert main(["train", "--config", str(config), "--run-dir", str(run), "--resume",
+                 "model.encoder.relations=[sequential]"]) == 0
+    assert "at step 4" in capsys.readouterr().err
+    assert [r["step"] for r in read_log(run, "train")] == [1, 2, 3, 4]
+
+
+def test_bad_config_is_reported_with_the_file(tmp_path, data, capsys):
+    config = _config(tmp_path, data)
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "r"), "train.lrate=1"]) == 2
+    err = capsys.readouterr().err
+    assert str(config) in err and "lrate" in err
+    with pytest.raises(InputError, match="not of the form"):
+        apply_override({}, "train.lr")
+    with pytest.raises(ValueError, match="task='nmt'"):
+        ExperimentConfig.from_dict({"task": "nmt", "data": "x"})

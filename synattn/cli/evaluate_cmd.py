@@ -1,0 +1,40 @@
+"""``synattn evaluate``: BLEU/chrF with signatures, perplexity, supervised-head attachment and
+attention-head agreement with trees, for a trained run on a split of its prepared dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from synattn.evaluate.runner import evaluate_run, load_run
+from synattn.io import atomic_write
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="BLEU/chrF, perplexity, supervised-head UAS, head agreement",
+                       description=__doc__)
+    p.add_argument("--run", required=True, help="run directory of 'synattn train'")
+    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint directory")
+    p.add_argument("--split", default="test", help="split of the prepared dataset (default test)")
+    p.add_argument("--data", help="prepared dataset folder (default: the run's)")
+    p.add_argument("--beam", type=int, help="beam size (default: the run's eval.beam)")
+    p.add_argument("--no-translate", action="store_true", help="skip translation (no BLEU)")
+    p.add_argument("--json", help="also write the results as JSON here")
+    p.add_argument("--hypotheses", help="also write the translations here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model, exp, checkpoint = load_run(args.run, args.checkpoint)
+    print(f"evaluating {checkpoint}", file=sys.stderr)
+    result = evaluate_run(model, exp, args.split, data=args.data, beam=args.beam,
+                          translate=not args.no_translate)
+    print(result.format())
+    if args.json:
+        with atomic_write(args.json) as f:
+            json.dump(result.to_dict(), f, indent=1)
+    if args.hypotheses and result.hypotheses is not None:
+        with atomic_write(args.hypotheses) as f:
+            f.writelines(h + "\n" for h in result.hypotheses)
+    return 0

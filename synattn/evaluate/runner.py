@@ -1,0 +1,149 @@
+"""Evaluating a trained run on a prepared split: the numbers ``synattn evaluate`` prints.
+
+* translation (task mt): sacreBLEU and chrF of beam-search output against the split's references;
+* perplexity of the reference (teacher forcing; masked positions for task mlm);
+* every dependency-supervised head (METHODS §2): word-level unlabeled attachment against the
+  split's trees (parser trees, or gold trees when the dataset was prepared from CoNLL-U);
+* every attention head of every self-attention layer: how often its most-attended position is the
+  piece's head in the subword tree (attention-head agreement with trees; chance ≈ 1/length).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
+from synattn.evaluate.attachment import word_predictions
+from synattn.evaluate.translation import perplexity, translation_scores
+from synattn.experiment import ExperimentConfig
+from synattn.models import PretrainedModel
+from synattn.progress import progress
+from synattn.train.checkpoint import resolve_checkpoint
+from synattn.train.tasks import task_for
+from synattn.trees.metrics import attachment_scores
+
+
+def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, ExperimentConfig, Path]:
+    """The model of a run directory's ``best``/``last`` checkpoint (or a checkpoint path) and its
+    experiment config (from the run's ``config.yaml``)."""
+    run = Path(run)
+    checkpoint = resolve_checkpoint(run, which) if which in ("best", "last") else Path(which)
+    if checkpoint is None or not checkpoint.exists():
+        raise FileNotFoundError(f"{run} has no {which} checkpoint")
+    model = PretrainedModel.from_pretrained(checkpoint)
+    config_path = run / "config.yaml"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{config_path} is missing: is {run} a run directory of 'synattn train'?")
+    exp = ExperimentConfig.from_dict(yaml.safe_load(config_path.read_text())["experiment"])
+    return model, exp, checkpoint
+
+
+def gold_word_heads(piece_heads: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
+    """Word-level heads (1-based, 0 = ROOT) read back from a projected subword tree: a word's arc is
+    carried by its final piece, which points at the first piece of the head word."""
+    n = int(word_of_piece.max()) + 1
+    last = np.zeros(n, dtype=np.int64)
+    last[word_of_piece] = np.arange(len(word_of_piece))
+    h = piece_heads[last]
+    return np.where(h == 0, 0, word_of_piece[np.maximum(h - 1, 0)] + 1)
+
+
+@dataclass
+class Evaluation:
+    """What :func:`evaluate_run` measured."""
+
+    split: str
+    sentences: int
+    perplexity: float
+    translation: dict | None = None
+    attachment: dict[str, float] = field(default_factory=dict)
+    head_agreement: dict[str, list[list[float]]] = field(default_factory=dict)
+    hypotheses: list[str] | None = None
+
+    def format(self) -> str:
+        lines = [f"split {self.split}: {self.sentences} sentences", f"perplexity {self.perplexity:.2f}"]
+        if self.translation:
+            lines += [f"BLEU {self.translation['bleu']:.2f}  {self.translation['bleu_signature']}",
+                      f"chrF {self.translation['chrf']:.2f}  {self.translation['chrf_signature']}"]
+        lines += [f"supervised head {k}: UAS {v:.1%}" for k, v in self.attachment.items()]
+        for stack, table in self.head_agreement.items():
+            best = max(((v, layer, head) for layer, row in enumerate(table) for head, v in enumerate(row)))
+            lines.append(f"{stack}: best tree-following head layer {best[1]} head {best[2]} "
+                         f"({best[0]:.1%} of pieces attend most to their head)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "hypotheses"}
+
+
+@torch.no_grad()
+def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str | None = None,
+                 beam: int | None = None, translate: bool = True, max_tokens: int = 4000,
+                 show_progress: bool = True) -> Evaluation:
+    """Evaluate ``model`` (trained with ``exp``) on a split of its prepared dataset."""
+    dataset = PreparedDataset(data or exp.data, split)
+    model.eval()
+    task = task_for(model, label_smoothing=0.0)
+    request = task.syntax_request()
+    has_trees = {s: dataset.has(f"{s}_heads") for s in ("src", "tgt")}
+    probe = SyntaxRequest(src=request.src | ({"head_targets"} if has_trees["src"] else set()),
+                          tgt=request.tgt | ({"head_targets"} if has_trees["tgt"] and exp.task == "mt" else set()),
+                          max_distance=request.max_distance, max_traversal=request.max_traversal)
+    nll, tokens = 0.0, 0
+    pred: dict[str, list] = defaultdict(list)
+    gold: dict[str, list] = defaultdict(list)
+    agree: dict[str, np.ndarray] = {}
+    counts: dict[str, float] = defaultdict(float)
+    torch.manual_seed(0)  # masked-LM masks: the same positions on every evaluation
+    batches = token_batches(dataset.lengths(), max_tokens, shuffle=False)
+    for indices in progress(batches, desc=f"evaluate {split}", unit="batch", enabled=show_progress):
+        batch = collate(dataset, indices, probe)
+        _, logs = task.loss(model, batch)  # the probe's extra head targets are read by no feature
+        nll, tokens = nll + float(logs["nll_loss"]), tokens + int(logs["ntokens"])
+        if exp.task == "lm":
+            continue
+        out = (model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
+                     need_weights=True) if exp.task == "mt" else model(batch.src, syntax=batch.src_syntax,
+                                                                       need_weights=True))
+        examples = [dataset[int(i)] for i in indices]
+        for key, log_probs in out.head_log_probs.items():
+            side, offset = ("tgt", 1) if key.startswith("decoder") else ("src", 0)
+            for b, ex in enumerate(examples):
+                p = len(ex[f"{side}_ids"])
+                scores = log_probs[b, offset:offset + p, offset:offset + p].float().numpy()
+                pred[key].append(word_predictions(scores, ex[f"{side}_word"]))
+                gold[key].append(gold_word_heads(ex[f"{side}_heads"], ex[f"{side}_word"]))
+        for name, layers in out.attentions.items():
+            if not name.endswith(".self"):
+                continue
+            syntax = batch.tgt_syntax if name.startswith("decoder") else batch.src_syntax
+            if syntax is None or syntax.head_targets is None:
+                continue
+            targets = syntax.head_targets  # [B, t]
+            valid = targets >= 0
+            stacked = torch.stack([a.float() for a in layers], 1)  # [B, L, H, t, t]
+            hits = (stacked.argmax(-1) == targets[:, None, None, :]) & valid[:, None, None, :]
+            agree[name] = agree.get(name, 0) + hits.sum((0, 3)).numpy()
+            counts[name] += float(valid.sum())
+    result = Evaluation(split, len(dataset), perplexity(nll, max(tokens, 1)))
+    for key in pred:
+        result.attachment[key] = attachment_scores(pred[key], gold[key]).uas
+    result.head_agreement = {k: (v / max(counts[k], 1)).round(4).tolist() for k, v in agree.items()}
+    if exp.task == "mt" and translate:
+        from synattn.generate.translate import Translator
+
+        ev = exp.eval
+        translator = Translator(model, data or exp.data, beam or ev.beam, ev.length_penalty, ev.max_len_a,
+                                ev.max_len_b, ev.batch_size)
+        result.hypotheses = translator.translate([dataset[i] for i in range(len(dataset))], show_progress)
+        scores = translation_scores(result.hypotheses, dataset.text("tgt"))
+        result.translation = {"bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
+                              "chrf_signature": scores.chrf_signature}
+    return result
+

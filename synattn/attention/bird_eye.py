@@ -1,0 +1,208 @@
+"""Bird-Eye attention for decoders and language models (seed 003; Sha et al. 2022; METHODS §4).
+
+**BET(SG)**, syntax-guided (:class:`SyntaxGuidedPointer`): the position t, which predicts token
+t + 1, is trained to attend to its *syntax hint*: the nearest ancestor of token t + 1 in the
+dependency tree that stands at or before t, else t itself
+(``synattn.trees.relations.batch_syntax_hints``). Every block adds the pointer loss (seed 003,
+eq. 5)::
+
+    L_p = − mean_t log A[t, hint(t)]          A: the block's attention, head-averaged (default)
+                                                 or one head
+
+and the training loss adds λ_p Σ_blocks L_p. Choices we made: the mean over the batch's
+positions with a hint instead of the paper's sum, so that λ_p weighs it like a token-averaged LM
+loss; λ_p = 1.0 by default (the paper's value is not recoverable from the sources); hints that
+are ``IGNORE_INDEX``, padding, or not attendable under the call's mask are left out. The feature
+leaves the attention itself unchanged, so incremental decoding with a key/value cache gives the
+same attention as full recomputation; the loss is computed where the probabilities are
+materialised: always in training mode, and in eval mode only when ``need_weights=True``.
+
+**BET(SF)**, syntax-guidance-free (:class:`BirdEyeReweighting`). The sources give only a figure,
+so the formula is **our reconstruction** (METHODS §4)::
+
+    D    = Q Kᵀ / sqrt(d_k), causal mask and diagonal mask (position 0 keeps its diagonal)
+    H    = softmax(D) V                                   per head, concatenated: h_j ∈ R^d
+    r_j  = FFN([x_j; h_j]) ∈ R^heads                      "high-levelness" of token j per head
+    D'ij = D_ij + γ r_j                                   γ learned, initialised at 0
+    out  = softmax(D') V                                  (same masks)
+
+Token j's own information returns through the residual connection. With γ = 0 the layer is plain
+diagonal-free causal attention. The FFN is ``Linear(2d, hidden) → ReLU → Linear(hidden, heads)``
+with hidden = d / 4 by default (our choice, to keep the layer cheap); the first pass has no
+dropout and sees no other feature's biases. In incremental decoding the levels r_j of past
+positions are kept by the feature (h_j depends on positions ≤ j only, so they do not change);
+``reorder_cache`` follows beam reordering like ``KVCache.reorder``.
+
+The syntax hints travel in :class:`HintedSyntax`, the batch's :class:`SyntaxInputs` plus a
+``hints`` field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from synattn.attention.feature import AttentionContext, AttentionFeature
+from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
+from synattn.attention.masks import fill_masked
+
+
+@dataclass
+class HintedSyntax(SyntaxInputs):
+    """:class:`SyntaxInputs` with the BET(SG) syntax hints.
+
+    Attributes:
+        hints: ``[batch_size, n]`` int, the 0-based position each position's attention is
+            pointed to (``batch_syntax_hints`` of the subword tree, indexed by the attention's
+            positions), ``IGNORE_INDEX`` (−100) where there is none.
+    """
+
+    hints: Tensor | None = None
+
+
+def pointer_loss(attention: Tensor, hints: Tensor, allowed: Tensor | None,
+                 query_start: int = 0) -> Tensor:
+    """Mean negative log attention on the hints, over the queries that have an attendable hint.
+
+    Args:
+        attention: ``[batch_size, n, m]`` attention distributions of the call's queries.
+        hints: ``[batch_size, M]`` hints of the whole sequence (``M >= query_start + n``).
+        allowed: ``[batch_size | 1, 1, n, m]`` the call's mask (None: every pair allowed).
+        query_start: absolute position of the first query.
+
+    Returns:
+        Scalar loss (0 when no query has a hint).
+    """
+    b, n, m = attention.shape
+    targets = hints[:, query_start:query_start + n].long()  # [B, n]
+    valid = (targets >= 0) & (targets < m)
+    index = targets.clamp(0, m - 1)[..., None]  # [B, n, 1]
+    if allowed is not None:
+        allowed = allowed[:, 0].expand(b, n, m)  # [B, n, m]
+        own = torch.arange(query_start, query_start + n, device=attention.device).clamp(max=m - 1)
+        valid &= allowed.gather(-1, own.expand(b, n)[..., None])[..., 0]  # the query is no padding
+        valid &= allowed.gather(-1, index)[..., 0]  # the hint can be attended
+    picked = attention.gather(-1, index)[..., 0]  # [B, n]
+    tiny = torch.finfo(picked.dtype).tiny
+    nll = -torch.log(picked.clamp(min=tiny)).masked_fill(~valid, 0.0)
+    return nll.sum() / valid.sum().clamp(min=1)
+
+
+class SyntaxGuidedPointer(AttentionFeature):
+    """BET(SG): the pointer loss that drives a block's attention to the syntax hints.
+
+    Args:
+        weight: λ_p (default 1.0).
+        head: the head whose attention is trained (None: the head-averaged attention).
+        name: key of the loss in ``AttentionExtras.losses``.
+
+    Example:
+        >>> from synattn.attention.core import MultiheadAttention
+        >>> attn = MultiheadAttention(16, 4, features=[SyntaxGuidedPointer()])
+        >>> syntax = HintedSyntax(hints=torch.tensor([[0, 0, 1, 3]]))
+        >>> out, extras = attn(torch.randn(1, 4, 16), causal=True, syntax=syntax)
+        >>> sorted(extras.losses)
+        ['pointer']
+    """
+
+    def __init__(self, weight: float = 1.0, head: int | None = None, name: str = "pointer"):
+        super().__init__()
+        self.weight, self.head, self.name = weight, head, name
+
+    @property
+    def needs_probs(self) -> bool:  # type: ignore[override]  # the loss is for training
+        return self.training
+
+    def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
+        hints = getattr(ctx.syntax, "hints", None)
+        if hints is None:
+            if self.training:
+                raise ValueError("BET(SG) pointer loss needs syntax field 'hints' "
+                                 "(HintedSyntax) in training")
+            return probs
+        attention = probs.mean(dim=1) if self.head is None else probs[:, self.head]  # [B, n, m]
+        loss = pointer_loss(attention, hints, ctx.allowed, ctx.query_start)
+        ctx.extras.losses[self.name] = self.weight * loss
+        return probs
+
+
+def diagonal_free_bias(query_start: int, query_length: int, key_length: int, dtype: torch.dtype,
+                       device: torch.device | None = None) -> Tensor:
+    """Additive mask of the diagonal: the dtype's most negative finite value at key = query,
+    except for the query at absolute position 0 (it has no other key).
+
+    Returns:
+        ``[1, 1, n, m]``.
+
+    Example:
+        >>> (diagonal_free_bias(0, 3, 3, torch.float32) < 0).int()[0, 0].tolist()
+        [[0, 0, 0], [0, 1, 0], [0, 0, 1]]
+    """
+    rows = torch.arange(query_start, query_start + query_length, device=device)
+    cols = torch.arange(key_length, device=device)
+    diagonal = (cols[None, :] == rows[:, None]) & (rows[:, None] > 0)  # [n, m]
+    bias = torch.zeros(query_length, key_length, dtype=dtype, device=device)
+    return bias.masked_fill(diagonal, torch.finfo(dtype).min)[None, None]  # [1, 1, n, m]
+
+
+class BirdEyeReweighting(AttentionFeature):
+    """BET(SF): diagonal-free attention reweighted toward "high-level" tokens (our reconstruction).
+
+    Args:
+        d_model: model width d.
+        heads: number of heads H of the attention.
+        hidden: hidden width of the level FFN (default d / 4).
+
+    Example:
+        >>> from synattn.attention.core import MultiheadAttention
+        >>> attn = MultiheadAttention(16, 4, features=[BirdEyeReweighting(16, 4)])
+        >>> out, _ = attn(torch.randn(2, 5, 16), causal=True)
+        >>> out.shape
+        torch.Size([2, 5, 16])
+    """
+
+    def __init__(self, d_model: int, heads: int, hidden: int | None = None):
+        super().__init__()
+        hidden = hidden or max(d_model // 4, 1)
+        self.heads = heads
+        self.level = nn.Sequential(nn.Linear(2 * d_model, hidden), nn.ReLU(),
+                                   nn.Linear(hidden, heads))
+        self.gamma = nn.Parameter(torch.zeros(()))  # γ = 0: plain diagonal-free attention
+        self._levels: Tensor | None = None  # r of the positions decoded so far (eval only)
+
+    def levels(self, ctx: AttentionContext, diagonal: Tensor) -> Tensor:
+        """Returns r ``[batch_size, heads, n]`` of the call's queries (first attention pass)."""
+        mask = fill_masked(diagonal.to(ctx.q.dtype), ctx.allowed)  # [B | 1, 1, n, m]
+        h = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask, scale=ctx.scale)
+        b, _, n, _ = h.shape
+        h = h.transpose(1, 2).reshape(b, n, -1)  # [B, n, d]
+        return self.level(torch.cat([ctx.x, h.to(ctx.x.dtype)], dim=-1)).transpose(1, 2)  # [B, H, n]
+
+    def _with_past(self, r: Tensor, ctx: AttentionContext) -> Tensor:
+        """Returns r of every key ``[batch_size, heads, m]``: the kept past levels, then ``r``."""
+        if ctx.query_start > 0:
+            past = self._levels
+            if self.training or past is None or past.shape[-1] != ctx.query_start \
+                    or past.shape[0] != r.shape[0]:
+                raise ValueError("BET(SF) incremental decoding needs the levels of the previous "
+                                 "steps of the same sequences (eval mode, from position 0)")
+            r = torch.cat([past, r], dim=-1)  # [B, H, m]
+        if r.shape[-1] != ctx.key_length:
+            raise ValueError(f"BET(SF) has levels for {r.shape[-1]} positions but the attention "
+                             f"has {ctx.key_length} keys")
+        self._levels = None if self.training else r
+        return r
+
+    def reorder_cache(self, index: Tensor) -> None:
+        """Keeps the batch rows ``index`` of the kept levels (beam search), like ``KVCache``."""
+        if self._levels is not None:
+            self._levels = self._levels.index_select(0, index)
+
+    def logit_bias(self, ctx: AttentionContext) -> Tensor:
+        diagonal = diagonal_free_bias(ctx.query_start, ctx.query_length, ctx.key_length,
+                                      ctx.q.dtype, ctx.q.device)  # [1, 1, n, m]
+        r = self._with_past(self.levels(ctx, diagonal), ctx)  # [B, H, m]
+        return diagonal + self.gamma.to(r.dtype) * r[:, :, None, :]  # [B, H, n, m]

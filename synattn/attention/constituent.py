@@ -1,0 +1,239 @@
+"""Tree Transformer constituent attention (seed 002; Wang, Lee, Chen 2019; METHODS §3).
+
+Every layer l estimates, for each pair of adjacent words, the probability a^l_i that words i and
+i + 1 lie in one constituent, and multiplies every head's attention by the constituent prior C::
+
+    s_{i,i±1} = q_i · k_{i±1} / (d / 2)               one head of width d
+    p_{i,i+1}, p_{i,i−1} = softmax(s_{i,i+1}, s_{i,i−1})   over the neighbours i has
+    â_i   = sqrt(p_{i,i+1} · p_{i+1,i} + ε)
+    a^l_i = a^{l−1}_i + (1 − a^{l−1}_i) â^l_i               a^{−1} = 0 (hierarchical constraint)
+    C_ij  = Π_{k=min(i,j)}^{max(i,j)−1} a_k                 C_ii = 1, symmetric
+    E     = C ⊙ softmax(Q Kᵀ / sqrt(d_k))                   not renormalised, C shared by heads
+
+C is computed in log space from one cumulative sum of log a (``[B, n, n]``, no product loop).
+
+Choices we made: q_i · k_j is parametrised directly as the bilinear form x_i M x_jᵀ + w · x_j
+(M: d × d, w ∈ R^d). This is the same family of functions as the product of two d × d
+projections with biases (the terms that depend on i alone cancel in the softmax over i's
+neighbours) at half the cost: one d × d matmul per token instead of two. The neighbour scores
+read the attention's query input ``x`` (the output of the block's LayerNorm in a pre-LN block,
+the previous block's normalised output in a post-LN one), with no LayerNorm of their own; C_ii = 1 (the public code's near-zero diagonal is a bug and is
+not offered); â is clipped to at most 1 so that C ∈ [0, 1] also in float64; edges touching
+padding are not constituent links (their a is 0 in the record and they never enter C, whose
+rows and columns at padding are 0). Gradients flow into a^{l−1} from the layers above, as in
+the public code.
+
+Threading the a-values through an encoder stack: every layer's feature gets its layer index and
+one shared :class:`ConstituentState`. Layer 0 starts a new record; layer l reads a^{l−1} from the
+state and writes its own a^l back, so the layers must run in the order of their indices. After
+the forward, ``state.stack()`` gives the ``[batch_size, layers, n − 1]`` a-values that
+:func:`synattn.trees.induce.induce_trees` decodes into constituency trees::
+
+    state = ConstituentState()
+    layers = [MultiheadAttention(d, h, features=[ConstituentAttention(d, layer=l, state=state)])
+              for l in range(10)]
+    ...                                    # run the encoder: layer 0, 1, ..., 9
+    a = state.stack()                      # [B, 10, n − 1]
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from synattn.attention.feature import AttentionContext, AttentionFeature
+from synattn.attention.masks import upcast
+
+
+def padding_keys(allowed: Tensor | None, who: str) -> Tensor | None:
+    """Returns the valid keys ``[batch_size | 1, m]`` (bool) of a mask made of key padding only.
+
+    Raises:
+        ValueError: the mask differs between queries (a causal mask).
+    """
+    if allowed is None:
+        return None
+    keys = allowed[:, 0, :1, :]  # [B | 1, 1, m]
+    if allowed.shape[-2] != 1 and not bool((allowed[:, 0] == keys).all()):
+        raise ValueError(f"{who} needs a bidirectional mask (key padding only), not a causal one")
+    return keys[:, 0]  # [B | 1, m]
+
+
+def bidirectional_keys(ctx: AttentionContext, who: str) -> Tensor | None:
+    """Returns the valid keys ``[batch_size | 1, m]`` (bool) of a bidirectional self-attention.
+
+    Features that look at the whole sentence (constituent links, dependency trees) need plain
+    encoder self-attention: no cache, and a mask made of key padding only.
+
+    Raises:
+        ValueError: cross-attention, incremental decoding or a causal mask.
+    """
+    if not ctx.is_self or ctx.query_start != 0 or ctx.query_length != ctx.key_length:
+        raise ValueError(f"{who} works in bidirectional self-attention over a whole sequence only")
+    return padding_keys(ctx.allowed, who)
+
+
+def neighbour_links(right: Tensor, left: Tensor, valid: Tensor, eps: float = 1e-9) -> Tensor:
+    """Link probabilities â_i between adjacent positions i and i + 1 (METHODS §3).
+
+    Args:
+        right: ``[batch_size, n − 1]`` scores s_{i,i+1} (position i toward its right neighbour).
+        left: ``[batch_size, n − 1]`` scores s_{i+1,i} (position i + 1 toward its left neighbour).
+        valid: ``[batch_size, n]`` bool, False at padding (padding is a suffix).
+        eps: ε inside the square root.
+
+    Returns:
+        ``[batch_size, n − 1]`` â in [sqrt(ε), 1]; entries whose edge touches padding are
+        meaningless (mask them with ``valid[:, 1:]``).
+    """
+    if right.shape[1] == 0:
+        return right
+    edge = valid[:, 1:]  # [B, n−1] both ends valid (padding is a suffix)
+    # p_{i,i+1}: i has a left neighbour unless i = 0
+    has_left = torch.ones_like(edge)
+    has_left[:, 0] = False
+    left_prev = torch.cat([left[:, :1], left[:, :-1]], dim=1)  # [B, n−1] s_{i,i−1}
+    p_right = torch.where(has_left, torch.sigmoid(right - left_prev), torch.ones_like(right))
+    # p_{i+1,i}: i + 1 has a right neighbour unless edge i + 1 is missing or padding
+    has_right = torch.cat([edge[:, 1:], torch.zeros_like(edge[:, :1])], dim=1)  # [B, n−1]
+    right_next = torch.cat([right[:, 1:], right[:, -1:]], dim=1)  # [B, n−1] s_{i+1,i+2}
+    p_left = torch.where(has_right, torch.sigmoid(left - right_next), torch.ones_like(left))
+    return torch.sqrt(p_right * p_left + eps).clamp(max=1.0)
+
+
+def hierarchical_links(a_hat: Tensor, prior: Tensor | None) -> Tensor:
+    """a^l = a^{l−1} + (1 − a^{l−1}) â^l, with a^{−1} = 0 (``prior`` None); shapes ``[B, n − 1]``."""
+    return a_hat if prior is None else prior + (1.0 - prior) * a_hat
+
+
+def constituent_prior(a: Tensor, valid: Tensor) -> Tensor:
+    """The constituent prior C_ij = Π_{k=min(i,j)}^{max(i,j)−1} a_k, from cumulative log sums.
+
+    Args:
+        a: ``[batch_size, n − 1]`` link probabilities in (0, 1].
+        valid: ``[batch_size, n]`` bool, False at padding.
+
+    Returns:
+        ``[batch_size, n, n]`` C: symmetric, C_ii = 1 at valid positions, 0 in the rows and
+        columns of padding.
+
+    Example:
+        >>> c = constituent_prior(torch.tensor([[0.5, 0.2]], dtype=torch.float64),
+        ...                       torch.ones(1, 3, dtype=torch.bool))
+        >>> c[0].round(decimals=3).tolist()
+        [[1.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 1.0]]
+    """
+    edge = valid[:, 1:]  # [B, n−1]
+    log_a = torch.log(a.masked_fill(~edge, 1.0))  # [B, n−1]
+    cum = torch.cat([log_a.new_zeros(a.shape[0], 1), log_a.cumsum(dim=1)], dim=1)  # [B, n]
+    diff = cum[:, None, :] - cum[:, :, None]  # [B, n, n] (i, j) -> Σ_{k=i}^{j−1} log a_k for j ≥ i
+    n = valid.shape[1]
+    upper = torch.ones(n, n, dtype=torch.bool, device=a.device).triu()  # j ≥ i
+    log_c = torch.where(upper, diff, -diff)  # [B, n, n] symmetric
+    pairs = valid[:, :, None] & valid[:, None, :]  # [B, n, n]
+    return log_c.exp() * pairs
+
+
+class ConstituentState:
+    """The a-values of the constituent layers of one forward, threaded from layer to layer.
+
+    Layer 0 starts a new record; layer l > 0 reads the a^{l−1} written by layer l − 1 in the same
+    forward. Not a module: it holds no parameters, only the tensors of the latest forward.
+
+    Example:
+        >>> state = ConstituentState()
+        >>> state.prior(0) is None
+        True
+    """
+
+    def __init__(self) -> None:
+        self._a: dict[int, Tensor] = {}
+
+    def prior(self, layer: int) -> Tensor | None:
+        """Returns a^{layer−1} ``[batch_size, n − 1]`` (None for layer 0)."""
+        if layer == 0:
+            return None
+        if layer - 1 not in self._a:
+            raise ValueError(f"constituent layer {layer} runs before layer {layer - 1} recorded its "
+                             "a-values; number the layers 0, 1, ... in the order they run")
+        return self._a[layer - 1]
+
+    def record(self, layer: int, a: Tensor) -> None:
+        """Stores a^layer ``[batch_size, n − 1]``; layer 0 clears the previous forward's record."""
+        if layer == 0:
+            self._a.clear()
+        self._a[layer] = a
+
+    def stack(self) -> Tensor:
+        """Returns the recorded a-values ``[batch_size, layers, n − 1]``, bottom layer first."""
+        if not self._a:
+            raise ValueError("no constituent layer has run yet")
+        layers = sorted(self._a)
+        if layers != list(range(len(layers))):
+            raise ValueError(f"constituent layers {layers} are not 0, 1, ...")
+        return torch.stack([self._a[layer] for layer in layers], dim=1)
+
+
+class ConstituentAttention(AttentionFeature):
+    """Tree Transformer constituent prior C on every head (bidirectional self-attention only).
+
+    Args:
+        d_model: model width d (the neighbour scores are a ``d × d`` bilinear form).
+        layer: index of this layer among the constituent layers of the stack (0 = bottom).
+        state: the :class:`ConstituentState` shared by the stack's layers (None: a single layer,
+            a^{−1} = 0 and nothing recorded).
+        eps: ε in â = sqrt(p p + ε).
+
+    Example:
+        >>> from synattn.attention.core import MultiheadAttention
+        >>> state = ConstituentState()
+        >>> attn = MultiheadAttention(16, 4, features=[ConstituentAttention(16, 0, state)])
+        >>> out, _ = attn(torch.randn(2, 5, 16))
+        >>> state.stack().shape
+        torch.Size([2, 1, 4])
+    """
+
+    needs_probs = True
+    cacheable = False
+
+    def __init__(self, d_model: int, layer: int = 0, state: ConstituentState | None = None,
+                 eps: float = 1e-9):
+        super().__init__()
+        if layer < 0:
+            raise ValueError(f"constituent layer index must be >= 0, got {layer}")
+        self.layer, self.state, self.eps = layer, state, eps
+        # q_i · k_j = x_i M x_jᵀ + w · x_j (+ terms of i alone, which the softmax over i's
+        # neighbours cancels); M starts with the variance of a product of two default projections
+        self.bilinear = nn.Parameter(torch.randn(d_model, d_model) / (3 * d_model ** 0.5))  # M
+        self.key_bias = nn.Parameter(torch.zeros(d_model))  # w
+
+    def neighbour_scores(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Returns s_{i,i+1} and s_{i+1,i}, each ``[batch_size, n − 1]``, of ``x [batch_size, n, d]``."""
+        x = upcast(x)
+        y = torch.matmul(x, self.bilinear.to(x.dtype))  # [B, n, d] x_i M
+        pair = torch.matmul(y, x.transpose(1, 2))  # [B, n, n] x_i M x_j (a bmm beats slicing)
+        key = torch.matmul(x, self.key_bias.to(x.dtype))  # [B, n] w · x_j
+        scale = 2.0 / x.shape[-1]  # divide by d / 2
+        right = (pair.diagonal(1, 1, 2) + key[:, 1:]) * scale  # [B, n−1] s_{i,i+1}
+        left = (pair.diagonal(-1, 1, 2) + key[:, :-1]) * scale  # [B, n−1] s_{i+1,i}
+        return right, left
+
+    def links(self, x: Tensor, valid: Tensor, prior: Tensor | None) -> Tensor:
+        """Returns this layer's a^l ``[batch_size, n − 1]`` (0 on edges touching padding)."""
+        a_hat = neighbour_links(*self.neighbour_scores(x), valid, self.eps)  # [B, n−1]
+        return hierarchical_links(a_hat, prior).masked_fill(~valid[:, 1:], 0.0)
+
+    def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
+        keys = bidirectional_keys(ctx, "constituent attention")
+        b, n = ctx.x.shape[:2]
+        valid = (torch.ones(b, n, dtype=torch.bool, device=ctx.x.device) if keys is None
+                 else keys.expand(b, n))  # [B, n]
+        prior = self.state.prior(self.layer) if self.state is not None else None
+        if prior is not None and prior.shape != (b, n - 1):
+            raise ValueError(f"constituent layer {self.layer} got a^{self.layer - 1} of shape "
+                             f"{list(prior.shape)} for a batch of shape [{b}, {n}]")
+        a = self.links(ctx.x, valid, prior)  # [B, n−1]
+        if self.state is not None:
+            self.state.record(self.layer, a)
+        prior_c = constituent_prior(a, valid)  # [B, n, n]
+        return probs * prior_c[:, None].to(probs.dtype)  # [B, H, n, n]

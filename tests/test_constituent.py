@@ -1,0 +1,187 @@
+"""Tree Transformer constituent attention (METHODS §3) against a pair-by-pair reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synattn.attention.cache import KVCache
+from synattn.attention.constituent import (ConstituentAttention, ConstituentState,
+                                           constituent_prior)
+from synattn.attention.core import MultiheadAttention
+
+D, H = 8, 2
+
+
+def reference_links(feature: ConstituentAttention, x, length: int, prior=None):
+    """a^l of one sentence ``x [n, d]`` written out word by word (softmax over existing neighbours)."""
+    d = x.shape[-1]
+
+    def score(i, j):  # q_i · k_j / (d / 2) as the bilinear form x_i M x_j + w · x_j
+        return (x[i] @ feature.bilinear @ x[j] + feature.key_bias @ x[j]) / (d / 2)
+
+    def p(i, j):  # probability that i links to its neighbour j among its neighbours
+        neighbours = [t for t in (i - 1, i + 1) if 0 <= t < length]
+        scores = torch.stack([score(i, t) for t in neighbours])
+        return torch.softmax(scores, 0)[neighbours.index(j)]
+
+    a = []
+    for i in range(length - 1):
+        a_hat = torch.sqrt(p(i, i + 1) * p(i + 1, i) + 1e-9)
+        a.append(a_hat if prior is None else prior[i] + (1 - prior[i]) * a_hat)
+    return torch.stack(a) if a else x.new_zeros(0)
+
+
+def reference_prior(a, length: int):
+    """C_ij = product of a_k for k from min(i, j) to max(i, j) − 1, by explicit products."""
+    c = torch.zeros(length, length, dtype=a.dtype)
+    for i in range(length):
+        for j in range(length):
+            lo, hi = min(i, j), max(i, j)
+            c[i, j] = torch.prod(a[lo:hi]) if hi > lo else 1.0
+    return c
+
+
+def reference_output(attn: MultiheadAttention, feature, x, length: int, prior=None):
+    """Output ``[length, d]`` of one unpadded sentence: E = C ⊙ softmax(q kᵀ / sqrt(d_k))."""
+    x = x[:length]
+    dk = attn.head_dim
+    q, k, v = (F.linear(x, lin.weight, lin.bias).view(length, H, dk).transpose(0, 1)
+               for lin in (attn.q_proj, attn.k_proj, attn.v_proj))
+    a = reference_links(feature, x, length, prior)
+    probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(dk), -1) * reference_prior(a, length)
+    mixed = (probs @ v).transpose(0, 1).reshape(length, D)
+    return F.linear(mixed, attn.out_proj.weight, attn.out_proj.bias), a
+
+
+def make_layer(layer: int = 0, state=None, seed: int = 0):
+    torch.manual_seed(seed)
+    feature = ConstituentAttention(D, layer=layer, state=state)
+    with torch.no_grad():
+        feature.bilinear.mul_(4.0)
+        feature.key_bias.normal_()
+    return MultiheadAttention(D, H, features=[feature]).double().eval(), feature
+
+
+def test_layer_equals_reference_with_padding():
+    state = ConstituentState()
+    attn0, f0 = make_layer(0, state, seed=0)
+    attn1, f1 = make_layer(1, state, seed=1)
+    lengths = [5, 3, 1, 2]
+    x = torch.randn(4, 5, D, dtype=torch.float64)
+    pad = torch.arange(5)[None, :] >= torch.tensor(lengths)[:, None]
+    out0, _ = attn0(x, key_padding_mask=pad)
+    out1, _ = attn1(out0, key_padding_mask=pad)
+    a = state.stack()  # [B, 2, 4]
+    assert a.shape == (4, 2, 4)
+    for b, n in enumerate(lengths):
+        ref0, a0 = reference_output(attn0, f0, x[b], n)
+        ref1, a1 = reference_output(attn1, f1, out0[b], n, prior=a0)
+        torch.testing.assert_close(out0[b, :n], ref0)
+        torch.testing.assert_close(out1[b, :n], ref1)
+        torch.testing.assert_close(a[b, 0, :n - 1], a0)
+        torch.testing.assert_close(a[b, 1, :n - 1], a1)
+        assert (a[b, :, n - 1:] == 0).all()  # edges touching padding are no links
+
+
+def test_padding_does_not_change_the_sentence():
+    attn, _ = make_layer()
+    x = torch.randn(1, 4, D, dtype=torch.float64)
+    alone, _ = attn(x)
+    padded = torch.cat([x, torch.randn(1, 3, D, dtype=torch.float64)], dim=1)
+    pad = torch.tensor([[False] * 4 + [True] * 3])
+    out, extras = attn(padded, key_padding_mask=pad, need_weights=True)
+    torch.testing.assert_close(out[:, :4], alone)
+    assert (extras.probs[..., 4:] == 0).all() and (extras.probs[:, :, 4:] == 0).all()
+
+
+def test_probs_are_prior_times_softmax_shared_across_heads():
+    attn, feature = make_layer()
+    x = torch.randn(2, 6, D, dtype=torch.float64)
+    plain = MultiheadAttention(D, H).double().eval()
+    plain.load_state_dict({k: v for k, v in attn.state_dict().items() if not k.startswith("features")})
+    _, extras = attn(x, need_weights=True)
+    _, base = plain(x, need_weights=True)
+    ratio = extras.probs / base.probs  # [B, H, n, n] = C, the same in every head
+    torch.testing.assert_close(ratio[:, 0], ratio[:, 1])
+    for b in range(2):
+        a = reference_links(feature, x[b], 6)
+        torch.testing.assert_close(ratio[b, 0], reference_prior(a, 6))
+    assert (extras.probs.sum(-1) < 1 + 1e-12).all()  # not renormalised
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 7), min_size=1, max_size=4), st.integers(0, 2 ** 31 - 1))
+def test_prior_properties(lengths, seed):
+    gen = torch.Generator().manual_seed(seed)
+    n = max(lengths)
+    a = torch.rand(len(lengths), max(n - 1, 0), generator=gen, dtype=torch.float64) ** 3
+    a[a.abs() < 1e-12] = 1e-12
+    valid = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+    c = constituent_prior(a, valid)
+    assert ((c >= 0) & (c <= 1)).all()
+    torch.testing.assert_close(c, c.transpose(1, 2))
+    for b, length in enumerate(lengths):
+        cb = c[b]
+        torch.testing.assert_close(cb[:length, :length], reference_prior(a[b], length))
+        assert (cb.diagonal()[:length] == 1).all()
+        assert (cb[length:] == 0).all() and (cb[:, length:] == 0).all()
+        # a span that grows (to the right or to the left) never gets a larger prior
+        for i in range(length):
+            for j in range(i, length - 1):
+                assert cb[i, j + 1] <= cb[i, j] + 1e-15
+            for j in range(1, i + 1):
+                assert cb[j - 1, i] <= cb[j, i] + 1e-15
+
+
+def test_links_are_non_decreasing_across_layers_and_prior_stays_in_range():
+    torch.manual_seed(3)
+    state = ConstituentState()
+    layers = [MultiheadAttention(D, H, features=[ConstituentAttention(D, layer=l, state=state)])
+              for l in range(4)]
+    x = torch.randn(3, 7, D)
+    pad = torch.tensor([[False] * 7, [False] * 5 + [True] * 2, [False] * 2 + [True] * 5])
+    for attn in layers:
+        out, extras = attn(x, key_padding_mask=pad, need_weights=True)
+        x = x + out
+        assert torch.isfinite(extras.probs).all()
+    a = state.stack()  # [B, 4, 6]
+    assert ((a >= 0) & (a <= 1)).all()
+    assert (a[:, 1:] >= a[:, :-1]).all()
+    assert (a[0] > 0).all()
+
+
+def test_gradients_reach_links_of_every_layer():
+    state = ConstituentState()
+    torch.manual_seed(4)
+    features = [ConstituentAttention(D, layer=l, state=state) for l in range(2)]
+    layers = [MultiheadAttention(D, H, features=[f]) for f in features]
+    x = torch.randn(2, 5, D)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    for attn in layers:
+        x = x + attn(x, key_padding_mask=pad)[0]
+    x.sum().backward()
+    for f in features:
+        grad = f.bilinear.grad
+        assert grad is not None and grad.abs().sum() > 0 and torch.isfinite(grad).all()
+
+
+def test_single_word_and_rejections():
+    attn, _ = make_layer(0, ConstituentState())
+    out, extras = attn(torch.randn(2, 1, D, dtype=torch.float64), need_weights=True)
+    assert torch.isfinite(out).all() and extras.probs.shape == (2, H, 1, 1)
+    x = torch.randn(1, 4, D, dtype=torch.float64)
+    with pytest.raises(ValueError, match="causal"):
+        attn(x, causal=True)
+    with pytest.raises(ValueError, match="self-attention"):
+        attn(x, context=torch.randn(1, 3, D, dtype=torch.float64))
+    with pytest.raises(ValueError, match="cache"):
+        attn(x, cache=KVCache())
+    later, _ = make_layer(2, ConstituentState())
+    with pytest.raises(ValueError, match="layer 1"):
+        later(x)

@@ -84,9 +84,21 @@ class Evaluation:
 
 @torch.no_grad()
 def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str | None = None,
-                 beam: int | None = None, translate: bool = True, max_tokens: int = 4000,
-                 show_progress: bool = True) -> Evaluation:
-    """Evaluate ``model`` (trained with ``exp``) on a split of its prepared dataset."""
+                 beam: int | None = None, translate: bool = True, max_translate: int | None = None,
+                 max_tokens: int = 4000, show_progress: bool = True) -> Evaluation:
+    """Evaluate ``model`` (trained with ``exp``) on a split of its prepared dataset.
+
+    Args:
+        model: the trained model; exp: its experiment config.
+        split: the split of the prepared dataset.
+        data: the prepared dataset folder (default ``exp.data``).
+        beam: beam size of translation (default ``exp.eval.beam``).
+        translate: translate the split and score BLEU/chrF (task mt).
+        max_translate: translate only the first sentences of the split (perplexity, attachment and
+            agreement still use all).
+        max_tokens: batch size of the teacher-forced passes.
+        show_progress: progress bars.
+    """
     dataset = PreparedDataset(data or exp.data, split)
     model.eval()
     task = task_for(model, label_smoothing=0.0)
@@ -141,8 +153,9 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         ev = exp.eval
         translator = Translator(model, data or exp.data, beam or ev.beam, ev.length_penalty, ev.max_len_a,
                                 ev.max_len_b, ev.batch_size)
-        result.hypotheses = translator.translate([dataset[i] for i in range(len(dataset))], show_progress)
-        scores = translation_scores(result.hypotheses, dataset.text("tgt"))
+        count = len(dataset) if max_translate is None else min(max_translate, len(dataset))
+        result.hypotheses = translator.translate([dataset[i] for i in range(count)], show_progress)
+        scores = translation_scores(result.hypotheses, dataset.text("tgt")[:count])
         result.translation = {"bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
                               "chrf_signature": scores.chrf_signature}
     return result

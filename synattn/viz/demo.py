@@ -1,0 +1,66 @@
+"""The demo's plots: learning curves of runs, and a supervised head's attention over a sentence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from synattn.viz.attention import plot_attention
+from synattn.viz.relations import _pyplot
+
+
+def plot_learning_curves(runs: dict[str, str | Path], path: str | Path) -> Path:
+    """Training loss (per logged interval) and validation loss of several runs against updates."""
+    from synattn.train import read_log
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for name, run in runs.items():
+        train, valid = read_log(run, "train"), read_log(run, "valid")
+        axes[0].plot([r["step"] for r in train], [r["loss"] for r in train], label=name)
+        if valid:
+            axes[1].plot([r["step"] for r in valid], [r["loss"] for r in valid], marker="o", label=name)
+    for ax, title in zip(axes, ("training loss (label-smoothed, + aux)", "validation loss")):
+        ax.set_title(title)
+        ax.set_xlabel("update")
+        ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@torch.no_grad()
+def plot_supervised_example(model, exp, path: str | Path, split: str = "test", max_pieces: int = 18) -> Path:
+    """All heads of the layer holding the supervised head, over a short sentence of ``split``, with
+    the sentence's subword tree: the supervised head should follow the boxes (gold heads)."""
+    import sentencepiece as spm
+
+    from synattn.data.batching import PreparedDataset, SyntaxRequest, collate
+    from synattn.train.tasks import syntax_request_for
+
+    dataset = PreparedDataset(exp.data, split)
+    lengths = dataset.fields["src_ids"].lengths
+    candidates = np.flatnonzero((lengths >= 8) & (lengths <= max_pieces))
+    index = int(candidates[0]) if len(candidates) else int(np.argmin(lengths))
+    request = syntax_request_for(model.config)
+    batch = collate(dataset, np.array([index]), SyntaxRequest(src=request.src, tgt=request.tgt,
+                                                                max_distance=request.max_distance,
+                                                                max_traversal=request.max_traversal))
+    model.eval()
+    out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
+                need_weights=True)
+    supervised = model.config.encoder.supervised_head
+    layer, head = (supervised.layer, supervised.head) if supervised else (0, -1)
+    probs = out.attentions["encoder.self"][layer][0].float().numpy()  # [H, t, t]
+    example = dataset[index]
+    p = len(example["src_ids"])
+    sp = spm.SentencePieceProcessor(model_file=str(Path(exp.data) / dataset.manifest["spm"]["src"]))
+    tokens = [sp.id_to_piece(int(i)) for i in example["src_ids"]]
+    names = [f"layer {layer} head {h}" + (" (supervised)" if h == head else "") for h in range(probs.shape[0])]
+    return plot_attention(probs[:, :p, :p], tokens, path, heads=example["src_heads"], head_names=names,
+                          title="encoder self-attention; boxes: heads in the subword tree")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from synattn.trees.constituency import Tree
-from synattn.viz.relations import _pyplot
+from synattn.viz.figure import pyplot, save
 
 
 def _draw_arcs(ax, heads: np.ndarray) -> None:
@@ -49,7 +49,7 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
         title: figure title.
         columns: heatmaps per row.
     """
-    plt = _pyplot()
+    plt = pyplot()
     probs = np.asarray(probs, dtype=float)
     probs = probs[None] if probs.ndim == 2 else probs
     n_heads, n = probs.shape[0], len(tokens)
@@ -78,11 +78,7 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def _layout(tree: Tree, depth: int, leaves: list[str], nodes: list, edges: list) -> float:
@@ -105,7 +101,7 @@ def _layout(tree: Tree, depth: int, leaves: list[str], nodes: list, edges: list)
 
 def plot_constituency(tree: Tree, path: str | Path, title: str | None = None) -> Path:
     """Draw a bracketed tree top-down, words in sentence order from left to right."""
-    plt = _pyplot()
+    plt = pyplot()
     nodes: list = []
     edges: list = []
     leaves: list[str] = []
@@ -123,8 +119,4 @@ def plot_constituency(tree: Tree, path: str | Path, title: str | None = None) ->
     if title:
         ax.set_title(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

@@ -8,14 +8,14 @@ import numpy as np
 import torch
 
 from synattn.viz.attention import plot_attention
-from synattn.viz.relations import _pyplot
+from synattn.viz.figure import pyplot, save
 
 
 def plot_learning_curves(runs: dict[str, str | Path], path: str | Path) -> Path:
     """Training loss (per logged interval) and validation loss of several runs against updates."""
     from synattn.train import read_log
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for name, run in runs.items():
         train, valid = read_log(run, "train"), read_log(run, "valid")
@@ -27,11 +27,7 @@ def plot_learning_curves(runs: dict[str, str | Path], path: str | Path) -> Path:
         ax.set_xlabel("update")
         ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 @torch.no_grad()

@@ -7,15 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from synattn.trees.stats import RelationStats
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-
-    return plt
+from synattn.viz.figure import pyplot, save
 
 
 def plot_relation_histograms(stats: dict[str, RelationStats], path: str | Path, top: int = 20) -> Path:
@@ -26,7 +18,7 @@ def plot_relation_histograms(stats: dict[str, RelationStats], path: str | Path, 
         path: output PNG.
         top: how many of the most frequent traversal labels to show.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(stats), 2, figsize=(13, 3.2 * len(stats)), squeeze=False)
     for row, (name, s) in enumerate(stats.items()):
         ax = axes[row, 0]
@@ -40,8 +32,4 @@ def plot_relation_histograms(stats: dict[str, RelationStats], path: str | Path, 
         ax.set_xticks(range(len(idx)), [s.traversal_vocab[i] or "self" for i in idx], rotation=60)
         ax.set_title(f"{name}: {len(idx)} most frequent traversal labels")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

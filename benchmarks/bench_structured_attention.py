@@ -28,9 +28,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from synattn.attention.bird_eye import BirdEyeReweighting, HintedSyntax, SyntaxGuidedPointer
+from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
 from synattn.attention.constituent import ConstituentAttention, ConstituentState
 from synattn.attention.core import MultiheadAttention
+from synattn.attention.inputs import SyntaxInputs
 from synattn.attention.structured import SegmentationAttention, SyntacticAttention
 from synattn.trees.relations import batch_syntax_hints
 
@@ -137,7 +138,7 @@ def check(d: int, h: int) -> None:
 
 
 def step(module: MultiheadAttention, kind: str, x: torch.Tensor, source: torch.Tensor,
-         pad: torch.Tensor, syntax: HintedSyntax) -> float:
+         pad: torch.Tensor, syntax: SyntaxInputs) -> float:
     """Seconds of one forward + backward."""
     start = time.perf_counter()
     if kind == "cross":
@@ -186,7 +187,7 @@ def main() -> None:
         lengths = rng.integers(n // 2, n + 1, size=args.batch)
         lengths[0] = n
         pad = torch.as_tensor(np.arange(n)[None, :] >= lengths[:, None])
-        syntax = HintedSyntax(hints=random_hints(args.batch, n, lengths, rng))
+        syntax = SyntaxInputs(hints=random_hints(args.batch, n, lengths, rng))
         x = torch.randn(args.batch, n, args.d_model, requires_grad=True)
         source = torch.randn(args.batch, n, args.d_model, requires_grad=True)
         times: dict[str, list[float]] = {name: [] for name in modules}

@@ -8,11 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from synattn.attention.bird_eye import (BirdEyeReweighting, HintedSyntax, SyntaxGuidedPointer,
-                                        diagonal_free_bias)
+from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, diagonal_free_bias
 from synattn.attention.cache import KVCache
 from synattn.attention.core import MultiheadAttention
-from synattn.attention.inputs import IGNORE_INDEX
+from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.trees.relations import batch_syntax_hints
 
 D, H = 16, 4
@@ -126,7 +125,7 @@ def test_sf_cached_decoding_equals_full_recomputation(chunks):
 
 
 def test_sf_cache_follows_beam_reordering():
-    attn, feature = sf_layer(0.9, seed=4)
+    attn, _ = sf_layer(0.9, seed=4)
     x = torch.randn(2, 3, D, dtype=torch.float64)
     tail = torch.randn(3, 3, D, dtype=torch.float64)
     index = torch.tensor([1, 0, 1])  # after 3 steps the 2 rows become 3 beams
@@ -134,8 +133,7 @@ def test_sf_cache_follows_beam_reordering():
     cache, outs = KVCache(), []
     for t in range(3):
         outs.append(attn(x[:, t:t + 1], causal=True, cache=cache)[0])
-    cache.reorder(index)
-    feature.reorder_cache(index)
+    cache.reorder(index)  # the levels in cache.extra follow the keys and values
     outs = [out[index] for out in outs]
     for t in range(3):
         outs.append(attn(tail[:, t:t + 1], causal=True, cache=cache)[0])
@@ -166,7 +164,7 @@ HEADS = torch.tensor([[2, 0, 2, 5, 3, 3], [3, 3, 0, 3, 0, 0]])  # second sentenc
 
 
 def hinted(hints):
-    return HintedSyntax(hints=hints)
+    return SyntaxInputs(hints=hints)
 
 
 @pytest.mark.parametrize("head", [None, 2])

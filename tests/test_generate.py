@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_attention_reference import random_heads, single_thread  # noqa: F401 (autouse fixture)
 
-from synattn.attention import SyntaxInputs
+from synattn.attention import BirdEyeReweighting, SegmentationAttention, SyntaxInputs
 from synattn.generate import beam_search, greedy_search
 from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
                             StackConfig, TransformerLM)
@@ -28,6 +28,13 @@ DECODER_FEATURES = {
     "all_no_positions": dict(absolute_positions=False, norm="pre",
                              decoder=dict(layers=2, relations=["traversal", "tree_distance", "sequential"],
                                           supervised_head=dict(layer=0, head=0))),
+    "bird_eye_sg": dict(decoder=dict(layers=2, bird_eye="sg", pointer_head=1)),
+    "bird_eye_sf": dict(norm="pre", decoder=dict(layers=2, bird_eye="sf", relations=["sequential"],
+                                                 supervised_head=dict(layer=1, head=0))),
+    # cross-attention features: translation only (the language model has no cross-attention)
+    "segmentation": dict(decoder=dict(layers=2, cross_attention="segmentation")),
+    "sigmoid_sf": dict(decoder=dict(layers=2, cross_attention="sigmoid", cross_attention_normalize=True,
+                                    bird_eye="sf")),
 }
 
 
@@ -41,12 +48,27 @@ def _target_syntax(batch: int, m: int, seed: int) -> SyntaxInputs:
                         head_targets=torch.as_tensor(np.stack([head_targets(h) for h in heads])))
 
 
+@torch.no_grad()
+def _away_from_init(model):
+    """BET(SF)'s γ and the segmentation pairwise tables start at 0 (plain diagonal-free / sigmoid
+    attention); move them so that the cached levels and the chain CRF matter."""
+    for module in model.modules():
+        if isinstance(module, BirdEyeReweighting):
+            module.gamma.fill_(0.7)
+        if isinstance(module, SegmentationAttention) and module.pairwise is not None:
+            module.pairwise.normal_(0.0, 1.0)
+    return model
+
+
 def _models(name: str):
+    """The translation model and, unless the features are cross-attention ones, the LM."""
     features = DECODER_FEATURES[name]
     torch.manual_seed(0)
-    mt = EncoderDecoderTransformer(EncoderDecoderConfig.from_dict(
-        dict(TINY, src_vocab_size=13, tgt_vocab_size=11, encoder=dict(layers=1), **features))).eval()
-    lm = TransformerLM(LanguageModelConfig.from_dict(dict(TINY, vocab_size=11, **features))).eval()
+    mt = _away_from_init(EncoderDecoderTransformer(EncoderDecoderConfig.from_dict(
+        dict(TINY, src_vocab_size=13, tgt_vocab_size=11, encoder=dict(layers=1), **features)))).eval()
+    if "cross_attention" in features.get("decoder", {}):
+        return mt, None
+    lm = _away_from_init(TransformerLM(LanguageModelConfig.from_dict(dict(TINY, vocab_size=11, **features)))).eval()
     return mt, lm
 
 
@@ -59,9 +81,10 @@ def test_cached_decoding_equals_full_recomputation(name):
     tokens = torch.randint(3, 11, (2, 7))
     tokens[:, 0] = 1
     syntax = _target_syntax(2, 7, seed=1)
-    full_mt = mt(src, tokens, tgt_syntax=syntax)
-    full_lm = lm(tokens, syntax)
-    for model, full, state in ((mt, full_mt, mt.start_decoding(src)), (lm, full_lm, lm.start_decoding())):
+    runs = [(mt, mt(src, tokens, tgt_syntax=syntax), mt.start_decoding(src))]
+    if lm is not None:
+        runs.append((lm, lm(tokens, syntax), lm.start_decoding()))
+    for model, full, state in runs:
         logits = []
         for start, end in [(0, 2), (2, 3), (3, 4), (4, 7)]:  # a 2-token prompt, then steps
             out = model.decode_step(tokens[:, start:end], state, syntax)
@@ -80,7 +103,8 @@ def test_tree_labels_are_required_when_the_decoder_uses_them():
         greedy_search(mt, state, torch.ones(1, 1, dtype=torch.long), 3, eos_id=2, pad_id=0)
 
 
-@pytest.mark.parametrize("name", ["plain_post", "shaw", "supervised", "all_no_positions"])
+@pytest.mark.parametrize("name", ["plain_post", "shaw", "supervised", "all_no_positions", "bird_eye_sf",
+                                  "segmentation", "sigmoid_sf"])
 @torch.no_grad()
 def test_greedy_and_beam_search_with_cache_equal_without(name):
     mt, lm = _models(name)
@@ -88,8 +112,10 @@ def test_greedy_and_beam_search_with_cache_equal_without(name):
     src[2, 2:] = 0
     bos = torch.ones(3, 1, dtype=torch.long)
     syntax = _target_syntax(3, 8, seed=2) if name == "all_no_positions" else None
-    for model, start in ((mt, lambda cache: mt.start_decoding(src, use_cache=cache)),
-                         (lm, lambda cache: lm.start_decoding(use_cache=cache))):
+    runs = [(mt, lambda cache: mt.start_decoding(src, use_cache=cache))]
+    if lm is not None:
+        runs.append((lm, lambda cache: lm.start_decoding(use_cache=cache)))
+    for model, start in runs:
         greedy = [greedy_search(model, start(cache), bos, 7, eos_id=2, pad_id=0, syntax=syntax)
                   for cache in (True, False)]
         assert torch.equal(greedy[0].tokens, greedy[1].tokens)

@@ -3,22 +3,33 @@
 Features of seeds 000 and 001 (METHODS §1–§2): Shaw relative positions
 (:class:`RelativePositions`), tree-distance / traversal labels (:class:`TreeRelations`),
 specialized POS/deprel heads (:class:`SpecializedHeads`) and the dependency-supervised biaffine
-head (:class:`SupervisedHead`).
+head (:class:`SupervisedHead`). Features of seeds 002–004 (METHODS §3–§5): Tree Transformer
+constituent attention (:class:`ConstituentAttention`, a-values threaded through a stack by a
+:class:`ConstituentState`), Bird-Eye attention (:class:`SyntaxGuidedPointer` for BET(SG),
+:class:`BirdEyeReweighting` for BET(SF)) and structured attention
+(:class:`SegmentationAttention`, :class:`SyntacticAttention`).
 """
 
+from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, pointer_loss
 from synattn.attention.cache import KVCache
-from synattn.attention.core import MultiheadAttention
+from synattn.attention.constituent import ConstituentAttention, ConstituentState, constituent_prior
+from synattn.attention.core import MultiheadAttention, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
 from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
-from synattn.attention.masks import attention_mask
+from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
 from synattn.attention.relative import (RelativeEmbedding, RelativePositions, TreeRelations,
                                         label_logits, label_values, sequential_labels)
 from synattn.attention.specialized import SpecializedHeads
+from synattn.attention.structured import (SEGMENTATION_MODES, TREE_KINDS, ArcScorer,
+                                          SegmentationAttention, SyntacticAttention)
 from synattn.attention.supervised import SupervisedHead
 
 __all__ = [
-    "IGNORE_INDEX", "AttentionContext", "AttentionExtras", "AttentionFeature", "KVCache",
-    "MultiheadAttention", "RelativeEmbedding", "RelativePositions", "SpecializedHeads",
-    "SupervisedHead", "SyntaxInputs", "TreeRelations", "attention_mask", "label_logits",
-    "label_values", "sequential_labels",
+    "IGNORE_INDEX", "SEGMENTATION_MODES", "TREE_KINDS", "ArcScorer", "AttentionContext",
+    "AttentionExtras", "AttentionFeature", "BirdEyeReweighting", "ConstituentAttention",
+    "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
+    "SegmentationAttention", "SpecializedHeads", "SupervisedHead", "SyntacticAttention",
+    "SyntaxGuidedPointer", "SyntaxInputs", "TreeRelations", "attention_mask", "bidirectional_keys",
+    "check_compatible", "constituent_prior", "label_logits", "label_values", "padding_keys",
+    "pointer_loss", "sequential_labels",
 ]

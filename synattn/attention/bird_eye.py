@@ -30,37 +30,27 @@ Token j's own information returns through the residual connection. With γ = 0 t
 diagonal-free causal attention. The FFN is ``Linear(2d, hidden) → ReLU → Linear(hidden, heads)``
 with hidden = d / 4 by default (our choice, to keep the layer cheap); the first pass has no
 dropout and sees no other feature's biases. In incremental decoding the levels r_j of past
-positions are kept by the feature (h_j depends on positions ≤ j only, so they do not change);
-``reorder_cache`` follows beam reordering like ``KVCache.reorder``.
+positions are kept in the layer's key/value cache (``KVCache.extra``; h_j depends on positions
+≤ j only, so they do not change), which beam search reorders with the keys and values.
 
-The syntax hints travel in :class:`HintedSyntax`, the batch's :class:`SyntaxInputs` plus a
-``hints`` field.
+The syntax hints travel in ``SyntaxInputs.hints``. BET(SG) and BET(SF) cannot share a layer: a
+hint equal to the position itself would be masked by the diagonal-free mask. Both need causal
+self-attention.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
+from synattn.attention.inputs import SyntaxInputs
 from synattn.attention.masks import fill_masked
+from synattn.attention.supervised import SupervisedHead
 
-
-@dataclass
-class HintedSyntax(SyntaxInputs):
-    """:class:`SyntaxInputs` with the BET(SG) syntax hints.
-
-    Attributes:
-        hints: ``[batch_size, n]`` int, the 0-based position each position's attention is
-            pointed to (``batch_syntax_hints`` of the subword tree, indexed by the attention's
-            positions), ``IGNORE_INDEX`` (−100) where there is none.
-    """
-
-    hints: Tensor | None = None
+LEVELS = "bird_eye.levels"
+"""Key of BET(SF)'s kept levels ``[batch_size, heads, t]`` in ``KVCache.extra``."""
 
 
 def pointer_loss(attention: Tensor, hints: Tensor, allowed: Tensor | None,
@@ -102,26 +92,35 @@ class SyntaxGuidedPointer(AttentionFeature):
     Example:
         >>> from synattn.attention.core import MultiheadAttention
         >>> attn = MultiheadAttention(16, 4, features=[SyntaxGuidedPointer()])
-        >>> syntax = HintedSyntax(hints=torch.tensor([[0, 0, 1, 3]]))
+        >>> syntax = SyntaxInputs(hints=torch.tensor([[0, 0, 1, 3]]))
         >>> out, extras = attn(torch.randn(1, 4, 16), causal=True, syntax=syntax)
         >>> sorted(extras.losses)
         ['pointer']
     """
 
+    causal_only = True
+
     def __init__(self, weight: float = 1.0, head: int | None = None, name: str = "pointer"):
         super().__init__()
         self.weight, self.head, self.name = weight, head, name
+
+    def conflict(self, other: AttentionFeature) -> str | None:
+        if isinstance(other, SyntaxGuidedPointer):
+            return "a layer has one pointer loss"
+        if isinstance(other, SupervisedHead) and other.head == self.head:
+            return (f"both train head {self.head}, toward different targets (syntax hints and "
+                    "dependency heads)")
+        return None
 
     @property
     def needs_probs(self) -> bool:  # type: ignore[override]  # the loss is for training
         return self.training
 
     def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
-        hints = getattr(ctx.syntax, "hints", None)
+        hints = None if ctx.syntax is None else ctx.syntax.hints
         if hints is None:
             if self.training:
-                raise ValueError("BET(SG) pointer loss needs syntax field 'hints' "
-                                 "(HintedSyntax) in training")
+                raise ValueError("BET(SG) pointer loss needs syntax field 'hints' in training")
             return probs
         attention = probs.mean(dim=1) if self.head is None else probs[:, self.head]  # [B, n, m]
         loss = pointer_loss(attention, hints, ctx.allowed, ctx.query_start)
@@ -164,6 +163,8 @@ class BirdEyeReweighting(AttentionFeature):
         torch.Size([2, 5, 16])
     """
 
+    causal_only = True
+
     def __init__(self, d_model: int, heads: int, hidden: int | None = None):
         super().__init__()
         hidden = hidden or max(d_model // 4, 1)
@@ -171,7 +172,13 @@ class BirdEyeReweighting(AttentionFeature):
         self.level = nn.Sequential(nn.Linear(2 * d_model, hidden), nn.ReLU(),
                                    nn.Linear(hidden, heads))
         self.gamma = nn.Parameter(torch.zeros(()))  # γ = 0: plain diagonal-free attention
-        self._levels: Tensor | None = None  # r of the positions decoded so far (eval only)
+
+    def conflict(self, other: AttentionFeature) -> str | None:
+        if isinstance(other, BirdEyeReweighting):
+            return "a layer has one BET(SF) reweighting"
+        if isinstance(other, SyntaxGuidedPointer):
+            return "a hint equal to the position itself is masked by BET(SF)'s diagonal-free mask"
+        return None
 
     def levels(self, ctx: AttentionContext, diagonal: Tensor) -> Tensor:
         """Returns r ``[batch_size, heads, n]`` of the call's queries (first attention pass)."""
@@ -182,24 +189,22 @@ class BirdEyeReweighting(AttentionFeature):
         return self.level(torch.cat([ctx.x, h.to(ctx.x.dtype)], dim=-1)).transpose(1, 2)  # [B, H, n]
 
     def _with_past(self, r: Tensor, ctx: AttentionContext) -> Tensor:
-        """Returns r of every key ``[batch_size, heads, m]``: the kept past levels, then ``r``."""
+        """Returns r of every key ``[batch_size, heads, m]``: the cached past levels, then ``r``.
+
+        With a cache, the levels of all positions so far are stored in ``ctx.cache.extra``.
+        """
         if ctx.query_start > 0:
-            past = self._levels
-            if self.training or past is None or past.shape[-1] != ctx.query_start \
-                    or past.shape[0] != r.shape[0]:
+            past = None if ctx.cache is None else ctx.cache.extra.get(LEVELS)
+            if past is None or past.shape[-1] != ctx.query_start or past.shape[0] != r.shape[0]:
                 raise ValueError("BET(SF) incremental decoding needs the levels of the previous "
-                                 "steps of the same sequences (eval mode, from position 0)")
+                                 "steps of the same sequences in the cache (decode from position 0)")
             r = torch.cat([past, r], dim=-1)  # [B, H, m]
         if r.shape[-1] != ctx.key_length:
             raise ValueError(f"BET(SF) has levels for {r.shape[-1]} positions but the attention "
                              f"has {ctx.key_length} keys")
-        self._levels = None if self.training else r
+        if ctx.cache is not None:
+            ctx.cache.extra[LEVELS] = r
         return r
-
-    def reorder_cache(self, index: Tensor) -> None:
-        """Keeps the batch rows ``index`` of the kept levels (beam search), like ``KVCache``."""
-        if self._levels is not None:
-            self._levels = self._levels.index_select(0, index)
 
     def logit_bias(self, ctx: AttentionContext) -> Tensor:
         diagonal = diagonal_free_bias(ctx.query_start, ctx.query_length, ctx.key_length,

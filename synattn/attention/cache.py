@@ -1,12 +1,15 @@
 """Key/value cache of one attention layer, for incremental decoding.
 
 Self-attention appends the keys and values of the new positions at every step; cross-attention
-computes the keys and values of the encoder memory once and reuses them (``static``).
+computes the keys and values of the encoder memory once and reuses them (``static``). A feature
+that keeps per-position state of its own across steps (BET(SF)'s token levels) stores it in
+``extra``: everything there has the batch as its first dimension and is reordered with the keys
+and values, so beam search needs no feature-specific code.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -15,6 +18,12 @@ from torch import Tensor
 @dataclass
 class KVCache:
     """Cached keys and values ``[batch_size, heads, t, d_k]`` of one attention layer.
+
+    Attributes:
+        key, value: the cached keys and values (None before the first step).
+        static: True for cross-attention (computed once from the encoder memory).
+        extra: per-feature state by name, each a tensor ``[batch_size, ...]``, reordered with
+            the cache.
 
     Example:
         >>> cache = KVCache()
@@ -25,6 +34,7 @@ class KVCache:
     key: Tensor | None = None
     value: Tensor | None = None
     static: bool = False
+    extra: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -44,3 +54,4 @@ class KVCache:
         if self.key is not None:
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
+        self.extra = {name: value.index_select(0, index) for name, value in self.extra.items()}

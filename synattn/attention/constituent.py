@@ -42,35 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.masks import upcast
-
-
-def padding_keys(allowed: Tensor | None, who: str) -> Tensor | None:
-    """Returns the valid keys ``[batch_size | 1, m]`` (bool) of a mask made of key padding only.
-
-    Raises:
-        ValueError: the mask differs between queries (a causal mask).
-    """
-    if allowed is None:
-        return None
-    keys = allowed[:, 0, :1, :]  # [B | 1, 1, m]
-    if allowed.shape[-2] != 1 and not bool((allowed[:, 0] == keys).all()):
-        raise ValueError(f"{who} needs a bidirectional mask (key padding only), not a causal one")
-    return keys[:, 0]  # [B | 1, m]
-
-
-def bidirectional_keys(ctx: AttentionContext, who: str) -> Tensor | None:
-    """Returns the valid keys ``[batch_size | 1, m]`` (bool) of a bidirectional self-attention.
-
-    Features that look at the whole sentence (constituent links, dependency trees) need plain
-    encoder self-attention: no cache, and a mask made of key padding only.
-
-    Raises:
-        ValueError: cross-attention, incremental decoding or a causal mask.
-    """
-    if not ctx.is_self or ctx.query_start != 0 or ctx.query_length != ctx.key_length:
-        raise ValueError(f"{who} works in bidirectional self-attention over a whole sequence only")
-    return padding_keys(ctx.allowed, who)
+from synattn.attention.masks import bidirectional_keys, upcast
 
 
 def neighbour_links(right: Tensor, left: Tensor, valid: Tensor, eps: float = 1e-9) -> Tensor:
@@ -164,6 +136,10 @@ class ConstituentState:
             self._a.clear()
         self._a[layer] = a
 
+    def clear(self) -> None:
+        """Forgets the recorded a-values (e.g. once a stack has read them)."""
+        self._a.clear()
+
     def stack(self) -> Tensor:
         """Returns the recorded a-values ``[batch_size, layers, n − 1]``, bottom layer first."""
         if not self._a:
@@ -206,6 +182,13 @@ class ConstituentAttention(AttentionFeature):
         # neighbours cancels); M starts with the variance of a product of two default projections
         self.bilinear = nn.Parameter(torch.randn(d_model, d_model) / (3 * d_model ** 0.5))  # M
         self.key_bias = nn.Parameter(torch.zeros(d_model))  # w
+
+    def conflict(self, other: AttentionFeature) -> str | None:
+        if isinstance(other, ConstituentAttention):
+            return "a layer has one constituent prior"
+        if other.causal_only:
+            return "constituent attention is bidirectional, the other feature needs causal attention"
+        return None
 
     def neighbour_scores(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Returns s_{i,i+1} and s_{i+1,i}, each ``[batch_size, n − 1]``, of ``x [batch_size, n, d]``."""

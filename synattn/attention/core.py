@@ -50,6 +50,7 @@ class MultiheadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        check_compatible(features)
         self.features = nn.ModuleList(features)
 
     def _split(self, x: Tensor) -> Tensor:
@@ -81,6 +82,8 @@ class MultiheadAttention(nn.Module):
         for feature in self.features:
             if feature.self_attention_only and not is_self:
                 raise ValueError(f"{type(feature).__name__} is a self-attention feature")
+            if feature.causal_only and not causal:
+                raise ValueError(f"{type(feature).__name__} needs causal self-attention (causal=True)")
             if cache is not None and not feature.cacheable:
                 raise ValueError(f"{type(feature).__name__} does not support a key/value cache")
         q = self._split(self.q_proj(x))  # [B, H, n, d_k]
@@ -97,7 +100,7 @@ class MultiheadAttention(nn.Module):
                                  x.device)
         ctx = AttentionContext(q=q, k=k, v=v, x=x, allowed=allowed, query_start=query_start,
                                scale=1.0 / math.sqrt(self.head_dim), syntax=syntax,
-                               is_self=is_self, extras=AttentionExtras())
+                               is_self=is_self, extras=AttentionExtras(), cache=cache)
         for feature in self.features:
             ctx.q, ctx.k = feature.queries_keys(ctx)
         if need_weights or any(f.needs_probs for f in self.features):
@@ -148,15 +151,16 @@ class MultiheadAttention(nn.Module):
         """Runs ``scaled_dot_product_attention``; returns the mixed values ``[B, H, n, d_k]``."""
         dropout = self.dropout if self.training else 0.0
         bias = self._bias(ctx)
-        if bias is None and plain_causal:
+        plain_causal = plain_causal and bias is None  # no dead rows: each query sees itself
+        if plain_causal:
             mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, dropout_p=dropout,
                                                    is_causal=True, scale=ctx.scale)
         else:
             mask = None
-            if bias is not None or ctx.allowed is not None:
-                if bias is None:
-                    bias = ctx.q.new_zeros(ctx.allowed.shape)  # [B | 1, 1, n, m]
-                mask = fill_masked(bias.to(ctx.q.dtype), ctx.allowed)
+            if bias is not None:
+                mask = fill_masked(bias.to(ctx.q.dtype), ctx.allowed)  # [B | 1, H | 1, n, m]
+            elif ctx.allowed is not None:
+                mask = fill_masked(ctx.q.new_zeros(ctx.allowed.shape), ctx.allowed)  # [B | 1, 1, n, m]
             mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask,
                                                    dropout_p=dropout, scale=ctx.scale)
         for feature in self.features:
@@ -167,12 +171,30 @@ class MultiheadAttention(nn.Module):
                 head_mixed = torch.matmul(head_probs.to(ctx.v.dtype), ctx.v[:, head])  # [B, n, d_k]
                 mixed = mixed.index_copy(1, torch.tensor([head], device=mixed.device),
                                          head_mixed[:, None].to(mixed.dtype))
-        return _zero_dead_rows(mixed, ctx.allowed)
+        return mixed if plain_causal else _zero_dead_rows(mixed, ctx.allowed)
 
     def _dropout(self, probs: Tensor) -> Tensor:
         if not self.training or self.dropout == 0.0:
             return probs
         return F.dropout(probs, self.dropout, training=True)
+
+
+def check_compatible(features: Sequence[AttentionFeature]) -> None:
+    """Raises ``ValueError`` naming both features when two of them cannot share a layer.
+
+    Example:
+        >>> from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
+        >>> check_compatible([BirdEyeReweighting(16, 4), SyntaxGuidedPointer()])
+        Traceback (most recent call last):
+        ...
+        ValueError: BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a hint equal to the position itself is masked by BET(SF)'s diagonal-free mask
+    """
+    for i, first in enumerate(features):
+        for second in features[i + 1:]:
+            why = first.conflict(second) or second.conflict(first)
+            if why:
+                raise ValueError(f"{type(first).__name__} and {type(second).__name__} cannot share "
+                                 f"a layer: {why}")
 
 
 def _zero_dead_rows(x: Tensor, allowed: Tensor | None) -> Tensor:

@@ -17,7 +17,11 @@ the call runs on ``torch.nn.functional.scaled_dot_product_attention`` with the b
 float mask; otherwise it runs the explicit path above. Both give the same result.
 
 Auxiliary losses (already multiplied by their weight, ready to be summed into the training loss)
-and diagnostic distributions are written into ``ctx.extras``.
+and diagnostic distributions are written into ``ctx.extras``. A feature that keeps state across
+decoding steps stores it in ``ctx.cache.extra`` (reordered with the cache by beam search).
+
+Two features that cannot share a layer say so in ``conflict``; ``MultiheadAttention`` checks every
+pair when it is built.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
+from synattn.attention.cache import KVCache
 from synattn.attention.inputs import SyntaxInputs
 
 
@@ -63,6 +68,8 @@ class AttentionContext:
         syntax: the batch's syntax fields (None when the batch has none).
         is_self: True for self-attention, False for cross-attention.
         extras: where features write losses and diagnostics.
+        cache: the layer's key/value cache in incremental decoding (None otherwise); features
+            keep their own per-position state in ``cache.extra``.
     """
 
     q: Tensor
@@ -75,6 +82,7 @@ class AttentionContext:
     syntax: SyntaxInputs | None
     is_self: bool
     extras: AttentionExtras
+    cache: KVCache | None = None
 
     @property
     def query_length(self) -> int:
@@ -93,11 +101,17 @@ class AttentionFeature(nn.Module):
             the probabilities, so the call cannot use the fused kernel).
         self_attention_only: True when the feature is defined for self-attention only.
         cacheable: True when the feature works in incremental decoding (with a key/value cache).
+        causal_only: True when the feature is defined for causal self-attention only.
     """
 
     needs_probs: bool = False
     self_attention_only: bool = True
     cacheable: bool = True
+    causal_only: bool = False
+
+    def conflict(self, other: AttentionFeature) -> str | None:
+        """Returns why this feature cannot share a layer with ``other`` (None: they compose)."""
+        return None
 
     def queries_keys(self, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """Returns replaced ``(q, k)``, same shapes as ``ctx.q`` and ``ctx.k``."""

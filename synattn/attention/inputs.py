@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 IGNORE_INDEX = -100
-"""Value of ``head_targets`` at positions left out of the supervised-head loss (padding, BOS)."""
+"""Value of ``head_targets`` / ``hints`` at positions left out of their loss (padding, BOS)."""
 
 
 @dataclass
@@ -38,6 +38,10 @@ class SyntaxInputs:
         head_targets: ``[batch_size, n]`` int, 0-based position each position's supervised head
             should attend to (METHODS §2; ``synattn.trees.relations.head_targets`` of the
             subword tree), ``IGNORE_INDEX`` (−100) where there is no target.
+        hints: ``[batch_size, n]`` int, the BET(SG) syntax hints (METHODS §4): the 0-based
+            position each position's attention is pointed to
+            (``synattn.trees.relations.batch_syntax_hints`` of the subword tree, indexed by the
+            attention's positions), ``IGNORE_INDEX`` (−100) where there is none.
     """
 
     tree_dist: Tensor | None = None
@@ -45,6 +49,7 @@ class SyntaxInputs:
     pos: Tensor | None = None
     deprel: Tensor | None = None
     head_targets: Tensor | None = None
+    hints: Tensor | None = None
 
     def present(self) -> dict[str, Tensor]:
         """Returns the fields that are set, by name."""

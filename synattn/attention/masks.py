@@ -8,8 +8,13 @@ softmax that the attention then zeroes: no NaN in the output nor in the gradient
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from synattn.attention.feature import AttentionContext
 
 
 def attention_mask(key_padding_mask: Tensor | None, causal: bool, query_length: int,
@@ -65,3 +70,39 @@ def alive_rows(allowed: Tensor | None) -> Tensor | None:
 def upcast(x: Tensor) -> Tensor:
     """Returns ``x`` in float32 when it is in a lower precision (bf16/fp16), else unchanged."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def padding_keys(allowed: Tensor | None, who: str) -> Tensor | None:
+    """Returns the valid keys ``[batch_size | 1, m]`` (bool) of a mask made of key padding only.
+
+    Args:
+        allowed: ``[batch_size | 1, 1, n, m]`` positive mask of one call, or None.
+        who: the feature that needs it (named in the error).
+
+    Raises:
+        ValueError: the mask differs between queries (a causal mask).
+
+    Example:
+        >>> padding_keys(attention_mask(torch.tensor([[False, True]]), False, 2, 2), "x").tolist()
+        [[True, False]]
+    """
+    if allowed is None:
+        return None
+    keys = allowed[:, 0, :1, :]  # [B | 1, 1, m]
+    if allowed.shape[-2] != 1 and not bool((allowed[:, 0] == keys).all()):
+        raise ValueError(f"{who} needs a bidirectional mask (key padding only), not a causal one")
+    return keys[:, 0]  # [B | 1, m]
+
+
+def bidirectional_keys(ctx: AttentionContext, who: str) -> Tensor | None:
+    """Returns the valid keys ``[batch_size | 1, m]`` (bool) of a bidirectional self-attention.
+
+    Features that look at the whole sentence (constituent links, dependency trees) need plain
+    encoder self-attention: no cache, and a mask made of key padding only.
+
+    Raises:
+        ValueError: cross-attention, incremental decoding or a causal mask.
+    """
+    if not ctx.is_self or ctx.query_start != 0 or ctx.query_length != ctx.key_length:
+        raise ValueError(f"{who} works in bidirectional self-attention over a whole sequence only")
+    return padding_keys(ctx.allowed, who)

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="outputs/demo", help="output folder (default outputs/demo)")
     p.add_argument("--pairs", type=int, default=20000, help="training verse pairs (default 20000)")
-    p.add_argument("--minutes", type=float, default=4.0, help="training minutes per model (default 4)")
+    p.add_argument("--minutes", type=float, default=3.5, help="training minutes per model (default 3.5)")
     p.add_argument("--test-sentences", type=int, default=300, help="test verses translated (default 300)")
     p.add_argument("--vocab-size", type=int, default=6000, help="sentencepiece vocabulary per side")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")

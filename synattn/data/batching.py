@@ -7,7 +7,11 @@ and tags are computed for the whole batch at once by the vectorised functions of
 Target-side conventions (decoder input = ``<s> y_0 … y_{m-1}``, output = ``y_0 … y_{m-1} </s>``):
 the piece ``y_k`` sits at decoder position ``k + 1``; its supervised-head target is the position of
 its head piece, and arcs whose head lies to the right of ``y_k`` are left out (the decoder is
-causal, METHODS §2); ``<s>`` has no target.
+causal, METHODS §2); ``<s>`` has no target. The BET(SG) hint of decoder position t, which predicts
+``y_t``, is the position of the nearest ancestor of ``y_t`` among positions ≤ t, else t itself
+(METHODS §4; the position predicting ``</s>`` points to itself, padding gets ``IGNORE_INDEX``).
+A language model's input is ``<s> x`` (``synattn.train.tasks.LanguageModelTask``): for
+monolingual data the decoder-side hints come from the source trees with the same shift.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.data.indexed import IndexedField
 from synattn.data.prepare import MANIFEST
 from synattn.data.subwords import BOS, EOS, PAD
-from synattn.trees.relations import batch_relation_labels, distance_vocab, traversal_vocab
+from synattn.trees.relations import (batch_relation_labels, batch_syntax_hints, distance_vocab,
+                                     traversal_vocab)
 
 
 class PreparedDataset:
@@ -126,7 +131,8 @@ class Batch:
         tgt_in / tgt_out: ``[B, m]`` decoder input (``<s> y``) and output (``y </s>``); None for
             monolingual data.
         tgt_padding: ``[B, m]`` bool.
-        src_syntax / tgt_syntax: the requested syntax fields (None when nothing was requested).
+        src_syntax / tgt_syntax: the requested syntax fields (None when nothing was requested);
+            for monolingual data, ``tgt_syntax`` holds the hints of the language model's input.
         index: ``[B]`` the examples' indices in the dataset.
     """
 
@@ -198,7 +204,25 @@ def _syntax(examples: list[dict], side: str, wanted: frozenset[str], length: int
                 t = np.where(t - offset > k, IGNORE_INDEX, t)  # head to the right: left out
             targets.append(np.concatenate([np.full(offset, IGNORE_INDEX), t]))
         out["head_targets"] = _pad(targets, length, IGNORE_INDEX)
+    if "hints" in wanted:
+        out["hints"] = _hints(heads, length, offset)
     return SyntaxInputs(**out)
+
+
+def _hints(heads: list[np.ndarray], length: int, offset: int) -> Tensor:
+    """BET(SG) hints ``[B, length]`` on a sequence where piece k sits at position ``k + offset``.
+
+    The positions before the first piece (``<s>``) are extra roots, never ancestors of a piece, so
+    ``batch_syntax_hints`` of the shifted tree gives, at position t, the nearest ancestor of the
+    piece at t + 1 among positions ≤ t, else t. Padding gets ``IGNORE_INDEX``.
+    """
+    shifted = np.zeros((len(heads), length), dtype=np.int64)
+    lens = np.array([offset + len(h) for h in heads], dtype=np.int64)
+    for b, h in enumerate(heads):
+        shifted[b, offset: offset + len(h)] = np.where(h > 0, h + offset, 0)
+    hints = batch_syntax_hints(shifted, lens)  # [B, length]
+    hints[np.arange(length)[None, :] >= lens[:, None]] = IGNORE_INDEX
+    return torch.as_tensor(hints)
 
 
 def collate(dataset: PreparedDataset, indices: np.ndarray, request: SyntaxRequest = SyntaxRequest()) -> Batch:
@@ -223,7 +247,9 @@ def collate_examples(examples: list[dict[str, np.ndarray]], request: SyntaxReque
         batch.tgt_out = _pad([np.concatenate([e["tgt_ids"], [EOS]]) for e in examples], m, PAD)
         batch.tgt_padding = batch.tgt_out == PAD
         batch.tgt_syntax = _syntax(examples, "tgt", request.tgt, m, 1, request, causal=True)
-    elif request.tgt:
+    elif request.tgt - {"hints"}:
         raise ValueError(f"the model needs {', '.join(sorted(request.tgt))} on the target side, but "
                          f"{name} is monolingual")
+    elif request.tgt:  # a language model over <s> x: its hints come from the source trees
+        batch.tgt_syntax = _syntax(examples, "src", request.tgt, n, 1, request, causal=True)
     return batch

@@ -1,12 +1,18 @@
 """Model configs: one dataclass per model, validated when constructed.
 
-A config names, per encoder/decoder stack, which attention features are on (METHODS §1–§2)::
+A config names, per encoder/decoder stack, which attention features are on (METHODS §1–§5)::
 
     encoder:
       layers: 6
       relations: [tree_distance, sequential]   # Shaw / tree labels, summed key+value embeddings
       specialized_heads: {source: pos, heads: [0]}   # encoder layer 0 only
       supervised_head: {layer: 3, head: 0, weight: 1.0}
+      constituent: true                        # Tree Transformer, every layer (encoders only)
+      syntactic_attention: {layer: 1, head: 0, tree: projective, multiroot: false}
+    decoder:
+      bird_eye: sg                             # BET(SG) pointer loss (sg) or BET(SF) (sf)
+      pointer_weight: 1.0
+      cross_attention: segmentation            # or sigmoid (translation decoders only)
 
 Constructing a config checks the type of every field (recursively) and the compatibility of the
 features; errors are ``ValueError`` naming both sides (``encoder.supervised_head.layer=6 is out
@@ -19,10 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from synattn.attention.structured import TREE_KINDS
 from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
 
 RELATIONS = ("sequential", "tree_distance", "traversal")
 """Relation kinds of relative attention: Shaw positions, tree distance, tree traversal."""
+
+BIRD_EYE = ("sg", "sf")
+"""Bird-Eye variants (METHODS §4): syntax-guided pointer loss, syntax-free reweighting."""
+
+CROSS_ATTENTION = ("segmentation", "sigmoid")
+"""Structured encoder-decoder attention (METHODS §5): the chain CRF, or its sigmoid baseline."""
 
 C = TypeVar("C", bound="ModelConfig")
 
@@ -58,6 +71,27 @@ class SupervisedHeadConfig:
 
 
 @dataclass
+class SyntacticAttentionConfig:
+    """Structured syntactic attention in one encoder layer (seed 004; METHODS §5).
+
+    Attributes:
+        layer: 0-based layer index.
+        head: the head that attends to each position's soft parent.
+        children_head: a head that attends to the soft children (None: none).
+        tree: ``projective`` (Eisner inside-outside) or ``nonprojective`` (Matrix-Tree).
+        multiroot: allow several words under ROOT.
+        arc_dim: width of the arc scorer's head/dependent projections.
+    """
+
+    layer: int = 0
+    head: int = 0
+    children_head: int | None = None
+    tree: str = "projective"
+    multiroot: bool = False
+    arc_dim: int = 64
+
+
+@dataclass
 class StackConfig:
     """The layers of an encoder or decoder and their attention features.
 
@@ -72,6 +106,18 @@ class StackConfig:
         relative_values: also learn value embeddings a^V.
         specialized_heads: specialized heads in layer 0 (encoder only).
         supervised_head: the dependency-supervised head.
+        constituent: Tree Transformer constituent attention in every layer (METHODS §3;
+            encoders only, one a-value record threaded through the layers).
+        bird_eye: ``sg`` (BET(SG): pointer loss toward the syntax hints on every block) or
+            ``sf`` (BET(SF): diagonal-free reweighted attention in every block), METHODS §4;
+            causal stacks only.
+        pointer_weight: λ_p, the weight of each block's pointer loss (``bird_eye: sg``).
+        pointer_head: the head trained by the pointer loss (None: the head average).
+        cross_attention: ``segmentation`` (binary chain CRF) or ``sigmoid`` encoder-decoder
+            attention in every layer (METHODS §5; translation decoders only). None: softmax.
+        cross_attention_normalize: rescale the structured weights to 2 p_i / Σ_j p_j (the
+            public SAN code); off by default, as in the paper.
+        syntactic_attention: one encoder layer's structured syntactic attention head(s).
     """
 
     layers: int = 6
@@ -83,6 +129,13 @@ class StackConfig:
     relative_values: bool = True
     specialized_heads: SpecializedHeadsConfig | None = None
     supervised_head: SupervisedHeadConfig | None = None
+    constituent: bool = False
+    bird_eye: str | None = None
+    pointer_weight: float = 1.0
+    pointer_head: int | None = None
+    cross_attention: str | None = None
+    cross_attention_normalize: bool = False
+    syntactic_attention: SyntacticAttentionConfig | None = None
 
 
 @dataclass(kw_only=True)
@@ -128,6 +181,10 @@ class ModelConfig:
         """The model's stacks by name (``encoder`` / ``decoder``)."""
         return {}
 
+    def has_cross_attention(self, side: str) -> bool:
+        """Whether the layers of stack ``side`` attend to an encoder memory."""
+        return False
+
     def validate(self) -> None:
         """Checks types and feature compatibility; raises ``ValueError`` naming both sides."""
         check_fields(self)
@@ -170,6 +227,82 @@ class ModelConfig:
                 raise ValueError(f"{side}.supervised_head.head={sup.head} is out of range for heads={self.heads}")
         if spec is not None:
             self._validate_specialized(side, spec, sup)
+        self._validate_structure(side, stack)
+        self._validate_bird_eye(side, stack)
+        self._validate_cross_attention(side, stack)
+        if stack.syntactic_attention is not None:
+            self._validate_syntactic(side, stack)
+
+    def _validate_structure(self, side: str, stack: StackConfig) -> None:
+        """Constituent and syntactic attention need the bidirectional self-attention of an encoder."""
+        if side == "encoder":
+            return
+        if stack.constituent:
+            raise ValueError(f"{side}.constituent=true, but constituent attention (Tree Transformer) "
+                             f"needs bidirectional self-attention and the {side} is causal; use it in "
+                             "an encoder")
+        if stack.syntactic_attention is not None:
+            raise ValueError(f"{side}.syntactic_attention is set, but syntactic attention needs "
+                             f"bidirectional self-attention and the {side} is causal; use it in an encoder")
+
+    def _validate_bird_eye(self, side: str, stack: StackConfig) -> None:
+        if stack.bird_eye is not None and stack.bird_eye not in BIRD_EYE:
+            raise ValueError(f"{side}.bird_eye={stack.bird_eye!r}: use one of {', '.join(BIRD_EYE)} (or null)")
+        if stack.bird_eye is not None and side == "encoder":
+            raise ValueError(f"encoder.bird_eye={stack.bird_eye!r}, but Bird-Eye attention needs causal "
+                             "self-attention (a decoder or language model) and the encoder is bidirectional")
+        if stack.pointer_weight < 0:
+            raise ValueError(f"{side}.pointer_weight={stack.pointer_weight} must be >= 0")
+        head = stack.pointer_head
+        if head is None:
+            return
+        if stack.bird_eye != "sg":
+            raise ValueError(f"{side}.pointer_head={head} is set, but {side}.bird_eye={stack.bird_eye!r}: "
+                             "the pointer loss exists with bird_eye='sg' only")
+        if not 0 <= head < self.heads:
+            raise ValueError(f"{side}.pointer_head={head} is out of range for heads={self.heads}")
+        sup = stack.supervised_head
+        if sup is not None and sup.head == head:
+            raise ValueError(f"{side}.pointer_head={head} and {side}.supervised_head (layer {sup.layer}, "
+                             f"head {sup.head}) train the same head toward different targets (syntax "
+                             "hints and dependency heads)")
+
+    def _validate_cross_attention(self, side: str, stack: StackConfig) -> None:
+        kind = stack.cross_attention
+        if kind is not None and kind not in CROSS_ATTENTION:
+            raise ValueError(f"{side}.cross_attention={kind!r}: use one of {', '.join(CROSS_ATTENTION)} "
+                             "(or null for softmax attention)")
+        if kind is not None and not self.has_cross_attention(side):
+            raise ValueError(f"{side}.cross_attention={kind!r}, but the {side} of this {self.model_type} "
+                             "model has no cross-attention (only a translation decoder attends to "
+                             "the source)")
+        if stack.cross_attention_normalize and kind is None:
+            raise ValueError(f"{side}.cross_attention_normalize=true, but {side}.cross_attention is "
+                             "not set (segmentation or sigmoid)")
+
+    def _validate_syntactic(self, side: str, stack: StackConfig) -> None:
+        syn = stack.syntactic_attention
+        where = f"{side}.syntactic_attention"
+        if not 0 <= syn.layer < stack.layers:
+            raise ValueError(f"{where}.layer={syn.layer} is out of range for {side}.layers={stack.layers}")
+        if syn.tree not in TREE_KINDS:
+            raise ValueError(f"{where}.tree={syn.tree!r}: use one of {', '.join(TREE_KINDS)}")
+        if syn.arc_dim < 1:
+            raise ValueError(f"{where}.arc_dim={syn.arc_dim} must be at least 1")
+        claimed = [syn.head] + ([] if syn.children_head is None else [syn.children_head])
+        for name, head in zip(("head", "children_head"), claimed):
+            if not 0 <= head < self.heads:
+                raise ValueError(f"{where}.{name}={head} is out of range for heads={self.heads}")
+        if syn.children_head == syn.head:
+            raise ValueError(f"{where}.head={syn.head} and {where}.children_head={syn.children_head} "
+                             "are the same head")
+        sup, spec = stack.supervised_head, stack.specialized_heads
+        if sup is not None and sup.layer == syn.layer and sup.head in claimed:
+            raise ValueError(f"{where} (layer {syn.layer}, heads {claimed}) and {side}.supervised_head "
+                             f"(layer {sup.layer}, head {sup.head}) claim the same head")
+        if spec is not None and syn.layer == 0 and set(spec.heads) & set(claimed):
+            raise ValueError(f"{where} (layer 0, heads {claimed}) and {side}.specialized_heads "
+                             f"(layer 0, heads {spec.heads}) claim the same head")
 
     def _validate_specialized(self, side: str, spec: SpecializedHeadsConfig,
                               sup: SupervisedHeadConfig | None) -> None:
@@ -230,6 +363,9 @@ class EncoderDecoderConfig(ModelConfig):
 
     def stacks(self) -> dict[str, StackConfig]:
         return {"encoder": self.encoder, "decoder": self.decoder}
+
+    def has_cross_attention(self, side: str) -> bool:
+        return side == "decoder"
 
     def validate(self) -> None:
         super().validate()

@@ -10,7 +10,10 @@ positions); the supervised head works (it attends with its biaffine distribution
 parser at decode time and no loss without targets); tree labels (``tree_distance``,
 ``traversal``) need the labels of the whole target in ``syntax``, so they work for teacher
 forcing and for scoring a given target, not for free generation (the tree of tokens not yet
-generated is unknown).
+generated is unknown). Bird-Eye attention works: BET(SG) leaves the attention unchanged (its
+pointer loss needs the hints, in training), BET(SF) keeps the levels of past positions in the
+layer's cache. Segmentation / sigmoid cross-attention works (each query's chain is independent of
+the other queries).
 """
 
 from __future__ import annotations

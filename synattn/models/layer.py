@@ -18,15 +18,18 @@ class TransformerLayer(nn.Module):
         config: model settings (widths, dropouts, norm, activation).
         features: the self-attention features of this layer.
         cross_attention: add encoder-decoder attention (decoder layers of a translation model).
+        cross_features: the features of the encoder-decoder attention (e.g. segmentation).
     """
 
-    def __init__(self, config: ModelConfig, features: list[AttentionFeature], cross_attention: bool):
+    def __init__(self, config: ModelConfig, features: list[AttentionFeature], cross_attention: bool,
+                 cross_features: list[AttentionFeature] | None = None):
         super().__init__()
         d = config.d_model
         self.pre_norm = config.norm == "pre"
         self.self_attn = MultiheadAttention(d, config.heads, config.attention_dropout, features)
         self.self_norm = nn.LayerNorm(d)
-        self.cross_attn = MultiheadAttention(d, config.heads, config.attention_dropout) if cross_attention else None
+        self.cross_attn = (MultiheadAttention(d, config.heads, config.attention_dropout, cross_features or ())
+                           if cross_attention else None)
         self.cross_norm = nn.LayerNorm(d) if cross_attention else None
         activation = nn.ReLU() if config.activation == "relu" else nn.GELU()
         self.ffn = nn.Sequential(nn.Linear(d, config.ffn_dim), activation,

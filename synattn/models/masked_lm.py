@@ -17,6 +17,10 @@ from synattn.models.state import ModelOutput
 class MaskedLM(PretrainedModel):
     """Masked LM: logits for every position; the loss is taken where the input holds ``mask_id``.
 
+    With ``encoder.constituent`` it is the Tree Transformer (METHODS §3): the output's
+    ``constituent_links["encoder"]`` holds every layer's link probabilities
+    ``[batch_size, layers, n − 1]``, which ``synattn induce`` decodes into trees.
+
     Example:
         >>> mlm = MaskedLM(MaskedLMConfig(vocab_size=20, d_model=16, heads=2, ffn_dim=32,
         ...                               encoder=StackConfig(layers=1)))

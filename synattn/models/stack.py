@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from synattn.attention import SyntaxInputs
+from synattn.attention import ConstituentState, SyntaxInputs
 from synattn.models.config import ModelConfig, StackConfig
-from synattn.models.features import layer_features
+from synattn.models.features import cross_features, layer_features
 from synattn.models.layer import TransformerLayer
 from synattn.models.state import LayerCache, StackExtras
 
 
 class TransformerStack(nn.Module):
     """``stack.layers`` layers; causal self-attention for decoders; a final LayerNorm when pre-norm.
+
+    With ``stack.constituent`` (Tree Transformer), one :class:`ConstituentState` is threaded
+    through the layers in order; after a forward, the stack's extras hold its link probabilities
+    ``[batch_size, layers, n − 1]`` under ``constituent_links[side]``.
 
     Args:
         config: model settings.
@@ -26,8 +30,10 @@ class TransformerStack(nn.Module):
                  causal: bool):
         super().__init__()
         self.side, self.causal = side, causal
+        self.constituent_state = ConstituentState() if stack.constituent else None
         self.layers = nn.ModuleList(
-            TransformerLayer(config, layer_features(config, stack, side, i), cross_attention)
+            TransformerLayer(config, layer_features(config, stack, side, i, self.constituent_state),
+                             cross_attention, cross_features(config, stack) if cross_attention else None)
             for i in range(stack.layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else nn.Identity()
 
@@ -60,4 +66,7 @@ class TransformerStack(nn.Module):
                 cross_cache=None if cache is None else cache.cross_attn, need_weights=need_weights)
             extras.add(f"{self.side}.{i}", "self", self_extras)
             extras.add(f"{self.side}.{i}", "cross", cross_extras)
+        if self.constituent_state is not None:
+            extras.constituent_links[self.side] = self.constituent_state.stack()  # [B, L, t − 1]
+            self.constituent_state.clear()
         return self.final_norm(x), extras

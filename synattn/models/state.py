@@ -12,7 +12,7 @@ from synattn.attention import AttentionExtras, KVCache
 
 @dataclass
 class LayerCache:
-    """The caches of one decoder layer."""
+    """The caches of one decoder layer (features' own state lives in ``KVCache.extra``)."""
 
     self_attn: KVCache = field(default_factory=KVCache)
     cross_attn: KVCache = field(default_factory=KVCache)
@@ -69,11 +69,15 @@ class StackExtras:
         head_log_probs: supervised heads' log-distributions ``[batch_size, t, t]``, same keys.
         attentions: ``"<stack>.self"`` / ``"<stack>.cross"`` → per-layer probabilities
             ``[batch_size, heads, t, m]`` (only when asked for).
+        constituent_links: ``"<stack>"`` → the Tree Transformer link probabilities a^l of
+            every layer, ``[batch_size, layers, t − 1]`` bottom layer first (stacks with
+            constituent attention; the input of ``synattn.trees.induce.induce_trees``).
     """
 
     losses: dict[str, Tensor] = field(default_factory=dict)
     head_log_probs: dict[str, Tensor] = field(default_factory=dict)
     attentions: dict[str, list[Tensor]] = field(default_factory=dict)
+    constituent_links: dict[str, Tensor] = field(default_factory=dict)
 
     def add(self, prefix: str, kind: str, extras: AttentionExtras | None) -> None:
         """Records one attention call's extras under ``prefix`` (``encoder.3``) and ``kind``."""
@@ -91,6 +95,7 @@ class StackExtras:
         self.losses.update(other.losses)
         self.head_log_probs.update(other.head_log_probs)
         self.attentions.update(other.attentions)
+        self.constituent_links.update(other.constituent_links)
 
 
 @dataclass

@@ -1,0 +1,27 @@
+"""Differentiable dynamic programs on tensors: chains and dependency trees.
+
+- :class:`LinearChainCRF`: forward-backward and Viterbi; node marginals backpropagate in the
+  signed log-space semifield (Kim et al. 2017).
+- :class:`DependencyCRF`: projective trees by Eisner's algorithm with an explicit outside pass.
+- :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
+  Chu-Liu-Edmonds.
+
+Arc scores are ``scores[b, h, d]`` for head ``h`` → dependent ``d`` with ROOT at index 0 (see
+:mod:`synattn.structs.arc_scores`). Every class takes per-sentence ``lengths`` and runs its
+dynamic program in float32 or float64 (also under autocast).
+"""
+
+from .chain import ChainMarginals, LinearChainCRF
+from .eisner import DependencyCRF
+from .matrix_tree import NonProjectiveDependencyCRF
+from .semiring import NEG, LogSemiring, MaxSemiring
+
+__all__ = [
+    "ChainMarginals",
+    "DependencyCRF",
+    "LinearChainCRF",
+    "LogSemiring",
+    "MaxSemiring",
+    "NEG",
+    "NonProjectiveDependencyCRF",
+]

@@ -11,7 +11,7 @@ auxiliary loss of the model.
 Models (``synattn.models`` or any module with the same call signature):
 
 - translation: ``model(src, tgt_in, src_syntax=..., tgt_syntax=...)``
-- language model: ``model(tokens)``;  masked LM: ``model(tokens, syntax=...)``
+- language model: ``model(tokens, syntax=...)``;  masked LM: ``model(tokens, syntax=...)``
 
 each returning an object with ``logits [batch_size, t, vocab]`` and optionally ``losses``
 (auxiliary losses by name, already weighted, each a mean over its batch, e.g.
@@ -87,11 +87,13 @@ def syntax_request_for(config) -> SyntaxRequest:
 
     Encoder features read the source (``src``), decoder features of a translation model read the
     target (``tgt``): ``tree_distance`` → ``tree_dist``, ``traversal`` → ``traversal``,
-    specialized heads → ``pos`` / ``deprel``, a supervised head → ``head_targets``.
+    specialized heads → ``pos`` / ``deprel``, a supervised head → ``head_targets``, BET(SG)
+    (``bird_eye: sg``) → ``hints``. A language model's decoder side is its input ``<s> x``, whose
+    hints ``collate`` computes from the monolingual data's trees.
 
     Raises:
         ValueError: two stacks use different ``max_distance``/``max_traversal`` (a batch has
-            one), or a language model asks for syntax (not built for monolingual decoders yet).
+            one), or a language model asks for decoder syntax other than the BET(SG) hints.
     """
     sides = {"encoder": "src", "decoder": "tgt"}
     wanted: dict[str, set[str]] = {"src": set(), "tgt": set()}
@@ -111,9 +113,12 @@ def syntax_request_for(config) -> SyntaxRequest:
             fields.add(stack.specialized_heads.source)
         if stack.supervised_head is not None:
             fields.add("head_targets")
-    if getattr(config, "model_type", "") == "language_model" and wanted["tgt"]:
-        raise ValueError(f"the language model's decoder asks for {', '.join(sorted(wanted['tgt']))}, but "
-                         f"batches of monolingual text carry no decoder-side syntax yet")
+        if stack.bird_eye == "sg":
+            fields.add("hints")
+    unsupported = wanted["tgt"] - {"hints"}
+    if getattr(config, "model_type", "") == "language_model" and unsupported:
+        raise ValueError(f"the language model's decoder asks for {', '.join(sorted(unsupported))}, but "
+                         f"batches of monolingual text carry no decoder-side syntax other than hints")
     return SyntaxRequest(src=frozenset(wanted["src"]), tgt=frozenset(wanted["tgt"]),
                          max_distance=clips.get("max_distance", (8, ""))[0],
                          max_traversal=clips.get("max_traversal", (4, ""))[0])
@@ -148,19 +153,24 @@ class LanguageModelTask:
 
     Args:
         label_smoothing: ε (0 for plain perplexity training).
+        request: decoder-side syntax for the input ``<s> x`` (``tgt``: the BET(SG) ``hints``).
     """
 
-    def __init__(self, label_smoothing: float = 0.0):
+    def __init__(self, label_smoothing: float = 0.0, request: SyntaxRequest = SyntaxRequest()):
         self.label_smoothing = label_smoothing
+        self.request = request
 
     def syntax_request(self) -> SyntaxRequest:
-        return SyntaxRequest()
+        return self.request
 
     def loss(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        if self.request.tgt and batch.tgt_in is not None:
+            raise ValueError("the language model's decoder-side syntax comes from the trees of "
+                             "monolingual data, but the batch is parallel (use a monolingual dataset)")
         tokens = batch.src  # [B, n]: pieces, </s>, padding
         bos = torch.full_like(tokens[:, :1], BOS)
         inputs = torch.cat([bos, tokens[:, :-1]], dim=1)  # [B, n]: <s> x
-        out = model(inputs)
+        out = model(inputs, syntax=batch.tgt_syntax)
         target = tokens.masked_fill(batch.src_padding, IGNORE_INDEX)  # [B, n]
         loss, nll = label_smoothed_nll(out.logits, target, self.label_smoothing)
         return _result(loss, nll, (~batch.src_padding).sum(), tokens.shape[0], out)
@@ -253,7 +263,7 @@ def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
     if isinstance(model, EncoderDecoderTransformer):
         return TranslationTask(label_smoothing, request)
     if isinstance(model, TransformerLM):
-        return LanguageModelTask()
+        return LanguageModelTask(request=request)
     if isinstance(model, MaskedLM):
         return MaskedLMTask(config.mask_id, config.vocab_size, request=request)
     raise TypeError(f"no task for {type(model).__name__}; build one by hand (see synattn.train.tasks)")

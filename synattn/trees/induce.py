@@ -16,6 +16,16 @@ layer is the minimum. Both parts of a split continue at the layer where the spli
 public code's extra rule, which moves a part one layer down when all its links exceed 0.7, is not
 in the paper and is left out). Ties pick the leftmost split point.
 
+Trees over words from a model over subword pieces (:func:`word_links`): the link between words i
+and i + 1 is the model's link between the last piece of word i and the first piece of word i + 1;
+the links inside a word are not used (a word is never split), nor the link to a final ``</s>``.
+
+Evaluation (:func:`score_induced`, METHODS §3): unlabeled bracket F1 without punctuation,
+single-word and whole-sentence spans excluded, sentence-averaged and corpus-level, next to the
+right-branching, left-branching and random-binary baselines built over the same punctuation-free
+words. A word is punctuation when its gold POS tag is a PTB punctuation tag or, in an untagged
+gold tree, when all its characters are Unicode punctuation or symbols.
+
 Example:
     >>> import numpy as np
     >>> from synattn.trees.constituency import to_brackets
@@ -26,13 +36,20 @@ Example:
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from synattn.errors import InputError
-from synattn.trees.constituency import Tree, tree_from_spans
+from synattn.trees.constituency import (PTB_PUNCT_TAGS, Tree, drop_leaves, leaf_labels, leaves,
+                                        left_branching, random_binary, right_branching,
+                                        tree_from_spans)
+from synattn.trees.metrics import BracketScores, bracket_f1
+
+BASELINES = ("right-branching", "left-branching", "random")
+"""The baselines :func:`score_induced` reports next to the induced trees."""
 
 
 def _as_numpy(a: Any) -> np.ndarray:
@@ -132,3 +149,92 @@ def induce_trees(a: Any, lengths: Sequence[int] | Any, words: Sequence[Sequence[
         trees.append(induce_tree(a[row, :, :n - 1], None if words is None else words[row],
                                  threshold, min_layer, label))
     return trees
+
+
+def word_links(a: Any, word_of_piece: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Word-level link probabilities from links between adjacent pieces.
+
+    The link between words i and i + 1 is the link between the last piece of word i and the
+    first piece of word i + 1; links inside a word and links beyond the last piece (e.g. to a
+    final ``</s>``) are not used.
+
+    Args:
+        a: ``[layers, m]`` links between adjacent positions, ``m >= pieces − 1`` (numpy or torch).
+        word_of_piece: ``[pieces]`` the 0-based word of each piece (0, 0, 1, 2, 2, ...).
+
+    Returns:
+        ``[layers, words − 1]``.
+
+    Example:
+        >>> word_links(np.array([[0.9, 0.2, 0.8, 0.5]]), [0, 0, 1, 1]).tolist()
+        [[0.2]]
+    """
+    a = _as_numpy(a)
+    word = np.asarray(word_of_piece, dtype=np.int64)
+    steps = np.diff(word)
+    if len(word) == 0 or word[0] != 0 or ((steps != 0) & (steps != 1)).any():
+        raise InputError(f"word_of_piece must count words 0, 1, ... in order, got {word.tolist()}")
+    if a.ndim != 2 or a.shape[1] < len(word) - 1:
+        raise InputError(f"links of shape {list(a.shape)} for {len(word)} pieces")
+    return a[:, np.flatnonzero(steps)]  # the edge after the last piece of each word but the last
+
+
+def is_punctuation(word: str) -> bool:
+    """True when every character of ``word`` is Unicode punctuation (P*) or a symbol (S*)."""
+    return bool(word) and all(unicodedata.category(c)[0] in "PS" for c in word)
+
+
+def punctuation_mask(tree: Tree) -> list[bool]:
+    """Per leaf of ``tree``: punctuation by its POS tag (PTB tags), or by its characters when the
+    leaf has no tag."""
+    return [tag in PTB_PUNCT_TAGS if tag else is_punctuation(word)
+            for word, tag in zip(leaves(tree), leaf_labels(tree))]
+
+
+def _without_punctuation(pred: Tree, gold: Tree, k: int, path: str) -> tuple[Tree, Tree]:
+    """Both trees over the sentence's non-punctuation words.
+
+    The gold tree has the same words as the prediction (its punctuation is then removed from
+    both), or exactly the prediction's non-punctuation words (e.g. a gold file without it).
+    """
+    n_pred, n_gold = len(leaves(pred)), len(leaves(gold))
+    if n_gold == n_pred:
+        keep = [not p for p in punctuation_mask(gold)]
+        return drop_leaves(pred, keep), drop_leaves(gold, keep)
+    keep = [not is_punctuation(word) for word in leaves(pred)]
+    if sum(keep) == n_gold:
+        return drop_leaves(pred, keep), gold
+    raise InputError(f"the gold tree has {n_gold} words, the sentence {n_pred} ({sum(keep)} without "
+                     "punctuation)", path, sent_id=str(k + 1))
+
+
+def score_induced(pred: Sequence[Tree], gold: Sequence[Tree], seed: int = 0,
+                  gold_path: str = "<gold>") -> dict[str, BracketScores]:
+    """Unlabeled bracket F1 of induced trees and of the branching and random baselines.
+
+    Args:
+        pred: the induced trees, one per sentence.
+        gold: the gold trees (e.g. ``read_brackets(path)``, POS tags kept), same sentences.
+        seed: seed of the random-binary baseline.
+        gold_path: the gold file's name in error messages.
+
+    Returns:
+        ``{"induced": ..., "right-branching": ..., "left-branching": ..., "random": ...}``, each
+        with sentence-averaged (``sentence_f1``) and corpus (``f1``) scores over the
+        punctuation-free words.
+
+    Raises:
+        InputError: different numbers of sentences, or a gold tree whose words do not fit.
+    """
+    if len(pred) != len(gold):
+        raise InputError(f"{len(gold)} gold trees for {len(pred)} sentences", gold_path)
+    pairs = [_without_punctuation(p, g, k, gold_path) for k, (p, g) in enumerate(zip(pred, gold))]
+    induced = [p for p, _ in pairs]
+    golds = [g for _, g in pairs]
+    words = [leaves(g) for g in golds]
+    rng = np.random.default_rng(seed)
+    candidates = {"induced": induced,
+                  "right-branching": [right_branching(w) if w else g for w, g in zip(words, golds)],
+                  "left-branching": [left_branching(w) if w else g for w, g in zip(words, golds)],
+                  "random": [random_binary(w, rng) if w else g for w, g in zip(words, golds)]}
+    return {name: bracket_f1(trees, golds) for name, trees in candidates.items()}

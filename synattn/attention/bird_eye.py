@@ -45,7 +45,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.inputs import SyntaxInputs
 from synattn.attention.masks import fill_masked
 from synattn.attention.supervised import SupervisedHead
 
@@ -91,6 +90,7 @@ class SyntaxGuidedPointer(AttentionFeature):
 
     Example:
         >>> from synattn.attention.core import MultiheadAttention
+        >>> from synattn.attention.inputs import SyntaxInputs
         >>> attn = MultiheadAttention(16, 4, features=[SyntaxGuidedPointer()])
         >>> syntax = SyntaxInputs(hints=torch.tensor([[0, 0, 1, 3]]))
         >>> out, extras = attn(torch.randn(1, 4, 16), causal=True, syntax=syntax)

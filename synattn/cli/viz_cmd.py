@@ -1,0 +1,127 @@
+"""``synattn viz``: attention heatmaps of a trained run, with the dependency tree drawn over them.
+
+  synattn viz --run runs/dbsa_enc --split test --index 3 -o plots/
+  synattn viz --run runs/tree_transformer_mlm -i sentences.txt --index 0 -o plots/ --parse
+
+One PNG per layer of each self-attention stack (every head of the layer, rows attending to
+columns): the encoder over the source pieces and ``</s>`` (masked LM, translation), the decoder
+over ``<s>`` and the pieces (language model; a translation model's decoder, teacher-forced on the
+reference, for a ``--split`` sentence with a target side). Where the sentence has a tree (a split
+prepared with trees, or ``--parse``), its subword dependency arcs are drawn above the heatmaps
+and each row's head is boxed. For a model with constituent attention, the Tree Transformer's
+induced tree is drawn too (``tree.png``). Input text (``-i``) has its words separated by spaces;
+``--index`` picks the sentence (0-based line of the file, or index in the split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+import torch
+
+from synattn.cli.induce_cmd import (Sentences, add_decoding_arguments, add_run_arguments,
+                                    encoder_outputs, induce_sentences, load)
+from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.subwords import BOS
+from synattn.errors import InputError
+from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
+from synattn.train.tasks import syntax_request_for
+from synattn.viz.attention import plot_attention, plot_constituency
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("viz", help="attention heatmaps with dependency arcs, induced trees (PNG)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(p)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("-i", "--input", help="text file, one sentence per line, words separated by spaces")
+    source.add_argument("--split", help="a split of the run's prepared dataset")
+    p.add_argument("--index", type=int, default=0, help="which sentence (0-based; default 0)")
+    p.add_argument("-o", "--output", required=True, help="folder for the PNG files")
+    p.add_argument("--layers", type=int, nargs="+", help="only these layers (0-based; default all)")
+    p.add_argument("--parse", action="store_true",
+                   help="parse text input with the dataset's spaCy pipeline to draw its dependency arcs "
+                        "(automatic when the model reads source trees)")
+    add_decoding_arguments(p)
+    p.set_defaults(func=run)
+
+
+def position_heads(piece_heads: np.ndarray | None, offset: int, extra_after: int) -> np.ndarray | None:
+    """1-based heads over the attention's positions (0 = ROOT) from a subword tree: ``offset``
+    extra positions before the pieces (``<s>``) and ``extra_after`` after them (``</s>``) are roots."""
+    if piece_heads is None:
+        return None
+    h = np.asarray(piece_heads, dtype=np.int64)
+    return np.concatenate([np.zeros(offset, np.int64), np.where(h > 0, h + offset, 0),
+                           np.zeros(extra_after, np.int64)])
+
+
+@torch.no_grad()
+def attention_maps(model, example: dict[str, np.ndarray], pieces: dict[str, list[str]]
+                   ) -> list[tuple[str, list[np.ndarray], list[str], np.ndarray | None]]:
+    """The self-attention of each stack on one sentence: ``(stack, per-layer [H, t, t],
+    position labels, position heads or None)``."""
+    request = syntax_request_for(model.config)
+    if isinstance(model, TransformerLM):  # a language model reads the source side only
+        example = {k: v for k, v in example.items() if k.startswith("src_")}
+    has_target = "tgt_ids" in example
+    if isinstance(model, EncoderDecoderTransformer) and not has_target:  # text input: no target side
+        request = SyntaxRequest(src=request.src, max_distance=request.max_distance,
+                                max_traversal=request.max_traversal)
+    batch = collate_examples([example], request)
+    maps = []
+    if isinstance(model, TransformerLM):
+        inputs = torch.cat([torch.full_like(batch.src[:, :1], BOS), batch.src[:, :-1]], dim=1)  # <s> x
+        out = model(inputs, syntax=batch.tgt_syntax, need_weights=True)
+        maps.append(("decoder", out.attentions["decoder.self"], ["<s>"] + pieces["src"],
+                     position_heads(example.get("src_heads"), 1, 0)))
+    else:
+        extras = encoder_outputs(model, batch, need_weights=True)
+        maps.append(("encoder", extras.attentions["encoder.self"], pieces["src"] + ["</s>"],
+                     position_heads(example.get("src_heads"), 0, 1)))
+    if isinstance(model, EncoderDecoderTransformer) and has_target:  # teacher-forced on the reference
+        out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
+                    need_weights=True)
+        maps.append(("decoder", out.attentions["decoder.self"], ["<s>"] + pieces["tgt"],
+                     position_heads(example.get("tgt_heads"), 1, 0)))
+    return [(name, [a[0].float().cpu().numpy() for a in layers], labels, heads)
+            for name, layers, labels, heads in maps]
+
+
+def run(args: argparse.Namespace) -> int:
+    model, exp, data = load(args)
+    if not isinstance(model, (MaskedLM, EncoderDecoderTransformer, TransformerLM)):
+        raise InputError(f"cannot draw the attention of a {type(model).__name__}", args.run)
+    reads_trees = bool(syntax_request_for(model.config).src)
+    if args.split:
+        sentences = Sentences.from_split(data, args.split, [args.index])
+    else:
+        sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index)
+    example = sentences.examples[0]
+    manifest = json.loads((data / "manifest.json").read_text())
+    pieces = {}
+    for side in ("src", "tgt"):
+        if f"{side}_ids" in example:
+            sp = spm.SentencePieceProcessor(model_file=str(data / manifest["spm"][side]))
+            pieces[side] = [sp.id_to_piece(int(i)) for i in example[f"{side}_ids"]]
+    out_dir = Path(args.output)
+    written = []
+    for stack, layers, labels, heads in attention_maps(model, example, pieces):
+        chosen = range(len(layers)) if args.layers is None else args.layers
+        for layer in chosen:
+            if not 0 <= layer < len(layers):
+                raise InputError(f"--layers {layer}: the {stack} has layers 0..{len(layers) - 1}", args.run)
+            written.append(plot_attention(layers[layer], labels, out_dir / f"{stack}_layer{layer}.png",
+                                          heads=heads, title=f"{stack} layer {layer} ({exp.task})"))
+    if getattr(getattr(model.config, "encoder", None), "constituent", False):
+        (tree,) = induce_sentences(model, sentences, args.threshold, args.min_layer)
+        written.append(plot_constituency(tree, out_dir / "tree.png", title="Tree Transformer induced tree"))
+    for path in written:
+        print(path)
+    print(f"wrote {len(written)} images to {out_dir}", file=sys.stderr)
+    return 0

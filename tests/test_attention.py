@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attention_reference import (  # single_thread: autouse fixture
-    dense_allowed, naive_attention, single_thread)  # noqa: F401
+from test_attention_reference import dense_allowed, naive_attention
 
 from synattn.attention import (KVCache, MultiheadAttention, RelativePositions, SpecializedHeads,
                                SupervisedHead, SyntaxInputs, TreeRelations, attention_mask)

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention_reference import (  # single_thread: autouse fixture
-    dense_allowed, naive_attention, projections, single_thread)  # noqa: F401
+from test_attention_reference import dense_allowed, naive_attention, projections
 
 from synattn.attention import (IGNORE_INDEX, MultiheadAttention, SpecializedHeads, SupervisedHead,
                                SyntaxInputs)

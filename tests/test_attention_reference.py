@@ -9,21 +9,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 import torch
 import torch.nn.functional as F
 
 from synattn.attention import MultiheadAttention
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Runs a test on one intra-op thread: these tensors are tiny, and on a busy machine the
-    second thread only adds scheduling stalls. Test modules import it to apply it to their tests."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def projections(attn: MultiheadAttention, x, context=None):

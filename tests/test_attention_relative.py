@@ -7,8 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_attention_reference import (  # single_thread: autouse fixture
-    dense_allowed, naive_attention, random_heads, single_thread)  # noqa: F401
+from test_attention_reference import dense_allowed, naive_attention, random_heads
 
 from synattn.attention import (KVCache, MultiheadAttention, RelativePositions, SyntaxInputs,
                                TreeRelations, label_logits, label_values, sequential_labels)

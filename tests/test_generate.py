@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from test_attention_reference import random_heads, single_thread  # noqa: F401 (autouse fixture)
+from test_attention_reference import random_heads
 
 from synattn.attention import BirdEyeReweighting, SegmentationAttention, SyntaxInputs
 from synattn.generate import beam_search, greedy_search

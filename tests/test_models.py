@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from test_attention_reference import single_thread  # noqa: F401 (autouse fixture)
 
 from synattn.attention import RelativePositions, SpecializedHeads, SupervisedHead, SyntaxInputs, TreeRelations
 from synattn.errors import InputError

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention_reference import random_heads, single_thread  # noqa: F401 (autouse fixture)
+from test_attention_reference import random_heads
 
 from synattn.attention import (IGNORE_INDEX, BirdEyeReweighting, ConstituentAttention, MultiheadAttention,
                                RelativePositions, SegmentationAttention, SupervisedHead,

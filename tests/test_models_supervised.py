@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from test_attention_reference import single_thread  # noqa: F401 (autouse fixture)
 import torch.nn.functional as F
 
 from synattn.attention import IGNORE_INDEX, SyntaxInputs

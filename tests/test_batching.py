@@ -81,7 +81,7 @@ def test_target_side_shift_and_causal_targets(dataset):
 
 
 def test_missing_trees_is_a_clear_error(dataset):
-    with pytest.raises(ValueError, match="on the target side, but .* is monolingual"):
+    with pytest.raises(ValueError, match="on the target side, but the dataset is monolingual"):
         collate(dataset, np.arange(2), SyntaxRequest(tgt=frozenset({"tree_dist"})))
 
     with pytest.raises(ValueError, match="needs tree_dist on the src side, but the dataset has no src trees"):

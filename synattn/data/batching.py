@@ -28,6 +28,7 @@ from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.data.indexed import IndexedField
 from synattn.data.prepare import MANIFEST
 from synattn.data.subwords import BOS, EOS, PAD
+from synattn.errors import DataError
 from synattn.trees.relations import (batch_relation_labels, batch_syntax_hints, distance_vocab,
                                      traversal_vocab)
 
@@ -165,13 +166,14 @@ def _pad(seqs: list[np.ndarray], length: int, value: int, dtype=torch.long) -> T
 
 
 def _syntax(examples: list[dict], side: str, wanted: frozenset[str], length: int, offset: int,
-            req: SyntaxRequest, causal: bool) -> SyntaxInputs | None:
+            req: SyntaxRequest, causal: bool, name: str = "the data") -> SyntaxInputs | None:
     """Syntax fields of one side, on a sequence where piece k sits at position ``k + offset``."""
     if not wanted:
         return None
     if f"{side}_heads" not in examples[0]:
-        raise ValueError(f"the model needs {', '.join(sorted(wanted))} on the {side} side, but the dataset "
-                         f"has no {side} trees (prepare it with trees on that side)")
+        how = "--parse-target" if side == "tgt" else "the source parsed (no --no-parse-source)"
+        raise DataError(f"the model needs {', '.join(sorted(wanted))} on the {side} side, but the dataset "
+                        f"has no {side} trees (prepare it with {how})", path=name)
     heads = [e[f"{side}_heads"].astype(np.int64) for e in examples]
     out: dict[str, Tensor] = {}
     if wanted & {"tree_dist", "traversal"}:
@@ -240,16 +242,16 @@ def collate_examples(examples: list[dict[str, np.ndarray]], request: SyntaxReque
     n = max(len(s) for s in src)
     src_t = _pad(src, n, PAD)
     batch = Batch(src=src_t, src_padding=src_t == PAD, index=torch.as_tensor(indices))
-    batch.src_syntax = _syntax(examples, "src", request.src, n, 0, request, causal=False)
+    batch.src_syntax = _syntax(examples, "src", request.src, n, 0, request, causal=False, name=name)
     if "tgt_ids" in examples[0]:
         m = max(len(e["tgt_ids"]) for e in examples) + 1
         batch.tgt_in = _pad([np.concatenate([[BOS], e["tgt_ids"]]) for e in examples], m, PAD)
         batch.tgt_out = _pad([np.concatenate([e["tgt_ids"], [EOS]]) for e in examples], m, PAD)
         batch.tgt_padding = batch.tgt_out == PAD
-        batch.tgt_syntax = _syntax(examples, "tgt", request.tgt, m, 1, request, causal=True)
+        batch.tgt_syntax = _syntax(examples, "tgt", request.tgt, m, 1, request, causal=True, name=name)
     elif request.tgt - {"hints"}:
-        raise ValueError(f"the model needs {', '.join(sorted(request.tgt))} on the target side, but "
-                         f"{name} is monolingual")
+        raise DataError(f"the model needs {', '.join(sorted(request.tgt))} on the target side, but the "
+                        f"dataset is monolingual", path=name)
     elif request.tgt:  # a language model over <s> x: its hints come from the source trees
-        batch.tgt_syntax = _syntax(examples, "src", request.tgt, n, 1, request, causal=True)
+        batch.tgt_syntax = _syntax(examples, "src", request.tgt, n, 1, request, causal=True, name=name)
     return batch

@@ -1,0 +1,349 @@
+"""Benchmark ``synattn.structs`` against torch-struct 0.5 and supar 1.1.4 on the same inputs.
+
+For every case the same random scores go to all three libraries (converted to each one's layout);
+the script checks that the values agree, then prints median milliseconds and the speed-up of
+synattn over the faster of the two others. It ends with the peak memory of Eisner marginals at
+``(B, N) = (4, 160)``, each library measured in a fresh process.
+
+The peer libraries are installed only for this script (never for the package or its tests)::
+
+    pip install --no-deps torch-struct==0.5 supar==1.1.4 nltk dill
+
+Run (``--quick`` takes fewer repetitions)::
+
+    python benchmarks/bench_structs.py [--threads 2] [--quick]
+
+Notes: torch-struct's Matrix-Tree adds ``eps = 1e-5`` to every arc weight, so its values differ
+from the exact ones by up to ~1e-2; under torch 2.13 its ``DependencyCRF.partition`` needs inputs
+with ``requires_grad``. Batched LAPACK LU/inverse can fail or hang on ``[4, 160, 160]`` with two
+threads on some CPU builds, so the peers' Matrix-Tree at ``N >= 150`` runs in a child process with
+a time limit and is reported as ``fail``/``hang`` when it does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import threading
+import time
+from typing import Callable
+
+import torch
+
+from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
+
+EISNER_SIZES = [(32, 20), (32, 40), (16, 80), (4, 160)]
+CHAIN_SIZES = [(32, C, N) for C in (2, 16) for N in (50, 200)]
+GUARD_N = 150  # peers' Matrix-Tree from this length on runs in a child process
+GUARD_SECONDS = 60
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing helpers.
+# ---------------------------------------------------------------------------------------------
+
+def median_ms(fns: dict[str, Callable[[], object]], reps: int,
+              budget_s: float = 30.0) -> dict[str, float]:
+    """Median milliseconds per function; the functions take turns, two calls at a time.
+
+    Taking turns spreads the machine's load changes over all libraries alike (so the ratios of
+    one run stay comparable when absolute numbers are noisy); two consecutive calls let each
+    library run with warm caches, as inside a training loop.
+    """
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    start = time.perf_counter()
+    while min(map(len, times.values())) < reps:
+        if min(map(len, times.values())) >= 2 and time.perf_counter() - start > budget_s:
+            break
+        for name, fn in fns.items():
+            for _ in range(2):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
+
+
+def max_diff(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    if a is None or b is None:
+        return float("nan")
+    return (a.double() - b.double()).abs().max().item()
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout conversions (ours: scores[b, h, d], ROOT = 0).
+# ---------------------------------------------------------------------------------------------
+
+def to_torch_struct(scores: torch.Tensor) -> torch.Tensor:
+    """``[B, N, N]`` head→child over words with ROOT scores on the diagonal."""
+    out = scores[:, 1:, 1:].clone()
+    out.diagonal(dim1=1, dim2=2).copy_(scores[:, 0, 1:])
+    return out
+
+
+def from_torch_struct(marginals: torch.Tensor) -> torch.Tensor:
+    batch, N, _ = marginals.shape
+    out = marginals.new_zeros(batch, N + 1, N + 1)
+    out[:, 1:, 1:] = marginals
+    out[:, 0, 1:] = marginals.diagonal(dim1=1, dim2=2)
+    out[:, 1:, 1:].diagonal(dim1=1, dim2=2).zero_()
+    return out
+
+
+def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
+    """``(partition_fn, marginals_fn)`` of one library; each returns ours-layout tensors."""
+    if lib == "synattn":
+        cls = DependencyCRF if kind == "eisner" else NonProjectiveDependencyCRF
+
+        def part():
+            with torch.no_grad():
+                return cls(scores, lengths, multiroot=True).log_partition
+
+        def marg():
+            with torch.no_grad():
+                return cls(scores, lengths, multiroot=True).marginals
+        return part, marg
+    if lib == "torch-struct":
+        import torch_struct
+        cls = torch_struct.DependencyCRF if kind == "eisner" else torch_struct.NonProjectiveDependencyCRF
+        ts_scores = to_torch_struct(scores)
+
+        def part():
+            x = ts_scores.clone().requires_grad_()
+            return cls(x, lengths=lengths, multiroot=True).partition.detach()
+
+        def marg():
+            x = ts_scores.clone().requires_grad_()
+            return from_torch_struct(cls(x, lengths=lengths, multiroot=True).marginals.detach())
+        return part, marg
+    from supar.structs import DependencyCRF as SuparDep, MatrixTree
+    cls = SuparDep if kind == "eisner" else MatrixTree
+    dep_head = scores.transpose(1, 2).contiguous()  # supar: scores[b, dependent, head]
+
+    def part():
+        return cls(dep_head.clone(), lengths, multiroot=True).log_partition.detach()
+
+    def marg():
+        return cls(dep_head.clone(), lengths, multiroot=True).marginals.detach().transpose(1, 2)
+    return part, marg
+
+
+def chain_fns(lib: str, unary: torch.Tensor, trans: torch.Tensor, lengths: torch.Tensor):
+    """``(partition_fn, node_marginals_fn)``; the chain scores unary[i, y_i] + trans[y_i, y_{i+1}]."""
+    if lib == "synattn":
+        def part():
+            with torch.no_grad():
+                return LinearChainCRF(unary=unary, transition=trans, lengths=lengths).log_partition
+
+        def marg():
+            with torch.no_grad():
+                return LinearChainCRF(unary=unary, transition=trans, lengths=lengths).marginals
+        return part, marg
+    if lib == "torch-struct":
+        import torch_struct
+        edge = trans + unary[:, 1:, None, :]  # [B, N-1, C(prev), C(next)]
+        edge[:, 0] += unary[:, 0, :, None]
+        edge = edge.transpose(-1, -2).contiguous()  # torch-struct: phi(n, z_{n+1}, z_n)
+
+        def part():
+            x = edge.clone().requires_grad_()
+            return torch_struct.LinearChainCRF(x, lengths=lengths).partition.detach()
+
+        def marg():  # edge marginals, summed to node marginals
+            x = edge.clone().requires_grad_()
+            m = torch_struct.LinearChainCRF(x, lengths=lengths).marginals.detach()  # [B, N-1, next, prev]
+            first = m[:, :1].sum(-2)
+            return torch.cat((first, m.sum(-1)), 1)
+        return part, marg
+    from supar.structs import LinearChainCRF as SuparChain
+    C = unary.shape[-1]
+    full = unary.new_zeros(C + 1, C + 1)  # supar adds start/end transitions: zero here
+    full[:C, :C] = trans
+
+    def part():
+        return SuparChain(unary.clone(), full, lengths).log_partition.detach()
+
+    def marg():
+        return SuparChain(unary.clone(), full, lengths).marginals.detach()
+    return part, marg
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers that may hang: run in a child process.
+# ---------------------------------------------------------------------------------------------
+
+def _child(queue, lib, kind, scores, lengths, reps, threads):
+    torch.set_num_threads(threads)
+    try:
+        part, marg = tree_fns(lib, kind, scores, lengths)
+        values = (part(), marg())
+        ms = median_ms({"part": part, "marg": marg}, reps)
+        queue.put(("ok", ms["part"], ms["marg"], values))
+    except Exception as error:  # report the failure in the table
+        queue.put(("fail", repr(error)[:60], None, None))
+
+
+def guarded(lib, kind, scores, lengths, reps, threads):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(queue, lib, kind, scores, lengths, reps, threads))
+    proc.start()
+    try:
+        status, a, b, values = queue.get(timeout=GUARD_SECONDS)
+    except Exception:
+        proc.kill()
+        return None, None, None, "hang"
+    proc.join()
+    if status != "ok":
+        return None, None, None, "fail: " + a
+    return a, b, values, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Peak memory in a fresh process.
+# ---------------------------------------------------------------------------------------------
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _memory_child(queue, lib, batch, n, threads):
+    """Peak resident memory above the state before the call, sampled every millisecond."""
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(batch, n + 1, n + 1, generator=gen)
+    lengths = torch.full((batch,), n)
+    _, marg = tree_fns(lib, "eisner", scores, lengths)
+    _, small = tree_fns(lib, "eisner", scores[:, :4, :4], torch.full((batch,), 3))
+    small()  # load code paths
+    before, peak, done = _rss_mib(), [0.0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mib())
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    marg()
+    done.set()
+    sampler.join()
+    queue.put(max(peak[0], _rss_mib()) - before)
+
+
+def peak_memory_mib(lib: str, batch: int, n: int, threads: int) -> float:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_memory_child, args=(queue, lib, batch, n, threads))
+    proc.start()
+    value = queue.get(timeout=GUARD_SECONDS * 2)
+    proc.join()
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Main.
+# ---------------------------------------------------------------------------------------------
+
+def available_peers() -> list[str]:
+    peers = []
+    for lib, module in (("torch-struct", "torch_struct"), ("supar", "supar.structs")):
+        try:
+            __import__(module)
+            peers.append(lib)
+        except ImportError as error:
+            print(f"# {lib} not available ({error}); its columns are empty")
+    return peers
+
+
+def row(name, ours, others, diffs):
+    cols = [f"{name:<34}", f"{ours:9.2f}"]
+    for lib in ("torch-struct", "supar"):
+        value = others.get(lib)
+        cols.append(f"{value:12.2f}" if isinstance(value, float) else f"{value or '-':>12}")
+    timed = [v for v in others.values() if isinstance(v, float)]
+    cols.append(f"{min(timed) / ours:8.1f}x" if timed else f"{'-':>9}")
+    cols.append("  ".join(f"{lib}: {d:.1e}" for lib, d in diffs.items()))
+    print(" | ".join(cols), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    reps = 4 if args.quick else 8
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {cpu}, float32, "
+          f"median of up to {reps} runs (ms); speed-up = faster peer / synattn")
+    peers = available_peers()
+    print(f"{'case':<34} | {'synattn':>9} | {'torch-struct':>12} | {'supar':>12} | speed-up | "
+          "max |difference| from synattn (log Z, marginals)")
+
+    for kind, label in (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree")):
+        for batch, n in EISNER_SIZES:
+            gen = torch.Generator().manual_seed(batch * 1000 + n)
+            scores = torch.randn(batch, n + 1, n + 1, generator=gen)
+            lengths = torch.randint(max(1, n // 2), n + 1, (batch,), generator=gen)
+            lengths[0] = n
+            fns = {"synattn": tree_fns("synattn", kind, scores, lengths)}
+            times: dict[str, dict] = {"part": {}, "marg": {}}
+            diffs: dict[str, dict] = {"part": {}, "marg": {}}
+            values = tuple(fn() for fn in fns["synattn"])
+            for lib in peers:
+                if kind == "matrix_tree" and n >= GUARD_N:
+                    p_ms, m_ms, peer_values, note = guarded(lib, kind, scores, lengths, reps, args.threads)
+                    times["part"][lib] = p_ms if p_ms is not None else note
+                    times["marg"][lib] = m_ms if m_ms is not None else note
+                else:
+                    fns[lib] = tree_fns(lib, kind, scores, lengths)
+                    peer_values = tuple(fn() for fn in fns[lib])
+                if peer_values is not None:
+                    diffs["part"][lib] = max_diff(values[0], peer_values[0])
+                    diffs["marg"][lib] = max_diff(values[1], peer_values[1])
+            for which, index in (("part", 0), ("marg", 1)):
+                ms = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+                times[which].update({lib: v for lib, v in ms.items() if lib != "synattn"})
+                times[which]["synattn"] = ms["synattn"]
+            ours = (times["part"].pop("synattn"), times["marg"].pop("synattn"))
+            row(f"{label} partition B={batch} N={n}", ours[0], times["part"], diffs["part"])
+            row(f"{label} marginals B={batch} N={n}", ours[1], times["marg"], diffs["marg"])
+
+    for batch, C, n in CHAIN_SIZES:
+        gen = torch.Generator().manual_seed(C * 1000 + n)
+        unary = torch.randn(batch, n, C, generator=gen)
+        trans = torch.randn(C, C, generator=gen)
+        lengths = torch.randint(n // 2, n + 1, (batch,), generator=gen)
+        lengths[0] = n
+        fns = {lib: chain_fns(lib, unary, trans, lengths) for lib in ["synattn", *peers]}
+        values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
+        times, diffs = {"part": {}, "marg": {}}, {"part": {}, "marg": {}}
+        valid = (torch.arange(n) < lengths[:, None]).unsqueeze(-1)
+        for lib in peers:
+            diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
+            diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1] * valid)
+        for which, index in (("part", 0), ("marg", 1)):
+            times[which] = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+        ours = (times["part"].pop("synattn"), times["marg"].pop("synattn"))
+        row(f"chain partition B={batch} C={C} N={n}", ours[0], times["part"], diffs["part"])
+        row(f"chain marginals B={batch} C={C} N={n}", ours[1], times["marg"], diffs["marg"])
+
+    print("\n# peak resident memory of Eisner marginals, B=4 N=160 (MiB above the state before, "
+          "fresh process each)")
+    for lib in ["synattn", *peers]:
+        print(f"{lib:<14} {peak_memory_mib(lib, 4, 160, args.threads):10.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Arc-score conventions shared by the dependency CRFs.
+
+**Layout:** ``scores[b, h, d]`` is the log-score of the arc head ``h`` → dependent ``d`` for a
+sentence with ROOT at index 0 and words ``1..n`` (tensor ``[batch_size, n+1, n+1]``). Arcs into
+ROOT (``scores[:, :, 0]``), self-loops and entries past a sentence's length are ignored. Arc
+marginals use the same layout. A tree is given as ``heads [batch_size, n]``: the head of word
+``d`` is ``heads[:, d-1]`` (0 = ROOT, as in CoNLL-U), ``-1`` past the sentence's length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .semiring import float_dtype
+
+
+def check_arc_scores(scores: torch.Tensor,
+                     lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate arc scores and lengths.
+
+    Args:
+        scores: ``[batch_size, n+1, n+1]`` arc scores (any float dtype).
+        lengths: ``[batch_size]`` word counts in ``1..n``, or None for all ``n``.
+
+    Returns:
+        Scores in float32/float64 with every entry that no tree uses set to 0 (so that padding
+        may hold anything, even NaN), and the lengths as a long tensor on the scores' device.
+    """
+    if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
+        raise ValueError(f"scores must be [B, n+1, n+1] with n >= 1, got {tuple(scores.shape)}")
+    batch, L, _ = scores.shape
+    if lengths is None:
+        lengths = torch.full((batch,), L - 1, dtype=torch.long, device=scores.device)
+    lengths = torch.as_tensor(lengths, device=scores.device).long()
+    if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > L - 1).any()):
+        raise ValueError(f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}")
+    scores = scores.to(float_dtype(scores))
+    return torch.where(usable_arcs(lengths, L), scores, scores.new_zeros(())), lengths
+
+
+def usable_arcs(lengths: torch.Tensor, L: int) -> torch.Tensor:
+    """``[batch_size, L, L]`` True for the arcs ``h -> d`` some tree can use (``d >= 1``, ``h != d``)."""
+    pos = torch.arange(L, device=lengths.device)
+    heads = pos <= lengths.unsqueeze(-1)  # [B, L]: ROOT and the words
+    usable = heads.unsqueeze(2) & (heads & (pos > 0)).unsqueeze(1)  # [B, L(h), L(d)]
+    return usable & (pos.unsqueeze(1) != pos)
+
+
+def tree_score(scores: torch.Tensor, heads: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``Σ_d scores[b, heads[b, d-1], d]`` over the words of each sentence.
+
+    Args:
+        scores: ``[batch_size, n+1, n+1]`` arc scores.
+        heads: ``[batch_size, n]`` heads of words ``1..n`` (entries past lengths are ignored).
+        lengths: ``[batch_size]``.
+
+    Returns:
+        ``[batch_size]`` tree scores.
+    """
+    n = heads.shape[1]
+    valid = torch.arange(n, device=heads.device) < lengths[:, None]
+    arc = scores[:, :, 1:].gather(1, heads.clamp_min(0).unsqueeze(1)).squeeze(1)  # [B, n]
+    return torch.where(valid, arc, arc.new_zeros(())).sum(1)
+
+
+def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[batch_size, n]`` heads from 0/1 arc indicators ``[batch_size, n+1, n+1]``; ``-1`` padding."""
+    heads = arcs[:, :, 1:].argmax(1)  # [B, n]
+    n = heads.shape[1]
+    return heads.masked_fill(torch.arange(n, device=heads.device) >= lengths[:, None], -1)

@@ -1,0 +1,375 @@
+"""Linear-chain CRF: log-partition, marginals (forward-backward) and Viterbi.
+
+A labelling ``y = (y_0 .. y_{n-1})`` of a sentence of ``n`` positions with ``C`` labels scores
+
+    score(y) = Σ_i unary[i, y_i] + Σ_{i<n-1} edge[i, y_i, y_{i+1}]
+
+(**layout: ``edge[b, i, p, c]`` is the score of ``y_i = p`` followed by ``y_{i+1} = c``**, i.e.
+from → to, like ``scores[b, head, dependent]`` for trees). Internally the potentials become an
+initial vector ``u0 = unary[:, 0]`` and transfer matrices
+``T[p, c, i-1, b] = edge[b, i-1, p, c] + unary[b, i, c]``, stored labels-first with the batch
+innermost (``[C, C, N-1, B]``, fast on CPU); positions past a sentence's length get the identity
+transfer matrix (``0`` on the diagonal, :data:`NEG` elsewhere),
+so a padded chain has the same log-partition as the short one and no ``-inf`` is ever formed.
+
+Node marginals use :class:`ChainMarginals`, a custom autograd Function whose backward is the
+seed's "backpropagating through forward-backward" in the signed log-space semifield
+(Kim et al. 2017, §3.3 and seed 004; Li and Eisner 2009). With ``C = 2`` this is the
+segmentation attention of METHODS §5.
+
+Two equivalent schedules compute the forward and backward vectors: a sequential scan (one step
+per position) and, for small label sets (``C <= 4``), a parallel Hillis–Steele prefix scan over
+transfer matrices in ``O(log N)`` steps. They give the same numbers up to rounding.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import torch
+
+from .semiring import (NEG, fp32_inside, float_dtype, lengths_mask, logsumexp, serial_if_small,
+                       signed_exp, signed_log, signed_logsumexp)
+
+SCAN_MAX_LABELS = 4
+"""Label sets up to this size use the parallel prefix scan (its work grows like ``C**3 log N``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Log-space forward-backward. Internal layout: labels first, batch innermost (fast reductions
+# and broadcasts on CPU): u0 [C, B], T [C(from), C(to), n-1, B], alpha and beta [C, n, B].
+# ---------------------------------------------------------------------------------------------
+
+def _log_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Log-space matrix product over the first two dims: ``LSE_q a[p, q, ...] + b[q, c, ...]``."""
+    return logsumexp(a.unsqueeze(2) + b.unsqueeze(0), 1)  # [C, C, C, ...] -> [C, C, ...]
+
+
+def _prefix_products(T: torch.Tensor) -> torch.Tensor:
+    """Inclusive log-space prefix products ``P[:, :, i] = T[:, :, 0] ⊗ .. ⊗ T[:, :, i]`` (Hillis–Steele).
+
+    Args:
+        T: ``[C, C, m, batch_size]`` transfer matrices.
+
+    Returns:
+        ``[C, C, m, batch_size]``.
+    """
+    k = 1
+    while k < T.shape[2]:
+        T = torch.cat((T[:, :, :k], _log_matmul(T[:, :, :-k], T[:, :, k:])), 2)
+        k *= 2
+    return T
+
+
+def _alpha_beta_scan(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    P = _prefix_products(T)  # [C, C, n-1, B]
+    alpha = torch.cat((u0.unsqueeze(1), logsumexp(u0[:, None, None] + P, 0)), 1)  # [C, n, B]
+    # suffix products T[i] ⊗ .. ⊗ T[-1] are transposed prefix products of the reversed transposes
+    Q = _prefix_products(T.flip(2).transpose(0, 1))  # Q[:, :, j] = (T[-1-j] ⊗ .. ⊗ T[-1])^T
+    beta = logsumexp(Q, 0).flip(1)  # [C, n-1, B]: beta[:, i] for i < n-1
+    return alpha, torch.cat((beta, torch.zeros_like(u0).unsqueeze(1)), 1)  # [C, n, B]
+
+
+def _alpha_beta_sequential(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # alpha left to right and beta right to left in the same steps: beta's recursion is alpha's
+    # with the transposed transfer matrices in reverse order
+    TT = torch.stack((T, T.flip(2).transpose(0, 1)))  # [2, C, C, n-1, B]
+    v = torch.stack((u0, torch.zeros_like(u0)))  # [2, C, B]: alpha_0, beta_{n-1}
+    steps = [v]
+    for i in range(T.shape[2]):
+        v = logsumexp(v.unsqueeze(2) + TT[:, :, :, i], 1)  # [2, C, B]
+        steps.append(v)
+    alpha = torch.stack([step[0] for step in steps], 1)  # [C, n, B]
+    beta = torch.stack([step[1] for step in reversed(steps)], 1)
+    return alpha, beta
+
+
+def _step_elements(T: torch.Tensor, scan: bool | None) -> int:
+    """Elements of one step's largest temporary: ``[C, C, C, n-1, B]`` (scan), ``[2, C, C, B]``."""
+    C, _, m, batch = T.shape
+    if scan or (scan is None and C <= SCAN_MAX_LABELS):
+        return C ** 3 * m * batch
+    return 2 * C * C * batch
+
+
+def forward_backward(u0: torch.Tensor, T: torch.Tensor,
+                     scan: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward log-vectors of a chain in transfer-matrix form.
+
+    Args:
+        u0: ``[C, batch_size]`` scores of the first label.
+        T: ``[C, C, n-1, batch_size]`` transfer matrices (see the module docstring).
+        scan: parallel prefix scan (True), sequential (False) or by label count (None).
+
+    Returns:
+        ``alpha, beta``, each ``[C, n, batch_size]``: ``alpha[c, i]`` is the log-sum of the
+        prefixes ending in ``y_i = c``, ``beta[c, i]`` of the suffixes starting from it.
+    """
+    if scan is None:
+        scan = T.shape[0] <= SCAN_MAX_LABELS
+    return (_alpha_beta_scan if scan else _alpha_beta_sequential)(u0, T)
+
+
+def chain_log_partition(u0: torch.Tensor, T: torch.Tensor, scan: bool | None = None) -> torch.Tensor:
+    """Differentiable log-partition ``[batch_size]`` of a chain in transfer-matrix form.
+
+    With the scan schedule the transfer matrices are multiplied as a balanced tree.
+    """
+    if scan is None:
+        scan = T.shape[0] <= SCAN_MAX_LABELS
+    if not scan:
+        alpha = u0
+        for i in range(T.shape[2]):
+            alpha = logsumexp(alpha.unsqueeze(1) + T[:, :, i], 0)
+        return logsumexp(alpha, 0)
+    while T.shape[2] > 1:
+        if T.shape[2] % 2:
+            T = torch.cat((T[:, :, :-2], _log_matmul(T[:, :, -2:-1], T[:, :, -1:])), 2)
+        T = _log_matmul(T[:, :, 0::2], T[:, :, 1::2])  # [C, C, m/2, B]
+    if T.shape[2] == 1:
+        u0 = logsumexp(u0.unsqueeze(1) + T[:, :, 0], 0)
+    return logsumexp(u0, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Marginals with the seed's signed log-space backward.
+# ---------------------------------------------------------------------------------------------
+
+class ChainMarginals(torch.autograd.Function):
+    """Node marginals ``p(y_i = c)`` whose backward runs in the signed log-space semifield.
+
+    Forward: forward-backward in log space, ``mu = exp(alpha + beta - A)``.
+
+    Backward (Kim et al. 2017, "Backpropagating through Forward-Backward"): with ``g = dL/dmu``,
+    the adjoints of ``alpha`` and ``beta`` scaled by ``exp(-alpha)``, ``exp(-beta)`` obey linear
+    recursions of the same shape as forward-backward run in the opposite directions,
+
+        â[i-1, p] = g[i-1,p] e^{beta[i-1,p]-A}  ⊕  ⊕_c T[p, c, i-1] ⊗ â[i, c]
+        b̂[i, c]   = g[i,c] e^{alpha[i,c]-A}     ⊕  ⊕_p b̂[i-1, p] ⊗ T[p, c, i-1]
+
+    whose values can be negative and as large as ``e^{-alpha}``: they are carried as
+    ``(log|x|, sign x)`` pairs. The potential gradients are then
+
+        dL/dT[p,c,i-1] = signexp(â[i,c] ⊗ alpha[i-1,p] ⊗ T  ⊕  b̂[i-1,p] ⊗ beta[i,c] ⊗ T
+                                 ⊕  Ā ⊗ alpha[i-1,p] ⊗ T ⊗ beta[i,c] ⊗ (-A))
+
+    with ``Ā = -Σ g mu`` the adjoint of the log-partition.
+
+    Inputs are ``u0 [C, B]``, ``T [C, C, N-1, B]`` (identity-padded) and ``mask [B, N]``; the
+    output ``[B, N, C]`` is zero at padded positions.
+    """
+
+    @staticmethod
+    def forward(ctx, u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,
+                scan: bool | None = None) -> torch.Tensor:
+        with serial_if_small(_step_elements(T, scan), T.device):
+            alpha, beta = forward_backward(u0, T, scan)
+        log_z = logsumexp(alpha[:, -1], 0)  # [B]
+        mu = (alpha + beta - log_z).exp_().permute(2, 1, 0) * mask.unsqueeze(-1)  # [B, N, C]
+        ctx.save_for_backward(T, mask, alpha, beta, log_z, mu)
+        return mu
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        T, mask, alpha, beta, log_z, mu = ctx.saved_tensors
+        g = (g * mask.unsqueeze(-1)).permute(2, 1, 0)  # [C, N, B]
+        lg, sg = signed_log(g)
+        d_alpha = lg + beta - log_z  # direct adjoint of alpha, times exp(-alpha); sign sg
+        d_beta = lg + alpha - log_z
+        n = alpha.shape[1]
+
+        # adjoint of alpha, right to left: a[i-1] = d_alpha[i-1] ⊕ T[:, :, i-1] ⊗ a[i]
+        a_l, a_s = [d_alpha[:, -1]], [sg[:, -1]]
+        for i in range(n - 1, 0, -1):
+            terms = torch.cat((T[:, :, i - 1] + a_l[-1], d_alpha[:, i - 1, None]), 1)  # [C, C+1, B]
+            signs = torch.cat((a_s[-1].expand_as(T[:, :, i - 1]), sg[:, i - 1, None]), 1)
+            l, s = signed_logsumexp(terms, signs, 1)  # [C, B]
+            a_l.append(l)
+            a_s.append(s)
+        a_l, a_s = torch.stack(a_l[::-1], 1), torch.stack(a_s[::-1], 1)  # [C, N, B]
+
+        # adjoint of beta, left to right: b[i] = d_beta[i] ⊕ b[i-1] ⊗ T[:, :, i-1]
+        b_l, b_s = [d_beta[:, 0]], [sg[:, 0]]
+        for i in range(1, n):
+            terms = torch.cat((T[:, :, i - 1] + b_l[-1].unsqueeze(1), d_beta[None, :, i]), 0)  # [C+1, C, B]
+            signs = torch.cat((b_s[-1].unsqueeze(1).expand_as(T[:, :, i - 1]), sg[None, :, i]), 0)
+            l, s = signed_logsumexp(terms, signs, 0)  # [C, B]
+            b_l.append(l)
+            b_s.append(s)
+        b_l, b_s = torch.stack(b_l, 1), torch.stack(b_s, 1)  # [C, N, B]
+
+        lA, sA = signed_log(-(g * mu.permute(2, 1, 0)).sum((0, 1)))  # [B]
+        # gradient of the transfer matrices: three signed terms, ⊕ then signexp
+        base = alpha[:, None, :-1] + T  # [C, C, N-1, B]: alpha[p, i-1] ⊗ T[p, c, i-1]
+        t1 = base + a_l[None, :, 1:]
+        t2 = T + b_l[:, None, :-1] + beta[None, :, 1:]
+        t3 = base + beta[None, :, 1:] - log_z + lA
+        signs = (a_s[None, :, 1:].expand_as(T), b_s[:, None, :-1].expand_as(T), sA.expand_as(T))
+        grad_T = signed_exp(*signed_logsumexp(torch.stack((t1, t2, t3)), torch.stack(signs), 0))
+        # gradient of u0: alpha[:, 0] = u0
+        l0, s0 = signed_logsumexp(
+            torch.stack((a_l[:, 0] + alpha[:, 0], lA + alpha[:, 0] + beta[:, 0] - log_z)),
+            torch.stack((a_s[:, 0], sA.expand_as(a_s[:, 0]))), 0)
+        return signed_exp(l0, s0), grad_T, None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Viterbi.
+# ---------------------------------------------------------------------------------------------
+
+def viterbi(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Best labelling of each chain in transfer-matrix form (``u0 [C, B]``, ``T [C, C, n-1, B]``).
+
+    Returns:
+        ``scores [batch_size]`` and ``labels [batch_size, n]`` (the first best on ties).
+    """
+    delta, pointers = u0, []
+    for i in range(T.shape[2]):
+        delta, arg = (delta.unsqueeze(1) + T[:, :, i]).max(0)  # [C, B]
+        pointers.append(arg)
+    score, last = delta.max(0)
+    labels = [last]
+    for arg in reversed(pointers):
+        labels.append(arg.gather(0, labels[-1].unsqueeze(0)).squeeze(0))
+    return score, torch.stack(labels[::-1], 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The distribution.
+# ---------------------------------------------------------------------------------------------
+
+class LinearChainCRF:
+    """A batch of linear-chain CRFs with per-sentence lengths.
+
+    Give either ``log_potentials`` (edge form) or ``unary`` and ``transition``.
+
+    Args:
+        log_potentials: ``[batch_size, n-1, C, C]``; ``log_potentials[b, i, p, c]`` scores
+            ``y_i = p, y_{i+1} = c`` (unaries folded in, as in torch-struct but from → to).
+        lengths: ``[batch_size]`` sentence lengths in ``1..n``; default all ``n``.
+        unary: ``[batch_size, n, C]`` label scores per position.
+        transition: ``[C, C]`` or ``[batch_size, C, C]``; ``transition[p, c]`` scores ``p → c``.
+        scan: force the parallel (True) or sequential (False) schedule; None picks by ``C``.
+
+    Example:
+        >>> crf = LinearChainCRF(unary=torch.randn(2, 5, 2), transition=torch.randn(2, 2),
+        ...                      lengths=torch.tensor([5, 3]))
+        >>> crf.marginals.shape          # p(y_i = c), zero past each length
+        torch.Size([2, 5, 2])
+
+    Results are float32 for half-precision inputs (the dynamic program always runs in float32
+    or float64, also under autocast). ``argmax`` pads with ``-1``.
+    """
+
+    def __init__(self, log_potentials: torch.Tensor | None = None,
+                 lengths: torch.Tensor | None = None, *,
+                 unary: torch.Tensor | None = None, transition: torch.Tensor | None = None,
+                 scan: bool | None = None):
+        if (log_potentials is None) == (unary is None):
+            raise ValueError("give either log_potentials [B, n-1, C, C] or unary [B, n, C] "
+                             "(with transition [C, C])")
+        if log_potentials is not None:
+            if log_potentials.dim() != 4 or log_potentials.shape[-1] != log_potentials.shape[-2]:
+                raise ValueError(f"log_potentials must be [B, n-1, C, C], got {tuple(log_potentials.shape)}")
+            dtype = float_dtype(log_potentials)
+            edge = log_potentials.to(dtype)
+            batch, n, C = edge.shape[0], edge.shape[1] + 1, edge.shape[-1]
+            unary = edge.new_zeros(batch, n, C)
+        else:
+            if unary.dim() != 3:
+                raise ValueError(f"unary must be [B, n, C], got {tuple(unary.shape)}")
+            batch, n, C = unary.shape
+            if transition is None:
+                transition = unary.new_zeros(C, C)
+            if transition.shape[-2:] != (C, C) or transition.dim() not in (2, 3):
+                raise ValueError(f"transition must be [C, C] or [B, C, C] with C={C}, "
+                                 f"got {tuple(transition.shape)}")
+            dtype = float_dtype(unary)
+            unary = unary.to(dtype)
+            trans = transition.to(dtype)
+            trans = trans if trans.dim() == 3 else trans.unsqueeze(0)
+            edge = trans.unsqueeze(1).expand(batch, n - 1, C, C)
+        if lengths is None:
+            lengths = torch.full((batch,), n, dtype=torch.long, device=unary.device)
+        lengths = torch.as_tensor(lengths, device=unary.device).long()
+        if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > n).any()):
+            raise ValueError(f"lengths must be [B] with values in 1..{n}, got {lengths.tolist()}")
+        self.unary, self.edge, self.lengths, self.scan = unary, edge, lengths, scan
+        self.mask = lengths_mask(lengths, n)  # [B, n]
+
+    @cached_property
+    @fp32_inside
+    def _potentials(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``u0 [C, B]`` and identity-padded transfer matrices ``T [C, C, n-1, B]``."""
+        return transfer_matrices(self.unary, self.edge, self.mask)
+
+    @cached_property
+    @fp32_inside
+    def log_partition(self) -> torch.Tensor:
+        """``[batch_size]`` log-sum of the scores of all labellings."""
+        u0, T = self._potentials
+        with serial_if_small(_step_elements(T, self.scan), T.device):
+            return chain_log_partition(u0, T, scan=self.scan)
+
+    @cached_property
+    @fp32_inside
+    def marginals(self) -> torch.Tensor:
+        """``[batch_size, n, C]`` node marginals ``p(y_i = c)``; differentiable (signed log backward)."""
+        u0, T = self._potentials
+        return ChainMarginals.apply(u0, T, self.mask, self.scan)
+
+    @cached_property
+    @fp32_inside
+    def edge_marginals(self) -> torch.Tensor:
+        """``[batch_size, n-1, C, C]`` pair marginals ``p(y_i = p, y_{i+1} = c)``, zero past lengths.
+
+        Equal to ``d log_partition / d log_potentials``; differentiable.
+        """
+        u0, T = self._potentials
+        alpha, beta = forward_backward(u0, T, self.scan)
+        log_z = logsumexp(alpha[:, -1], 0)
+        xi = (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp()  # [C, C, n-1, B]
+        return xi.permute(3, 2, 0, 1) * self.mask[:, 1:, None, None]
+
+    @cached_property
+    @fp32_inside
+    def _viterbi(self) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            u0, T = transfer_matrices(self.unary.detach(), self.edge.detach(), self.mask)
+            return viterbi(u0, T)
+
+    @property
+    def max(self) -> torch.Tensor:
+        """``[batch_size]`` score of the best labelling (not differentiable)."""
+        return self._viterbi[0]
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """``[batch_size, n]`` best labelling (Viterbi), ``-1`` past each length."""
+        return self._viterbi[1].masked_fill(~self.mask, -1)
+
+    @fp32_inside
+    def score(self, labels: torch.Tensor) -> torch.Tensor:
+        """``[batch_size]`` score of given labellings ``[batch_size, n]`` (entries past lengths ignored)."""
+        labels = labels.clamp_min(0).masked_fill(~self.mask, 0)
+        node = self.unary.gather(2, labels.unsqueeze(-1)).squeeze(-1)  # [B, n]
+        C = self.edge.shape[-1]
+        pair = self.edge.flatten(2).gather(2, (labels[:, :-1] * C + labels[:, 1:]).unsqueeze(-1))
+        pair = pair.squeeze(-1)  # [B, n-1]
+        zero = node.new_zeros(())
+        return (torch.where(self.mask, node, zero).sum(1)
+                + torch.where(self.mask[:, 1:], pair, zero).sum(1))
+
+
+def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor,
+                      mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``u0 [C, B]`` and ``T [C, C, n-1, B]`` (internal layout), identity past each length.
+
+    Args:
+        unary: ``[B, n, C]``; edge: ``[B, n-1, C, C]``; mask: ``[B, n]`` valid positions.
+    """
+    C = unary.shape[-1]
+    T = edge + unary[:, 1:, None, :]  # [B, n-1, C, C]
+    eye = torch.full((C, C), NEG, dtype=T.dtype, device=T.device).fill_diagonal_(0.0)
+    T = torch.where(mask[:, 1:, None, None], T, eye)
+    return unary[:, 0].t(), T.permute(2, 3, 1, 0).contiguous()

@@ -1,0 +1,313 @@
+"""Projective dependency CRF: Eisner's algorithm with an explicit outside pass.
+
+Score layout as in :mod:`synattn.structs.arc_scores`: ``scores[b, h, d]`` is the arc head ``h``
+→ dependent ``d``, index 0 is ROOT, words ``1..n``; marginals use the same layout.
+
+The inside pass is Eisner's (1996) O(n³) algorithm over complete spans ``C`` and incomplete spans
+``I`` in both directions (→: head at the left end; ←: head at the right end). For a span
+``(i, j)``:
+
+    I→(i, j) = s[i, j] + S(i, j),   I←(i, j) = s[j, i] + S(i, j),
+    S(i, j)  = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
+    C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j)
+    C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
+
+and ``log Z = C→(0, n)``. With ``multiroot=False``, ROOT's complete spans ``C→(0, w)`` are made
+impossible unless ``w = n``, so ROOT takes exactly one child (as in supar).
+
+Vectorisation: all charts live in one tensor ``K [2, 3, N+1, N+1, B]``, *width-major with the batch
+innermost*: ``K[1] = A`` indexed by span start, ``A[ch, w, i]`` for the span ``(i, i+w)``, and
+``K[0] = Bc`` indexed by span end with reversed width, ``Bc[ch, N-w, j]`` for ``(j-w, j)``
+(torch-struct's two-chart trick). For one width, the terms of ``C←``, ``S`` and ``C→`` over all
+split points and start positions are then the sum of two strided views ``[3, w, n, B]`` whose
+inner ``[n, B]`` blocks are contiguous, reduced in one pass over the split dimension (fast on
+CPU: never the innermost one); the one split of ``C←``/``C→`` that uses the incomplete span of
+the same width is added afterwards. One Python iteration handles one span width.
+
+The outside pass is written out: the adjoint of the inside pass, widths in decreasing order. It
+keeps ``O(B·N²)`` memory instead of autograd's ``O(B·N³)`` and serves both the marginals (log
+semiring) and the best tree (max semiring: the adjoint routed to the best split). Since the
+marginals are the gradient of ``log Z``, their Jacobian is the (symmetric) Hessian of ``log Z``;
+:class:`EisnerMarginals` therefore computes its backward ``H g`` as a *forward-mode* derivative of
+the same inside-outside code in direction ``g``, again in ``O(B·N²)`` memory.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import cached_property
+
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
+
+from .arc_scores import check_arc_scores, heads_from_arcs, tree_score, usable_arcs
+from .semiring import NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside, serial_if_small
+
+# K[0] is Bc, K[1] is A. Channels of A: left complete, right complete, right incomplete shifted
+# by one width (A[IR, w-1] holds width w). Channels of Bc: left incomplete shifted the other way
+# (Bc[IL, N-w+1] holds width w), left complete, right complete. With this order the terms of
+# [C←, S, C→] of one width are two strided views, and each write of one width is one view.
+CL, CR, IR = 0, 1, 2  # channels of A = K[1]
+IL, CL_, CR_ = 0, 1, 2  # channels of Bc = K[0]
+
+
+def _width_views(K: torch.Tensor, w: int, part: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Strided views of ``K`` (or of its adjoint) for the ``n = N+1-w`` spans of width ``w``.
+
+    ``part="terms"``: ``a, b`` ``[3, w, n, B]`` with ``a + b`` the terms of ``[C←, S, C→]``
+    over the split points (those of ``C←``, ``C→`` that use an incomplete span of width ``w``
+    itself read it from the chart). ``part="out"``: where ``[I←, I→]`` ``[2, n, B]`` (in Bc and
+    in A) and ``[C←, C→]`` ``[2, 2 (Bc, A), n, B]`` of width ``w`` are stored.
+    Views are taken after the writes they depend on, as autograd requires.
+    """
+    _, _, L, _, batch = K.shape
+    N, n = L - 1, L - w
+    sc, sh, sw, si, _ = K.stride()
+    if part == "terms":
+        size, stride = (3, w, n, batch), (sh, sw, si, 1)
+        return (K.as_strided(size, stride, sc),  # A[:, 0:w, 0:n]
+                K.as_strided(size, stride, (N - w + 1) * sw + w * si))  # Bc[:, N-w+1:, w:]
+    inc_b, inc_a = IL * sh + (N - w + 1) * sw + w * si, sc + IR * sh + (w - 1) * sw
+    comp_b, comp_a = CL_ * sh + (N - w) * sw + w * si, sc + CL * sh + w * sw
+    return (K.as_strided((2, n, batch), (inc_a - inc_b, si, 1), inc_b),
+            K.as_strided((2, 2, n, batch), (sh, comp_a - comp_b, si, 1), comp_b))
+
+
+def _diagonals(x: torch.Tensor, pad_rows: bool) -> torch.Tensor:
+    """View ``[B, L(w), L(i)]`` of ``x [B, L, 2L]`` (``x[b, i, i+w]``) or ``[B, 2L, L]`` (``x[b, i+w, i]``)."""
+    batch, L = x.shape[0], min(x.shape[1:])
+    step = (L, L + 1) if pad_rows else (1, 2 * L + 1)
+    return x.as_strided((batch, L, L), (2 * L * L, *step), x.storage_offset())
+
+
+def to_width_major(scores: torch.Tensor) -> torch.Tensor:
+    """``[B, L, L]`` arc scores → ``[2, L, L, B]``: ``[0, w, i] = s[i+w, i]`` (←), ``[1, w, i] = s[i, i+w]`` (→)."""
+    L = scores.shape[-1]
+    left = _diagonals(F.pad(scores, (0, 0, 0, L)), pad_rows=True)  # [B, L(w), L(i)]
+    right = _diagonals(F.pad(scores, (0, L)), pad_rows=False)
+    return torch.stack((left, right), -1).permute(3, 1, 2, 0).contiguous()  # [2, L(w), L(i), B]
+
+
+def from_width_major(sd: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`to_width_major` for ``sd`` that is 0 at width 0 and past the chart."""
+    L, batch = sd.shape[1], sd.shape[-1]
+    left = sd.new_zeros(batch, 2 * L, L)
+    _diagonals(left, pad_rows=True).copy_(sd[0].permute(2, 0, 1))
+    right = sd.new_zeros(batch, L, 2 * L)
+    _diagonals(right, pad_rows=False).copy_(sd[1].permute(2, 0, 1))
+    return left[:, :L] + right[:, :, :L]  # [B, L, L]
+
+
+def eisner_inside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                  semiring: Semiring = LogSemiring) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """Inside pass of Eisner's algorithm (works under autograd and forward-mode AD).
+
+    Args:
+        sd: ``[2, N+1, N+1, batch_size]`` width-major arc scores (:func:`to_width_major`).
+        lengths: ``[batch_size]`` number of words (``1..N``).
+        multiroot: allow several words to attach to ROOT.
+        semiring: :class:`LogSemiring` (log-partition) or :class:`MaxSemiring` (best score).
+
+    Returns:
+        ``log_z [batch_size]``, the chart ``K [2, 3, N+1, N+1, batch_size]`` and, per width
+        ``w``, the sums ``[3, N+1-w, batch_size]`` of ``[C←, S, C→]`` before the split that uses
+        the width-``w`` incomplete span: what :func:`eisner_outside` needs.
+    """
+    _, L, _, batch = sd.shape
+    N = L - 1
+    K = torch.full((2, 3, L, L, batch), NEG, dtype=sd.dtype, device=sd.device)
+    K[1, CL, 0] = 0.0  # complete spans of width 0
+    K[1, CR, 0] = 0.0
+    K[0, CL_, N] = 0.0
+    K[0, CR_, N] = 0.0
+    sums = [sd.new_zeros(0)]  # sums[w] = [C←, S, C→] of width w before adding the width-w I
+    for w in range(1, L):
+        n = L - w
+        a, b = _width_views(K, w, "terms")
+        out = semiring.sum(a + b, 1, overwrite=True)  # [3, n, B]
+        sums.append(out)
+        I = out[1] + sd[:, w, :n]  # [I←, I→] = S + [s(j→i), s(i→j)]
+        _width_views(K, w, "out")[0].copy_(I)
+        C = semiring.plus(out[0::2], I)  # add the split that uses I (C←(i,i) = C→(j,j) = 0)
+        if not multiroot:  # ROOT's right complete span must cover the whole sentence
+            C = C.masked_fill(root_span_mask(n, lengths != w), NEG)
+        _width_views(K, w, "out")[1].copy_(C.unsqueeze(1).expand(2, 2, n, batch))
+    log_z = K[1, CR, lengths, 0, torch.arange(batch, device=sd.device)]
+    return log_z, K, sums
+
+
+def eisner_outside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool, K: torch.Tensor,
+                   sums: list[torch.Tensor], semiring: Semiring = LogSemiring) -> torch.Tensor:
+    """Outside pass: the adjoint of :func:`eisner_inside` for ``d log_z / d scores``.
+
+    Args:
+        sd, lengths, multiroot, semiring: as given to :func:`eisner_inside`.
+        K, sums: what it returned.
+
+    Returns:
+        ``[2, N+1, N+1, batch_size]`` width-major arc marginals (log semiring) or arc
+        indicators of the best tree (max semiring). All adjoints are ``>= 0``.
+    """
+    _, L, _, batch = sd.shape
+    gK = torch.zeros_like(K)
+    grad = torch.zeros_like(sd)
+    gK[1, CR, lengths, 0, torch.arange(batch, device=sd.device)] = 1.0
+    for w in range(L - 1, 0, -1):
+        n = L - w
+        ginc, gcomp = _width_views(gK, w, "out")
+        gC = gcomp.sum(1)  # [2, n, B]: adjoints of C←, C→ (each is stored twice)
+        inc, comp = _width_views(K, w, "out")
+        C = comp[:, 1]  # [2, n, B]: C←, C→ as stored in A
+        if not multiroot:  # masked C→(0, w): no adjoint; use the unmasked sum as the total
+            dead = root_span_mask(n, lengths != w)
+            gC = gC.masked_fill(dead, 0.0)
+            C = torch.where(dead, semiring.plus(sums[w][0::2], inc), C)
+        a, b = _width_views(K, w, "terms")
+        t = a + b  # [3, w, n, B], now with the width-w I at split 0 of C← and split w-1 of C→
+        semiring.backward_(t[0::2], C, gC, 1)
+        # the incomplete spans of width w are complete now: their adjoints are score gradients
+        gI = ginc + t.as_strided((2, n, batch), (2 * t.stride(0) + (w - 1) * t.stride(1), batch, 1))
+        grad[:, w, :n] = gI
+        semiring.backward_(t[1:2], sums[w][1:2], gI.sum(0, keepdim=True), 1)
+        for view in _width_views(gK, w, "terms"):
+            view += t
+    return grad
+
+
+def _step_elements(sd: torch.Tensor) -> int:
+    """Elements of the largest per-width temporary ``[3, w, n, B]`` (at ``w = n = L/2``)."""
+    return 3 * (sd.shape[1] // 2) ** 2 * sd.shape[-1]
+
+
+def root_span_mask(n: int, dead: torch.Tensor) -> torch.Tensor:
+    """``[2, n, B]`` True at ``C→(0, w)`` for the sentences in ``dead [B]``."""
+    mask = torch.zeros(2, n, dead.shape[0], dtype=torch.bool, device=dead.device)
+    mask[1, 0] = dead
+    return mask
+
+
+def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                     semiring: Semiring = LogSemiring) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log_z [B]`` and ``d log_z / d scores [B, N+1, N+1]`` by inside + explicit outside."""
+    sd = to_width_major(scores)
+    with serial_if_small(_step_elements(sd), sd.device):
+        log_z, K, sums = eisner_inside(sd, lengths, multiroot, semiring)
+        grad = from_width_major(eisner_outside(sd, lengths, multiroot, K, sums, semiring))
+    # (items no tree uses get at most the smallest normal number from the outside pass)
+    return log_z, torch.where(usable_arcs(lengths, grad.shape[-1]), grad, 0.0)
+
+
+class EisnerMarginals(torch.autograd.Function):
+    """Arc marginals; backward is the Hessian-vector product by forward-mode differentiation.
+
+    ``mu = d log Z / d s`` and ``d mu / d s`` is the symmetric Hessian ``H`` of ``log Z``, so the
+    vector-Jacobian product the backward needs, ``g^T H``, equals the Jacobian-vector product
+    ``H g``: the forward-mode derivative of the inside-outside computation in direction ``g``.
+    Both directions keep ``O(B·N²)`` memory.
+    """
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+        ctx.save_for_backward(scores, lengths)
+        ctx.multiroot = multiroot
+        return eisner_marginals(scores, lengths, multiroot)[1]
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        scores, lengths = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a third derivative was asked for: use autograd throughout
+            with torch.enable_grad():
+                x = scores.detach().requires_grad_()
+                log_z = eisner_inside(to_width_major(x), lengths, ctx.multiroot)[0]
+                (mu,) = torch.autograd.grad(log_z.sum(), x, create_graph=True)
+            return torch.autograd.grad(mu, x, g, create_graph=True)[0], None, None
+        with fwAD.dual_level(), warnings.catch_warnings():
+            # (torch's first use of forward AD loads decompositions through torch.jit.script)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            dual = fwAD.make_dual(scores, g.to(scores.dtype))
+            mu = eisner_marginals(dual, lengths, ctx.multiroot)[1]
+            return fwAD.unpack_dual(mu).tangent, None, None
+
+
+class _EisnerLogPartition(torch.autograd.Function):
+    """``log Z`` whose backward is the explicit outside pass (``O(B·N²)`` memory)."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+        sd = to_width_major(scores)
+        with serial_if_small(_step_elements(sd), sd.device):
+            log_z, K, sums = eisner_inside(sd, lengths, multiroot)
+        ctx.save_for_backward(scores, lengths, sd, K, *sums)
+        ctx.multiroot = multiroot
+        return log_z
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        scores, lengths, sd, K, *sums = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward requested: stay differentiable
+            mu = EisnerMarginals.apply(scores, lengths, ctx.multiroot)
+        else:
+            with serial_if_small(_step_elements(sd), sd.device):
+                mu = from_width_major(eisner_outside(sd, lengths, ctx.multiroot, K, sums))
+            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
+        return mu * g[:, None, None], None, None
+
+
+class DependencyCRF:
+    """Projective dependency trees (Eisner's algorithm), batched with per-sentence lengths.
+
+    Args:
+        scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
+            dependent ``d``; index 0 is ROOT. Entries past a sentence's length, the diagonal and
+            ``scores[:, :, 0]`` are ignored.
+        lengths: ``[batch_size]`` number of words, in ``1..n``; default all ``n``.
+        multiroot: if False, exactly one word attaches to ROOT.
+
+    Example:
+        >>> crf = DependencyCRF(torch.randn(2, 6, 6), torch.tensor([5, 3]), multiroot=False)
+        >>> crf.marginals.shape     # p(h -> d), zero outside each sentence
+        torch.Size([2, 6, 6])
+        >>> crf.argmax.shape        # heads of words 1..n (0 = ROOT), -1 past each length
+        torch.Size([2, 5])
+
+    Results are float32 for half inputs (the dynamic program runs in float32 or float64, also
+    under autocast). Eisner (1996); syntactic attention: Kim et al. (2017) §3.
+    """
+
+    def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
+                 multiroot: bool = True):
+        self.multiroot = multiroot
+        self.scores, self.lengths = check_arc_scores(scores, lengths)
+
+    @cached_property
+    @fp32_inside
+    def log_partition(self) -> torch.Tensor:
+        """``[batch_size]`` log-sum of the scores of all projective trees."""
+        return _EisnerLogPartition.apply(self.scores, self.lengths, self.multiroot)
+
+    @cached_property
+    @fp32_inside
+    def marginals(self) -> torch.Tensor:
+        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable."""
+        return EisnerMarginals.apply(self.scores, self.lengths, self.multiroot)
+
+    @cached_property
+    @fp32_inside
+    def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            return eisner_marginals(self.scores, self.lengths, self.multiroot, MaxSemiring)
+
+    @property
+    def max(self) -> torch.Tensor:
+        """``[batch_size]`` score of the best projective tree (not differentiable)."""
+        return self._best[0]
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """``[batch_size, n]`` heads of words ``1..n`` in the best projective tree; ``-1`` padding."""
+        return heads_from_arcs(self._best[1], self.lengths)
+
+    def score(self, heads: torch.Tensor) -> torch.Tensor:
+        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored)."""
+        return tree_score(self.scores, heads, self.lengths)

@@ -1,0 +1,412 @@
+"""Non-projective dependency CRF: the Matrix-Tree theorem (Koo et al. 2007) and Chu-Liu-Edmonds.
+
+Score layout as in :mod:`synattn.structs.arc_scores` (``scores[b, h, d]``, head → dependent,
+ROOT = 0). With ``A[h, d] = exp(s[h, d])`` for words and root weights ``r[d] = exp(s[0, d])``:
+
+- multi-root: ``Z = det(L)``, ``L[d, d] = r[d] + Σ_h A[h, d]``, ``L[h, d] = -A[h, d]``;
+- single root: ``Z = det(L̂)``, ``L̂`` = the same Laplacian without ``r`` on the diagonal and with
+  the row of the first word replaced by ``r`` (Koo et al. 2007, §3.3).
+
+**Numerics.** Each column ``d`` is divided by ``exp(max_h s[h, d])`` (added back as
+``Σ_d max_h s[h, d]``), so nothing overflows, and everything runs in float64. Two ways compute
+``log Z`` and the marginals:
+
+- *LAPACK* (fast; lengths below :data:`LAPACK_MAX_N`): the LU factors of Koo's matrix give the
+  determinant, and ``lu_solve`` its inverse for Koo's closed-form marginals. A sentence is
+  trusted only if every pivot is at least :data:`CERTIFICATE` times its column's largest entry
+  (below that, the subtractions inside LU may have cancelled) and its marginals are in ``[0, 1]``
+  with column sums 1 to ``1e-9``; the others take the second way.
+- *GTH elimination* (robust): these matrices are column-diagonally-dominant M-matrices, and
+  Gaussian elimination in the Grassmann-Taksar-Heyman form computes every pivot as a *sum of
+  non-negative terms* (the weight flowing into the eliminated word from the rows not yet
+  eliminated, ROOT included), never as a difference. ``log Z`` keeps full relative accuracy even
+  when ``Z`` is tiny against the largest arc weights (a likely cycle of high scores, e.g. scores
+  ×100), where ``logdet`` returns garbage or NaN. Koo's single-root determinant comes from the
+  same elimination: the words other than the first are eliminated with the first word playing
+  ROOT, and the replaced row is carried along (its final entry is the Schur complement). The
+  marginals are the adjoint of the elimination, written out (``O(B·N²)`` memory): unlike the
+  closed form, which subtracts two entries of the inverse, it keeps column sums at 1 to float64
+  rounding even for scores ×100. No LAPACK call is involved, so it also serves long sentences:
+  batched LAPACK LU/inverse can fail ("Pivots given to lu_solve...") or hang for ``[4, N, N]``
+  with ``N >= 150`` and two threads on some CPU builds.
+
+The backward of the marginals uses the symmetry of the Hessian of ``log Z``: the
+vector-Jacobian product equals a Jacobian-vector product, computed by forward-mode
+differentiation of the GTH code.
+
+``argmax`` is Chu-Liu-Edmonds (Chu and Liu 1965; Edmonds 1967), per sentence on the CPU. For a
+single root, every root arc gets a penalty larger than any difference of tree scores, so the
+best tree has exactly one root arc and is the best such tree.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import cached_property
+
+import numpy as np
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from .arc_scores import check_arc_scores, tree_score, usable_arcs
+from .semiring import NEG, fp32_inside, serial_if_small
+
+TINY = 1e-300
+"""Floor of a pivot (float64): keeps ``log`` and the divisions finite if weights underflow."""
+
+
+def _scaled_arcs(scores: torch.Tensor,
+                 lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Column-scaled float64 weights: root ``r [B, N]``, words ``A [B, N, N]`` (``A[h-1, d-1]``),
+    valid words ``[B, N]`` and the summed column shifts ``[B]``; unusable arcs weigh 0."""
+    s = scores.double()
+    batch, L, _ = s.shape
+    N = L - 1
+    pos = torch.arange(1, L, device=s.device)
+    valid = pos <= lengths.unsqueeze(-1)  # [B, N] words
+    arcs = valid.unsqueeze(2) & valid.unsqueeze(1) & ~torch.eye(N, dtype=torch.bool, device=s.device)
+    into = torch.cat((valid.unsqueeze(1), arcs), 1)  # [B, N+1 (ROOT, words), N]: usable arcs
+    shift = torch.where(into, s[:, :, 1:], NEG).amax(1)  # [B, N]
+    shift = torch.where(valid, shift, 0.0).detach()
+    w = torch.where(into, (s[:, :, 1:] - shift.unsqueeze(1)).exp(), 0.0)  # [B, N+1, N]
+    return w[:, 0], w[:, 1:], valid, shift.sum(1)
+
+
+def _weights(scores: torch.Tensor, lengths: torch.Tensor,
+             multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The matrix for :func:`_factorize` and the column shifts ``[B]`` (summed).
+
+    Returns ``M [B, N+1, N]`` (float64): multi-root rows are words ``1..N`` then ROOT, columns
+    words ``1..N``; single-root rows are words ``2..N``, word 1, ROOT and columns words
+    ``2..N``, word 1. Padded words get one unit in-arc from ROOT (multi-root) or from word 1
+    (single root) and nothing else, so they add a pivot of 1.
+    """
+    root, words, valid, shift = _scaled_arcs(scores, lengths)
+    N = words.shape[-1]
+    pad = (~valid).double()
+    if multiroot:
+        return torch.cat((words, (root + pad).unsqueeze(1)), 1), shift  # [B, N+1, N]
+    order = _single_root_order(N, words.device)
+    words = words[:, order][:, :, order]  # word 1 last
+    first = words[:, -1:] + pad[:, order].unsqueeze(1)  # word 1's row: unit arcs to padding
+    return torch.cat((words[:, :-1], first, root[:, order].unsqueeze(1)), 1), shift
+
+
+def _factorize(scores: torch.Tensor, lengths: torch.Tensor,
+               multiroot: bool) -> tuple[torch.Tensor, ...]:
+    """GTH elimination, in place (works under forward-mode AD, not under autograd).
+
+    Returns ``log_z [B]``, the initial weights ``W [B, R, N]``, the eliminated matrix ``M`` and
+    the pivots ``[B, N]``. Column ``k`` of ``M`` below row ``k`` and row ``k`` right of column
+    ``k`` (divided by pivot ``k``) are as they were at step ``k``: all the outside pass needs.
+    For a single root the last pivot is the replaced row's final entry (its Schur complement).
+    """
+    W, shift = _weights(scores, lengths, multiroot)
+    batch, R, N = W.shape
+    M = W.clone()
+    pivots = W.new_empty(batch, N)
+    steps, rows_end = (N, R) if multiroot else (N - 1, R - 1)  # single root: skip replaced row
+    with serial_if_small(M.numel(), M.device):
+        for k in range(steps):
+            pivot = torch.sum(M[:, k + 1:rows_end, k], -1).clamp_min_(TINY)  # [B]
+            pivots[:, k] = pivot
+            row = M[:, k:k + 1, k + 1:].div_(pivot[:, None, None])
+            # Schur complement: the pivot row's arcs are spread over the rows that feed the pivot
+            M[:, k + 1:, k + 1:].addcmul_(M[:, k + 1:, k:k + 1], row)
+    if not multiroot:
+        pivots[:, N - 1] = M[:, R - 1, N - 1].clamp_min(TINY)
+    return pivots.log().sum(1) + shift, W, M, pivots
+
+
+def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor,
+               multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log Z`` and arc marginals ``[B, N+1, N+1]``: the adjoint of :func:`_factorize`, written out.
+
+    Walking the elimination backwards, ``G`` holds ``d log Z / d M`` for the part of ``M`` still
+    to be undone; at the end it is ``d log Z / d W`` and the marginals are ``G * W``
+    (``W = exp(s - shift)``). Unlike Koo et al.'s closed form, which subtracts two entries of the
+    inverse, this keeps full accuracy at extreme score scales; ``O(B·N²)`` memory.
+    """
+    log_z, W, M, pivots = _factorize(scores, lengths, multiroot)
+    batch, R, N = W.shape
+    G = torch.zeros_like(W)
+    steps, rows_end = (N, R) if multiroot else (N - 1, R - 1)
+    if not multiroot:
+        G[:, R - 1, N - 1] = 1.0 / pivots[:, N - 1]
+    with serial_if_small(M.numel(), M.device):
+        for k in range(steps - 1, -1, -1):
+            column = M[:, k + 1:, k]  # [B, r]: the rows' arcs into the pivot at step k
+            row = M[:, k, k + 1:]  # [B, c]: the pivot's arcs, divided by the pivot
+            rest = G[:, k + 1:, k + 1:]  # [B, r, c]
+            g_row = (column.unsqueeze(2) * rest).sum(1)  # [B, c]
+            g_pivot = (1.0 - (g_row * row).sum(-1)) / pivots[:, k]  # [B]
+            G[:, k + 1:, k] = (rest * row.unsqueeze(1)).sum(2)
+            G[:, k + 1:rows_end, k] += g_pivot.unsqueeze(-1)
+            G[:, k, k + 1:] = g_row / pivots[:, k, None]
+    mu = G * W  # [B, R, N]
+    if multiroot:
+        mu = torch.cat((mu[:, N:], mu[:, :N]), 1)  # rows: ROOT, words
+    else:  # rows [words 2..N, word 1, replaced row (ROOT)], columns [words 2..N, word 1]
+        order = torch.argsort(_single_root_order(N, W.device))
+        mu = torch.cat((mu[:, R - 1:], mu[:, :N][:, order]), 1)[:, :, order]
+    out = torch.cat((mu.new_zeros(batch, N + 1, 1), mu), 2)  # [B, N+1, N+1]
+    return log_z, torch.where(usable_arcs(lengths, N + 1), out, 0.0)
+
+
+def _single_root_order(N: int, device: torch.device) -> torch.Tensor:
+    """Words ``2..N`` then word 1 (0-based word indices)."""
+    return torch.cat((torch.arange(1, N, device=device), torch.zeros(1, dtype=torch.long, device=device)))
+
+
+LAPACK_MAX_N = 150
+"""Below this length, LAPACK's LU is tried first (it can fail or hang at ``[4, N, N]``, ``N >= 150``,
+with two threads on some CPU builds)."""
+
+CERTIFICATE = 1e-6
+"""A LAPACK pivot smaller than this fraction of its column's largest entry, or marginals off by
+more than ``1e-9`` (column sums, range), send the sentence to the GTH path."""
+
+
+def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                      need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Koo et al.'s determinant and closed-form marginals with LAPACK's LU (float64).
+
+    ``p(h -> d) = A[h, d] (X[d, d] - X[d, h])`` and ``p(ROOT -> d) = r[d] X[d, d]`` with
+    ``X = L^{-1}`` (single root: terms with the first word as ``d`` or ``h`` dropped and
+    ``p(ROOT -> d) = r[d] X[d, 1]``). Returns ``log_z``, marginals (or None) and a ``[B]`` mask
+    of trustworthy sentences.
+    """
+    root, words, valid, shift = _scaled_arcs(scores, lengths)
+    batch, N = root.shape
+    pad = (~valid).double()
+    diag = words.sum(1) + pad  # padded words: identity rows and columns
+    laplacian = torch.diag_embed(diag + (root if multiroot else 0.0)) - words
+    if not multiroot:
+        laplacian = torch.cat((root.unsqueeze(1), laplacian[:, 1:]), 1)  # replace word 1's row
+    lu, pivots, info = torch.linalg.lu_factor_ex(laplacian)
+    u = lu.diagonal(dim1=1, dim2=2)  # [B, N]
+    swaps = (pivots != torch.arange(1, N + 1, device=pivots.device)).sum(1)
+    positive = (u < 0).sum(1).add(swaps).remainder(2) == 0
+    scale = laplacian.abs().amax(1)  # [B, N]: each column's largest entry
+    ok = (info == 0) & positive & ((u.abs() / scale).amin(1) >= CERTIFICATE)
+    log_z = u.abs().clamp_min(TINY).log().sum(1) + shift
+    if not need_marginals:
+        return log_z, None, ok
+    eye = torch.eye(N, dtype=lu.dtype, device=lu.device).expand(batch, N, N)
+    inverse = torch.linalg.lu_solve(lu, pivots, eye)  # [B, N, N]
+    x_diag = inverse.diagonal(dim1=1, dim2=2)  # [B, N]
+    keep = torch.ones(N, dtype=root.dtype, device=root.device)
+    if not multiroot:
+        keep[0] = 0.0
+    mu_words = words * (keep * x_diag).unsqueeze(1) - words * keep[:, None] * inverse.transpose(1, 2)
+    mu_root = root * (x_diag if multiroot else inverse[:, :, 0])
+    mu = torch.cat((mu_root.unsqueeze(1), mu_words), 1)  # [B, N+1, N]
+    mu = torch.cat((mu.new_zeros(batch, N + 1, 1), mu), 2)
+    mu = torch.where(usable_arcs(lengths, N + 1), mu, 0.0)
+    sums = torch.where(valid, mu.sum(1)[:, 1:] - 1.0, 0.0).abs().amax(1)
+    ok = ok & (sums <= 1e-9) & (mu.amin((1, 2)) >= -1e-9) & (mu.amax((1, 2)) <= 1 + 1e-9)
+    return log_z, mu, ok
+
+
+def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+               need_marginals: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log Z`` and (optionally) marginals: LAPACK where certified, GTH elimination elsewhere."""
+    N = scores.shape[-1] - 1
+    if N >= LAPACK_MAX_N:
+        if need_marginals:
+            return _gth_marginals(scores, lengths, multiroot)
+        return _factorize(scores, lengths, multiroot)[0], None
+    log_z, mu, ok = _lapack_marginals(scores, lengths, multiroot, need_marginals)
+    if bool(ok.all()):
+        return log_z, mu
+    redo = (~ok).nonzero().squeeze(1)
+    if need_marginals:
+        z, m = _gth_marginals(scores[redo], lengths[redo], multiroot)
+        mu = mu.index_copy(0, redo, m)
+    else:
+        z = _factorize(scores[redo], lengths[redo], multiroot)[0]
+    return log_z.index_copy(0, redo, z), mu
+
+
+def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
+                              multiroot: bool) -> torch.Tensor:
+    """``log Z`` ``[batch_size]`` of non-projective trees (float64, not differentiable).
+
+    Args:
+        scores: ``[batch_size, N+1, N+1]`` arc scores with unusable entries finite
+            (see :func:`~synattn.structs.arc_scores.check_arc_scores`).
+        lengths: ``[batch_size]`` word counts in ``1..N``.
+        multiroot: allow several words to attach to ROOT.
+    """
+    return _marginals(scores, lengths, multiroot, need_marginals=False)[0]
+
+
+class MatrixTreeMarginals(torch.autograd.Function):
+    """Arc marginals; backward ``H g`` by forward-mode differentiation (``H``: Hessian of log Z)."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+        ctx.save_for_backward(scores, lengths)
+        ctx.multiroot = multiroot
+        return _marginals(scores, lengths, multiroot)[1].to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        if torch.is_grad_enabled():
+            raise RuntimeError("third derivatives of Matrix-Tree log-partitions are not supported")
+        scores, lengths = ctx.saved_tensors
+        with fwAD.dual_level(), warnings.catch_warnings():
+            # (torch's first use of forward AD loads decompositions through torch.jit.script)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            dual = fwAD.make_dual(scores, g.to(scores.dtype))
+            mu = _gth_marginals(dual, lengths, ctx.multiroot)[1]
+            return fwAD.unpack_dual(mu).tangent.to(scores.dtype), None, None
+
+
+class _MatrixTreeLogPartition(torch.autograd.Function):
+    """``log Z`` whose backward is the explicit adjoint of the elimination."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+        ctx.save_for_backward(scores, lengths)
+        ctx.multiroot = multiroot
+        return matrix_tree_log_partition(scores, lengths, multiroot).to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        scores, lengths = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward requested: stay differentiable
+            mu = MatrixTreeMarginals.apply(scores, lengths, ctx.multiroot)
+        else:
+            mu = _marginals(scores, lengths, ctx.multiroot)[1].to(scores.dtype)
+        return mu * g[:, None, None], None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Chu-Liu-Edmonds.
+# ---------------------------------------------------------------------------------------------
+
+def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
+    """Best arborescence rooted at node 0 of a dense graph (multi-root).
+
+    Args:
+        scores: ``[n+1, n+1]`` float64 ``scores[h, d]``; node 0 is ROOT.
+
+    Returns:
+        ``[n+1]`` heads (``heads[0] = -1``).
+    """
+    n1 = scores.shape[0]
+    s = scores.astype(np.float64).copy()
+    low = -np.abs(s).max() * 4 * n1 - 1.0  # below any tree score: "no arc"
+    np.fill_diagonal(s, low)
+    s[:, 0] = low
+    heads = s.argmax(0)
+    heads[0] = -1
+    cycle = _find_cycle(heads)
+    if cycle is None:
+        return heads
+    # contract the cycle into one node c (the last index of the smaller graph)
+    in_cycle = np.zeros(n1, dtype=bool)
+    in_cycle[cycle] = True
+    rest = np.flatnonzero(~in_cycle)  # keeps ROOT first
+    m = len(rest)
+    cyc = np.array(cycle)
+    cycle_score = s[heads[cyc], cyc]  # [k]
+    enter = s[np.ix_(rest, cyc)] - cycle_score  # [m, k]: replace v's cycle arc by h -> v
+    leave = s[np.ix_(cyc, rest)]  # [k, m]
+    small = np.full((m + 1, m + 1), low)
+    small[:m, :m] = s[np.ix_(rest, rest)]
+    small[:m, m] = enter.max(1)
+    small[m, :m] = leave.max(0)
+    sub = chu_liu_edmonds(small)
+    out = heads.copy()
+    for j in range(1, m):  # nodes outside the cycle
+        h = sub[j]
+        out[rest[j]] = rest[h] if h < m else cyc[leave[:, j].argmax()]
+    h = sub[m]  # the arc entering the cycle breaks it at one node
+    out[cyc[enter[h].argmax()]] = rest[h]
+    return out
+
+
+def _find_cycle(heads: np.ndarray) -> list[int] | None:
+    n1 = len(heads)
+    color = np.zeros(n1, dtype=np.int64)  # 0 unseen, 1 on the current path, 2 done
+    color[0] = 2
+    for start in range(1, n1):
+        path, v = [], start
+        while color[v] == 0:
+            color[v] = 1
+            path.append(v)
+            v = heads[v]
+        if color[v] == 1:
+            return path[path.index(v):]
+        color[path] = 2
+    return None
+
+
+def best_tree(scores: np.ndarray, multiroot: bool) -> np.ndarray:
+    """Heads ``[n]`` of words ``1..n`` in the best non-projective tree of ``scores [n+1, n+1]``."""
+    s = scores.astype(np.float64).copy()
+    if not multiroot:  # a penalty above any tree-score difference: exactly one root arc wins
+        s[0, 1:] -= 2.0 * (s.shape[0] * (np.abs(s).max() + 1.0))
+    return chu_liu_edmonds(s)[1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# The distribution.
+# ---------------------------------------------------------------------------------------------
+
+class NonProjectiveDependencyCRF:
+    """Non-projective dependency trees (Matrix-Tree theorem), batched with per-sentence lengths.
+
+    Args:
+        scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
+            dependent ``d``; index 0 is ROOT. Entries past a sentence's length, the diagonal and
+            ``scores[:, :, 0]`` are ignored.
+        lengths: ``[batch_size]`` number of words, in ``1..n``; default all ``n``.
+        multiroot: if False, exactly one word attaches to ROOT.
+
+    Example:
+        >>> crf = NonProjectiveDependencyCRF(torch.randn(2, 6, 6), torch.tensor([5, 3]))
+        >>> crf.marginals.sum(1)[:, 1:4]   # each word has one head
+        tensor([[1.0000, 1.0000, 1.0000],
+                [1.0000, 1.0000, 1.0000]])
+
+    ``log_partition`` and ``marginals`` are returned in the scores' float dtype (float32 for
+    half inputs); the computation is float64.
+    """
+
+    def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
+                 multiroot: bool = True):
+        self.multiroot = multiroot
+        self.scores, self.lengths = check_arc_scores(scores, lengths)
+
+    @cached_property
+    @fp32_inside
+    def log_partition(self) -> torch.Tensor:
+        """``[batch_size]`` log-sum of the scores of all spanning arborescences."""
+        return _MatrixTreeLogPartition.apply(self.scores, self.lengths, self.multiroot)
+
+    @cached_property
+    @fp32_inside
+    def marginals(self) -> torch.Tensor:
+        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable."""
+        return MatrixTreeMarginals.apply(self.scores, self.lengths, self.multiroot)
+
+    @cached_property
+    def argmax(self) -> torch.Tensor:
+        """``[batch_size, n]`` heads of words ``1..n`` of the best tree; ``-1`` padding."""
+        scores = self.scores.detach().double().cpu().numpy()
+        heads = np.full(scores.shape[:2], -1, dtype=np.int64)[:, 1:]
+        for b, n in enumerate(self.lengths.tolist()):
+            heads[b, :n] = best_tree(scores[b, :n + 1, :n + 1], self.multiroot)
+        return torch.from_numpy(heads).to(self.scores.device)
+
+    @property
+    def max(self) -> torch.Tensor:
+        """``[batch_size]`` score of the best tree (not differentiable)."""
+        return self.score(self.argmax).detach()
+
+    def score(self, heads: torch.Tensor) -> torch.Tensor:
+        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored)."""
+        return tree_score(self.scores, heads, self.lengths)

@@ -33,6 +33,7 @@ from synattn.attention import (MultiheadAttention, RelativePositions, Specialize
                                SupervisedHead, SyntaxInputs, TreeRelations)
 from synattn.trees.relations import (batch_distance_labels, batch_traversal_labels,
                                      distance_vocab, head_targets, traversal_vocab)
+from machine import cpu_name
 
 
 class NaiveTreeAttention(nn.Module):
@@ -118,18 +119,6 @@ def step(module: nn.Module, x: torch.Tensor, pad: torch.Tensor, syntax: SyntaxIn
         loss = out.square().mean() + sum(extras.losses.values(), torch.zeros(()))
     loss.backward()
     return time.perf_counter() - start
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo when there is one."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from synattn.trees._reference import random_heads, reference_labels
 from synattn.trees.relations import batch_relation_labels
+from machine import machine_info
 
 
 def make_corpus(n_sentences: int, seed: int = 0) -> list[np.ndarray]:
@@ -69,25 +69,6 @@ def timed(fn, repeats: int) -> tuple[float, float]:
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return statistics.median(walls), statistics.median(cpus)
-
-
-def machine_info() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    try:
-        import torch
-        torch_info = f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
-    except ImportError:
-        torch_info = "torch not installed"
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{cpu}; {affinity} usable cores, load average {os.getloadavg()[0]:.1f}; "
-            f"python {platform.python_version()}; "
-            f"numpy {np.__version__}; {torch_info}; "
-            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
 
 
 def main() -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import platform
 import statistics
 import threading
 import time
@@ -34,6 +33,7 @@ from typing import Callable
 import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
+from machine import cpu_name
 
 EISNER_SIZES = [(32, 20), (32, 40), (16, 80), (4, 160)]
 CHAIN_SIZES = [(32, C, N) for C in (2, 16) for N in (50, 200)]
@@ -279,12 +279,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     reps = 4 if args.quick else 8
-    cpu = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {cpu}, float32, "
           f"median of up to {reps} runs (ms); speed-up = faster peer / synattn")
     peers = available_peers()

@@ -34,6 +34,7 @@ from synattn.attention.core import MultiheadAttention
 from synattn.attention.inputs import SyntaxInputs
 from synattn.attention.structured import SegmentationAttention, SyntacticAttention
 from synattn.trees.relations import batch_syntax_hints
+from machine import cpu_name
 
 try:
     import torch_struct
@@ -148,18 +149,6 @@ def step(module: MultiheadAttention, kind: str, x: torch.Tensor, source: torch.T
     loss = out.square().mean() + sum(extras.losses.values(), torch.zeros(()))
     loss.backward()
     return time.perf_counter() - start
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo when there is one."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -49,6 +49,7 @@ from synattn.data.prepare import PrepareConfig, prepare
 from synattn.experiment import ExperimentConfig, build_model
 from synattn.train import Trainer, task_for
 from synattn.train.tasks import syntax_request_for
+from machine import cpu_name
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -64,16 +65,6 @@ class Runner:
     cpu: list[float] = dataclasses.field(default_factory=list)
     syntax: list[float] = dataclasses.field(default_factory=list)
     tokens: list[int] = dataclasses.field(default_factory=list)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def make_data(pairs: int, folder: Path, tgt_model: str) -> Path:

@@ -11,8 +11,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 # torch first and pinned: every later requirement (torch>=2.5) is then already satisfied.
-.venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null \
-  || pip install torch==2.13.0
+if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+  if ! pip install torch==2.13.0 > .venv/setup.log 2>&1; then
+    grep -v "^WARNING: Location" .venv/setup.log >&2
+    echo "setup failed: pip could not install torch==2.13.0 (full log: .venv/setup.log)" >&2
+    exit 1
+  fi
+fi
 if ! pip install -e ".[all]" > .venv/setup.log 2>&1; then
   grep -v "^WARNING: Location" .venv/setup.log >&2
   echo "setup failed: pip could not install synattn (full log: .venv/setup.log)" >&2

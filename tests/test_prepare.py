@@ -121,3 +121,20 @@ def test_cli_prepare_parses_with_spacy(tmp_path, capsys):
     heads = IndexedField(tmp_path / "p" / "train", "src_heads")
     assert all((heads[i] == 0).sum() == 1 for i in range(len(heads)))  # one root piece per line
     assert "prepared" in capsys.readouterr().err
+
+
+def test_parallel_text_with_given_source_trees(tmp_path):
+    trees_text = ("1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n"
+                  "1\tCats\tcat\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tsleep\tx\tVERB\tVBP\t_\t0\troot\t_\t_\n\n")
+    (tmp_path / "train.conllu").write_text(trees_text * 5)
+    _write(tmp_path, "train.en", ["Dogs bark", "Cats sleep"] * 5)
+    _write(tmp_path, "train.fr", ["les chiens aboient", "les chats dorment"] * 5)
+    cfg = PrepareConfig(out=str(tmp_path / "d"), prefixes={"train": str(tmp_path / "train")},
+                        src_trees={"train": str(tmp_path / "train.conllu")}, vocab_size=30)
+    out = prepare(cfg)
+    heads = IndexedField(out / "train", "src_heads")
+    assert len(heads) == 10 and all((heads[i] == 0).sum() == 1 for i in range(10))
+    _write(tmp_path, "train.en", ["Dogs bark", "Cats sleep!"] + ["Dogs bark", "Cats sleep"] * 4)
+    cfg.vocab_size = 29
+    with pytest.raises(DataError, match=r"train\.en:2: the tokens of this line differ from sentence 2"):
+        prepare(cfg)

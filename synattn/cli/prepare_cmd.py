@@ -5,6 +5,7 @@ Examples:
   synattn prepare --corpus ptb -o data/ptb --limit 20000        # language-model text, parsed
   synattn prepare --train data/train --dev data/dev --src-lang en --tgt-lang de -o data/x
   synattn prepare --src-trees train=ud/train.conllu dev=ud/dev.conllu --src-lang en -o data/ud
+  synattn prepare --train data/train --src-trees train=data/train.en.conllu --pretokenized -o data/y
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--dev", help="dev file prefix or .tsv")
     src.add_argument("--test", help="test file prefix or .tsv")
     src.add_argument("--src-trees", nargs="+", metavar="SPLIT=CONLLU",
-                     help="given source treebanks instead of parsing (monolingual)")
+                     help="given source treebanks instead of parsing: alone (monolingual), or with "
+                          "--train/--dev/--test (one tree per source line, same tokens)")
     p.add_argument("--bible-source", default="4", help="Bible source translation (default 4 = WEB)")
     p.add_argument("--bible-target", default="l", help="Bible target translation (default l = Segond 1910)")
     p.add_argument("--src-lang", default="en", help="source file suffix (default en)")
@@ -58,17 +60,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     prefixes = {k: v for k, v in (("train", args.train), ("dev", args.dev), ("test", args.test)) if v}
-    tgt_lang = None if args.tgt_lang == "none" or args.corpus == "ptb" or args.src_trees else args.tgt_lang
+    tgt_lang = None if args.tgt_lang == "none" or args.corpus == "ptb" or (args.src_trees and not prefixes) \
+        else args.tgt_lang
     cfg = PrepareConfig(
         out=args.out, corpus=args.corpus, bible_source=args.bible_source, bible_target=args.bible_target,
         prefixes=prefixes, src_lang=args.src_lang, tgt_lang=tgt_lang, src_trees=_split_paths(args.src_trees),
         pretokenized=args.pretokenized, parse_source=not args.no_parse_source, parse_target=args.parse_target,
         src_model=args.src_model, tgt_model=args.tgt_model, vocab_size=args.vocab_size,
         joint_vocab=args.joint_vocab, limit=args.limit, max_words=args.max_words, on_error=args.on_error)
-    given = sum(bool(x) for x in (args.corpus, prefixes, cfg.src_trees))
+    given = sum(bool(x) for x in (args.corpus, prefixes or cfg.src_trees))
     if given != 1:
-        raise SystemExit("synattn prepare: error: give exactly one input: --corpus, --train/--dev/--test "
-                         "or --src-trees")
+        raise SystemExit("synattn prepare: error: give one input: --corpus, or --train/--dev/--test "
+                         "(optionally with --src-trees), or --src-trees alone")
     out = prepare(cfg, force=args.force)
     manifest = json.loads((out / MANIFEST).read_text())
     for split, sizes in manifest["splits"].items():

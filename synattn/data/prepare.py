@@ -48,9 +48,11 @@ MANIFEST = "manifest.json"
 class PrepareConfig:
     """Settings of :func:`prepare` (also the ``synattn prepare`` options).
 
-    Exactly one input: ``corpus`` (``"bible"``, ``"ptb"``) or file ``prefixes`` per split
+    One input: ``corpus`` (``"bible"``, ``"ptb"``) or file ``prefixes`` per split
     (``PREFIX.SRC_LANG`` / ``PREFIX.TGT_LANG`` one sentence a line, fairseq-style; a ``.tsv`` path
-    holds ``source<TAB>target`` lines), or ``src_trees`` (CoNLL-U per split, words used as tokens).
+    holds ``source<TAB>target`` lines), or ``src_trees`` alone (CoNLL-U per split, monolingual,
+    words used as tokens). ``prefixes`` with ``src_trees`` uses the given trees for the source side
+    of those splits (their words must equal the source lines' tokens) instead of parsing.
     """
 
     out: str
@@ -115,19 +117,44 @@ def _load_text(cfg: PrepareConfig) -> dict[str, dict[str, Side]]:
         for split, name in zip(SPLITS, ("train", "valid", "test")):
             lines = load_ptb_lm(name)[: cfg.limit if split == "train" else None]
             out[split] = {"src": Side(lines, list(range(1, len(lines) + 1)), f"ptb:{name}")}
+    elif cfg.prefixes:
+        for split, prefix in cfg.prefixes.items():
+            out[split] = _read_parallel(cfg, prefix)
+            if split in cfg.src_trees:
+                _attach_given_trees(out[split]["src"], cfg.src_trees[split])
     elif cfg.src_trees:
         for split, path in cfg.src_trees.items():
             trees = read_conllu(path, on_error=cfg.on_error)
             out[split] = {"src": Side([" ".join(t.words) for t in trees], list(range(1, len(trees) + 1)),
                                       path, trees)}
-    elif cfg.prefixes:
-        for split, prefix in cfg.prefixes.items():
-            out[split] = _read_parallel(cfg, prefix)
     else:
         raise ValueError("nothing to prepare: give a corpus, file prefixes or source treebanks")
     if "train" not in out:
         raise ValueError("a training split is required")
     return out
+
+
+def _attach_given_trees(side: Side, conllu: str) -> None:
+    """Use the trees of ``conllu`` (one per line of the source file) for ``side``.
+
+    Raises:
+        DataError: the treebank has another number of sentences than the source file has lines, or
+            a sentence's words differ from the tokens of its line (e.g. a parser that split or
+            re-tokenised it): the message names the line and both versions.
+    """
+    trees = read_conllu(conllu)
+    last_line = max(side.line_numbers, default=0)
+    if len(trees) < last_line:
+        raise DataError(f"{conllu} has {len(trees)} sentences, but the source has at least {last_line} lines",
+                        side.path, len(trees) + 1)
+    side.trees = []
+    for number, text in zip(side.line_numbers, side.lines):
+        tree = trees[number - 1]
+        if tree.words != text.split():
+            raise DataError(f"the tokens of this line differ from sentence {number} of {conllu} "
+                            f"({' '.join(tree.words)[:60]!r} there); give pre-tokenised text matching the "
+                            f"treebank", side.path, number)
+        side.trees.append(tree)
 
 
 def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:

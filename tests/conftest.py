@@ -1,7 +1,16 @@
 """Suite-wide test settings."""
 
+import os
+
 import pytest
 import torch
+from hypothesis import settings
+
+# CI draws the same hypothesis examples on every run (a red CI then means a change broke
+# something); local runs keep exploring new examples.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True)

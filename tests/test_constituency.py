@@ -238,3 +238,9 @@ def test_fuzzed_bracket_files_raise_only_treebank_errors(data, drop_punct):
 def test_leaf_trees_are_not_constituents():
     assert spans(parse_brackets("(NN dog)"), include_trivial=True) == set()
     assert spans(parse_brackets("(S (A a) (B b) (C c))"), include_trivial=True) == {(0, 3)}
+
+
+def test_empty_tree_spans_nothing():
+    # every word of "(X (-NONE- *))" is a trace: the tree that remains has no words and no spans
+    (tree,) = read_brackets(io.StringIO("(X (-NONE- *))\n"))
+    assert leaves(tree) == [] and spans(tree, include_trivial=True) == set()

@@ -116,7 +116,8 @@ def spans(tree: Tree, include_trivial: bool = False) -> set[tuple[int, int]]:
             excluded by default (bracket F1 convention of METHODS §3).
 
     Returns:
-        The set of spans (unary chains give one span).
+        The set of spans (unary chains give one span); an inner node without words (the empty
+        tree left when every word was dropped) spans nothing.
     """
     out, starts, position = set(), [], 0
     for event, _ in _walk(tree):
@@ -125,7 +126,9 @@ def spans(tree: Tree, include_trivial: bool = False) -> set[tuple[int, int]]:
         elif event == "open":
             starts.append(position)
         else:
-            out.add((starts.pop(), position))
+            start = starts.pop()
+            if start < position:
+                out.add((start, position))
     if not include_trivial:
         out = {(i, j) for i, j in out if j - i > 1 and (i, j) != (0, position)}
     return out

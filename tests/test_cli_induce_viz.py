@@ -97,7 +97,7 @@ def run(tmp_path_factory):
 
 def _split_words(data, split="dev") -> list[list[str]]:
     """The words of each sentence of a split, as ``induce`` sees them (parser tokens)."""
-    from synattn.cli.induce_cmd import Sentences
+    from synattn.cli.common import Sentences
 
     return Sentences.from_split(data, split).words
 

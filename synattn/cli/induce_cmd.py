@@ -21,21 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
-import sentencepiece as spm
 import torch
 
-from synattn.data.batching import PreparedDataset, SyntaxRequest, collate_examples
-from synattn.data.prepare import encode_sentence
-from synattn.data.text import SkipReport, read_lines
+from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
+from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.errors import InputError
-from synattn.evaluate.runner import load_run
 from synattn.io import atomic_write
 from synattn.models import EncoderDecoderTransformer, MaskedLM
-from synattn.train.checkpoint import resolve_checkpoint
 from synattn.train.tasks import syntax_request_for
 from synattn.trees.constituency import read_brackets, to_brackets
 from synattn.trees.induce import BASELINES, induce_tree, score_induced, word_links
@@ -59,14 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """``--run``, ``--checkpoint``, ``--data`` (shared with ``synattn viz``)."""
-    p.add_argument("--run", required=True, help="run directory of 'synattn train'")
-    p.add_argument("--checkpoint", default="best",
-                   help="best (falls back to last when the run never validated), last, or a checkpoint directory")
-    p.add_argument("--data", help="prepared dataset folder (default: the run's)")
-
-
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """``--threshold``, ``--min-layer``, ``--batch-size`` (shared with ``synattn viz``)."""
     p.add_argument("--threshold", type=float, default=0.8,
@@ -74,87 +60,6 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-layer", type=int, default=3,
                    help="lowest layer decoding goes down to, counted from 1 at the bottom (3)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
-
-
-def load(args: argparse.Namespace):
-    """The run's model (eval mode), experiment config and dataset folder."""
-    which = args.checkpoint
-    if which == "best" and resolve_checkpoint(args.run, "best") is None:
-        which = "last"
-    try:
-        model, exp, checkpoint = load_run(args.run, which)
-    except FileNotFoundError as err:
-        raise InputError(str(err), args.run) from None
-    print(f"using {checkpoint}", file=sys.stderr)
-    return model.eval(), exp, Path(args.data or exp.data)
-
-
-class Sentences:
-    """Encoded source sentences of a run's vocabulary: the model's inputs and their words.
-
-    Attributes:
-        examples: the stored fields of each sentence (``src_ids``, ``src_word``, with trees
-            ``src_heads`` ...), as ``collate_examples`` takes them.
-        words: the words of each sentence.
-        numbers: each sentence's 1-based number: its line in the input file (skipped lines
-            have none), or its index in the split plus one.
-        total: number of input lines (or split sentences).
-    """
-
-    def __init__(self, examples: list[dict[str, np.ndarray]], words: list[list[str]],
-                 numbers: list[int], total: int):
-        self.examples, self.words, self.numbers, self.total = examples, words, numbers, total
-
-    @classmethod
-    def from_split(cls, data: Path, split: str, indices: Sequence[int] | None = None) -> Sentences:
-        """Sentences of a prepared split (all, or ``indices``); words decoded from their pieces."""
-        try:
-            dataset = PreparedDataset(data, split)
-        except (FileNotFoundError, KeyError) as err:
-            raise InputError(str(err).strip('"'), str(data)) from None
-        sp = spm.SentencePieceProcessor(model_file=str(data / dataset.manifest["spm"]["src"]))
-        indices = range(len(dataset)) if indices is None else indices
-        for i in indices:
-            if not 0 <= i < len(dataset):
-                raise InputError(f"sentence index {i} is outside 0..{len(dataset) - 1}", f"{data}/{split}")
-        examples = [dataset[i] for i in indices]
-        words = [[sp.decode(ids.tolist()) for ids in _pieces_by_word(e["src_ids"], e["src_word"])]
-                 for e in examples]
-        return cls(examples, words, [i + 1 for i in indices], len(dataset))
-
-    @classmethod
-    def from_text(cls, data: Path, path: str, needs_trees: bool, on_error: str = "raise",
-                  line: int | None = None) -> Sentences:
-        """Sentences of a text file (whitespace-separated words; all lines, or the 0-based
-        ``line`` alone), parsed when ``needs_trees`` with the spaCy pipeline the dataset was
-        prepared with (the words are kept)."""
-        manifest = json.loads((data / "manifest.json").read_text())
-        sp = spm.SentencePieceProcessor(model_file=str(data / manifest["spm"]["src"]))
-        labels_path = data / "labels.json"
-        labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
-        report = SkipReport()
-        lines = read_lines(path, on_error=on_error, report=report)
-        if len(report):
-            print(report.summary(path), file=sys.stderr)
-        if line is not None:
-            lines = [(number, text) for number, text in lines if number == line + 1]
-            if not lines:
-                raise InputError(f"no sentence at line {line + 1} (0-based index {line})", path)
-        words = [text.split() for _, text in lines]
-        trees = [None] * len(lines)
-        if needs_trees:
-            from synattn.data.parsing import parse
-
-            trees = list(parse([" ".join(w) for w in words], manifest["config"]["src_model"], pretokenized=True))
-        examples = [encode_sentence("src", w, sp, labels, tree) for w, tree in zip(words, trees)]
-        with open(path, "rb") as f:
-            total = sum(1 for _ in f)
-        return cls(examples, words, [number for number, _ in lines], total)
-
-
-def _pieces_by_word(ids: np.ndarray, word_of_piece: np.ndarray) -> list[np.ndarray]:
-    """The piece ids of each word."""
-    return np.split(ids, np.flatnonzero(np.diff(word_of_piece)) + 1)
 
 
 def source_request(model) -> SyntaxRequest:
@@ -226,15 +131,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error)
     trees = induce_sentences(model, sentences, args.threshold, args.min_layer, args.batch_size)
-    lines = [""] * sentences.total
-    for number, tree in zip(sentences.numbers, trees):
-        lines[number - 1] = to_brackets(tree)
-    text = "".join(line + "\n" for line in lines)
-    if args.output:
-        with atomic_write(args.output) as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    write_aligned(args.output, sentences.total, sentences.numbers, [to_brackets(t) for t in trees])
     if args.gold:
         gold = read_brackets(args.gold)
         if len(gold) != sentences.total:

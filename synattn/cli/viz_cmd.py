@@ -24,8 +24,8 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
-from synattn.cli.induce_cmd import (Sentences, add_decoding_arguments, add_run_arguments,
-                                    encoder_outputs, induce_sentences, load)
+from synattn.cli.common import Sentences, add_run_arguments, load
+from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.data.subwords import BOS
 from synattn.errors import InputError

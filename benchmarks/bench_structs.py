@@ -2,7 +2,9 @@
 
 For every case the same random scores go to all three libraries (converted to each one's layout);
 the script checks that the values agree, then prints median milliseconds and the speed-up of
-synattn over the faster of the two others. It ends with the peak memory of Eisner marginals at
+synattn over the faster of the two others. synattn runs twice: with its default backend (compiled
+kernels on CPU when numba is installed) and with its pure-PyTorch backend (column ``torch path``,
+the code that also runs on CUDA); the speed-up is that of the default backend. It ends with the peak memory of Eisner marginals at
 ``(B, N) = (4, 160)``, each library measured in a fresh process.
 
 The peer libraries are installed only for this script (never for the package or its tests)::
@@ -33,6 +35,7 @@ from typing import Callable
 import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
+from synattn.structs.backend import use_backend
 from machine import cpu_name
 
 EISNER_SIZES = [(32, 20), (32, 40), (16, 80), (4, 160)]
@@ -94,8 +97,20 @@ def from_torch_struct(marginals: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def on_torch_path(fns):
+    """The same functions run with synattn's pure-PyTorch backend."""
+    def wrap(fn):
+        def run():
+            with use_backend("torch"):
+                return fn()
+        return run
+    return tuple(wrap(fn) for fn in fns)
+
+
 def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
     """``(partition_fn, marginals_fn)`` of one library; each returns ours-layout tensors."""
+    if lib == "torch path":
+        return on_torch_path(tree_fns("synattn", kind, scores, lengths))
     if lib == "synattn":
         cls = DependencyCRF if kind == "eisner" else NonProjectiveDependencyCRF
 
@@ -134,6 +149,8 @@ def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
 
 def chain_fns(lib: str, unary: torch.Tensor, trans: torch.Tensor, lengths: torch.Tensor):
     """``(partition_fn, node_marginals_fn)``; the chain scores unary[i, y_i] + trans[y_i, y_{i+1}]."""
+    if lib == "torch path":
+        return on_torch_path(chain_fns("synattn", unary, trans, lengths))
     if lib == "synattn":
         def part():
             with torch.no_grad():
@@ -263,10 +280,10 @@ def available_peers() -> list[str]:
 
 def row(name, ours, others, diffs):
     cols = [f"{name:<34}", f"{ours:9.2f}"]
-    for lib in ("torch-struct", "supar"):
+    for lib in ("torch path", "torch-struct", "supar"):
         value = others.get(lib)
         cols.append(f"{value:12.2f}" if isinstance(value, float) else f"{value or '-':>12}")
-    timed = [v for v in others.values() if isinstance(v, float)]
+    timed = [v for lib, v in others.items() if isinstance(v, float) and lib != "torch path"]
     cols.append(f"{min(timed) / ours:8.1f}x" if timed else f"{'-':>9}")
     cols.append("  ".join(f"{lib}: {d:.1e}" for lib, d in diffs.items()))
     print(" | ".join(cols), flush=True)
@@ -283,8 +300,8 @@ def main() -> None:
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {cpu}, float32, "
           f"median of up to {reps} runs (ms); speed-up = faster peer / synattn")
     peers = available_peers()
-    print(f"{'case':<34} | {'synattn':>9} | {'torch-struct':>12} | {'supar':>12} | speed-up | "
-          "max |difference| from synattn (log Z, marginals)")
+    print(f"{'case':<34} | {'synattn':>9} | {'torch path':>12} | {'torch-struct':>12} | {'supar':>12} "
+          "| speed-up | max |difference| from synattn (log Z, marginals)")
 
     for kind, label in (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree")):
         for batch, n in EISNER_SIZES:
@@ -296,8 +313,8 @@ def main() -> None:
             times: dict[str, dict] = {"part": {}, "marg": {}}
             diffs: dict[str, dict] = {"part": {}, "marg": {}}
             values = tuple(fn() for fn in fns["synattn"])
-            for lib in peers:
-                if kind == "matrix_tree" and n >= GUARD_N:
+            for lib in ["torch path", *peers]:
+                if kind == "matrix_tree" and n >= GUARD_N and lib != "torch path":
                     p_ms, m_ms, peer_values, note = guarded(lib, kind, scores, lengths, reps, args.threads)
                     times["part"][lib] = p_ms if p_ms is not None else note
                     times["marg"][lib] = m_ms if m_ms is not None else note
@@ -321,11 +338,11 @@ def main() -> None:
         trans = torch.randn(C, C, generator=gen)
         lengths = torch.randint(n // 2, n + 1, (batch,), generator=gen)
         lengths[0] = n
-        fns = {lib: chain_fns(lib, unary, trans, lengths) for lib in ["synattn", *peers]}
+        fns = {lib: chain_fns(lib, unary, trans, lengths) for lib in ["synattn", "torch path", *peers]}
         values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
         times, diffs = {"part": {}, "marg": {}}, {"part": {}, "marg": {}}
         valid = (torch.arange(n) < lengths[:, None]).unsqueeze(-1)
-        for lib in peers:
+        for lib in ["torch path", *peers]:
             diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
             diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1] * valid)
         for which, index in (("part", 0), ("marg", 1)):
@@ -336,7 +353,7 @@ def main() -> None:
 
     print("\n# peak resident memory of Eisner marginals, B=4 N=160 (MiB above the state before, "
           "fresh process each)")
-    for lib in ["synattn", *peers]:
+    for lib in ["synattn", "torch path", *peers]:
         print(f"{lib:<14} {peak_memory_mib(lib, 4, 160, args.threads):10.1f}", flush=True)
 
 

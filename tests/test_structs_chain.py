@@ -1,8 +1,15 @@
-"""Linear-chain CRF against brute-force enumeration; the signed log-space backward."""
+"""Linear-chain CRF against brute-force enumeration; the signed log-space backward.
+
+Every property holds on both backends (pure PyTorch and the compiled numba kernels), and the two
+give the same numbers.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,8 +17,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synattn.structs import ChainMarginals, LinearChainCRF
-from synattn.structs.chain import chain_log_partition, forward_backward
+from synattn.structs.backend import use_backend
+from synattn.structs.chain import (ChainLogPartition, chain_log_partition, forward_backward,
+                                   transfer_matrices)
 from synattn.structs.semiring import signed_exp, signed_log, signed_logsumexp
+
+BACKENDS = ["torch", "numba"]
+
+
+@contextlib.contextmanager
+def on(backend: str):
+    """Run the block on ``backend``; the compiled one is skipped where numba is not installed."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    with use_backend(backend):
+        yield
 
 
 def brute_force(unary: torch.Tensor, edge: torch.Tensor, n: int):
@@ -49,9 +69,15 @@ chains = st.fixed_dictionaries({
 })
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None)
 @given(case=chains)
-def test_matches_brute_force(case):
+def test_matches_brute_force(backend, case):
+    with on(backend):
+        check_edge_form_against_brute_force(case)
+
+
+def check_edge_form_against_brute_force(case):
     unary, edge, lengths = random_chain(case["seed"], case["lengths"], case["C"], case["scale"])
     # edge form: unaries folded into the pair potentials of the first position and the rest
     log_potentials = edge + unary[:, 1:, None, :]
@@ -73,9 +99,15 @@ def test_matches_brute_force(case):
         assert (crf.argmax[b, n:] == -1).all() and crf.marginals[b, n:].abs().sum() == 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None)
 @given(case=chains)
-def test_unary_transition_form_matches_brute_force(case):
+def test_unary_transition_form_matches_brute_force(backend, case):
+    with on(backend):
+        check_unary_transition_form_against_brute_force(case)
+
+
+def check_unary_transition_form_against_brute_force(case):
     unary, edge, lengths = random_chain(case["seed"], case["lengths"], case["C"], case["scale"])
     transition = edge[0, 0] if edge.shape[1] else torch.zeros(case["C"], case["C"]).double()
     crf = LinearChainCRF(unary=unary, transition=transition, lengths=lengths, scan=case["scan"])
@@ -101,9 +133,15 @@ def test_scan_equals_sequential(seed, C, n):
                                chain_log_partition(u0, T, scan=False))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=15, deadline=None)
 @given(case=chains)
-def test_batched_ragged_equals_one_by_one(case):
+def test_batched_ragged_equals_one_by_one(backend, case):
+    with on(backend):
+        check_batched_ragged_equals_one_by_one(case)
+
+
+def check_batched_ragged_equals_one_by_one(case):
     unary, edge, lengths = random_chain(case["seed"], case["lengths"], case["C"], case["scale"])
     crf = LinearChainCRF(unary=unary, transition=edge[:, 0] if edge.shape[1] else None,
                          lengths=lengths)
@@ -115,8 +153,13 @@ def test_batched_ragged_equals_one_by_one(case):
         assert crf.argmax[b, :n].tolist() == one.argmax[0].tolist()
 
 
-@pytest.mark.parametrize("scan", [True, False])
-def test_signed_log_backward_equals_double_backward_and_finite_differences(scan):
+@pytest.mark.parametrize("backend, scan", [("torch", True), ("torch", False), ("numba", None)])
+def test_signed_log_backward_equals_double_backward_and_finite_differences(backend, scan):
+    with on(backend):
+        check_signed_log_backward(scan)
+
+
+def check_signed_log_backward(scan):
     unary, edge, lengths = random_chain(0, [6, 4, 1, 5], 3, 1.5)
     unary.requires_grad_()
     edge.requires_grad_()
@@ -135,24 +178,36 @@ def test_signed_log_backward_equals_double_backward_and_finite_differences(scan)
     torch.testing.assert_close(ours[1], double[1])
 
 
-def test_chain_marginals_function_direct_gradcheck():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chain_marginals_function_direct_gradcheck(backend):
     gen = torch.Generator().manual_seed(4)
     u0 = torch.randn(2, 2, generator=gen, dtype=torch.float64, requires_grad=True)
     T = torch.randn(2, 2, 5, 2, generator=gen, dtype=torch.float64, requires_grad=True)
     mask = torch.ones(2, 6, dtype=torch.bool)
-    torch.autograd.gradcheck(lambda a, b: ChainMarginals.apply(a, b, mask, None), (u0, T))
+    with on(backend):
+        torch.autograd.gradcheck(lambda a, b: ChainMarginals.apply(a, b, mask, None), (u0, T))
 
 
-def test_edge_marginals_are_the_gradient():
-    unary, edge, lengths = random_chain(1, [5, 2, 4], 3, 1.0)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_edge_marginals_are_the_gradient(backend):
+    unary, edge, lengths = random_chain(1, [5, 2, 4, 1], 3, 1.0)
     potentials = (edge + unary[:, 1:, None, :]).requires_grad_()
-    crf = LinearChainCRF(potentials, lengths)
-    (grad,) = torch.autograd.grad(crf.log_partition.sum(), potentials)
-    torch.testing.assert_close(crf.edge_marginals, grad)
+    with on(backend):
+        crf = LinearChainCRF(potentials, lengths)
+        (grad,) = torch.autograd.grad(crf.log_partition.sum(), potentials)
+        torch.testing.assert_close(crf.edge_marginals, grad)  # (with autograd: differentiable)
+        with torch.no_grad():
+            torch.testing.assert_close(LinearChainCRF(potentials, lengths).edge_marginals, grad)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("C", [2, 16])
-def test_scores_times_100_stay_finite(C):
+def test_scores_times_100_stay_finite(backend, C):
+    with on(backend):
+        check_scores_times_100_stay_finite(C)
+
+
+def check_scores_times_100_stay_finite(C):
     unary, edge, lengths = random_chain(2, [200, 50, 1, 120], C, 100.0, torch.float32)
     crf = LinearChainCRF(unary=unary, transition=edge[0, 0], lengths=lengths)
     unary.requires_grad_()
@@ -168,7 +223,13 @@ def test_scores_times_100_stay_finite(C):
                                atol=5e-2, rtol=0)
 
 
-def test_half_inputs_and_autocast_run_in_float32():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_inputs_and_autocast_run_in_float32(backend):
+    with on(backend):
+        check_half_inputs_and_autocast()
+
+
+def check_half_inputs_and_autocast():
     unary, edge, lengths = random_chain(3, [7, 3], 2, 1.0, torch.float32)
     reference = LinearChainCRF(unary=unary.bfloat16().float(), transition=edge[0, 0].bfloat16().float(),
                                lengths=lengths)
@@ -198,3 +259,106 @@ def test_bad_inputs_are_rejected():
         LinearChainCRF(unary=torch.zeros(2, 3, 2), lengths=torch.tensor([3, 0]))
     with pytest.raises(ValueError, match="transition"):
         LinearChainCRF(unary=torch.zeros(2, 3, 2), transition=torch.zeros(3, 3))
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled kernels against the PyTorch path.
+# ---------------------------------------------------------------------------------------------
+
+def everything(unary, edge, lengths, g, form):
+    """Every output of a CRF and the gradients of marginals and log-partition, on one backend."""
+    unary, edge = unary.clone().requires_grad_(), edge.clone().requires_grad_()
+    if form == "edge":
+        crf = LinearChainCRF(edge + unary[:, 1:, None, :], lengths)
+    else:
+        crf = LinearChainCRF(unary=unary, transition=edge[:, 0], lengths=lengths)
+    mu = crf.marginals
+    grads_mu = torch.autograd.grad((mu * g).sum(), (unary, edge), allow_unused=True, retain_graph=True)
+    grads_z = torch.autograd.grad((crf.log_partition * g[:, 0, 0]).sum(), (unary, edge),
+                                  allow_unused=True)
+    with torch.no_grad():
+        xi = crf.edge_marginals
+    return (crf.log_partition, mu, xi, crf.max, crf.argmax, *grads_mu, *grads_z)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), longest=st.integers(2, 30),
+       others=st.lists(st.integers(1, 30), max_size=5), C=st.integers(1, 5),
+       form=st.sampled_from(["edge", "unary"]), dtype=st.sampled_from([torch.float64, torch.float32]))
+def test_compiled_equals_torch_path_on_ragged_batches(seed, longest, others, C, form, dtype):
+    pytest.importorskip("numba")
+    unary, edge, lengths = random_chain(seed, [*others, longest], C, 2.0, dtype)
+    g = torch.randn(unary.shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    with use_backend("torch"):  # the kernels compute in float64 whatever the dtype
+        expected = everything(unary.double(), edge.double(), lengths, g.double(), form)
+    with use_backend("numba"):
+        actual = everything(unary, edge, lengths, g, form)
+    tol = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-5}
+    for name, a, e in zip(["log Z", "marginals", "edge marginals", "max", "argmax", "d mu/d unary",
+                           "d mu/d edge", "d log Z/d unary", "d log Z/d edge"], actual, expected):
+        assert a is not None and e is not None, name
+        if name == "argmax":
+            if dtype == torch.float64:  # (in float32, near-ties may round either way)
+                assert torch.equal(a, e)
+            continue
+        assert a.dtype == dtype, name
+        torch.testing.assert_close(a, e.to(dtype), **tol, msg=lambda m: f"{name}: {m}")
+
+
+def test_compiled_backward_equals_torch_path_at_padded_positions():
+    """Direct calls on identity-padded transfer matrices: the gradients of the padding agree too
+    (the compiled kernels stop at each length and write those in closed form)."""
+    pytest.importorskip("numba")
+    unary, edge, lengths = random_chain(6, [7, 1, 4, 2], 3, 1.0)
+    mask = torch.arange(7) < lengths[:, None]
+    u0, T = transfer_matrices(unary, edge, mask)
+    g = torch.randn(4, 7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    grads = {}
+    for backend in BACKENDS:
+        with use_backend(backend):
+            a, b = u0.clone().requires_grad_(), T.clone().requires_grad_()
+            mu_grads = torch.autograd.grad((ChainMarginals.apply(a, b, mask, None) * g).sum(), (a, b))
+            log_z = (ChainLogPartition.apply(a, b, mask) if backend == "numba"
+                     else chain_log_partition(a, b))
+            grads[backend] = (*mu_grads, *torch.autograd.grad(log_z.sum(), (a, b)))
+    for a, e in zip(grads["numba"], grads["torch"]):
+        torch.testing.assert_close(a, e)
+    assert grads["numba"][1][:, :, 4:, 3].abs().sum() > 0  # the padding's diagonal has a gradient
+
+
+def test_compiled_log_partition_gradcheck_and_gradgradcheck():
+    pytest.importorskip("numba")
+    unary, edge, lengths = random_chain(8, [5, 3, 1], 2, 1.0)
+    potentials = (edge + unary[:, 1:, None, :]).requires_grad_()
+    unary = unary.requires_grad_()
+
+    def log_z(u, e):
+        return LinearChainCRF(unary=u, transition=e[:, 0], lengths=lengths).log_partition
+
+    with use_backend("numba"):
+        torch.autograd.gradcheck(lambda e: LinearChainCRF(e, lengths).log_partition, (potentials,))
+        torch.autograd.gradgradcheck(log_z, (unary, edge.requires_grad_()))
+
+
+def test_importing_synattn_does_not_load_the_kernels():
+    code = ("import sys, synattn, synattn.structs; "
+            "assert 'synattn.structs._chain_kernels' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("C", [2, 5])
+def test_compiled_expectation_backward_equals_signed_semifield_at_large_scales(C):
+    """Scores ×30 (float64): many marginals underflow; the compiled backward (conditional
+    expectations) and the PyTorch path's signed log-space backward still agree."""
+    pytest.importorskip("numba")
+    unary, edge, lengths = random_chain(11, [40, 17, 1, 33], C, 30.0)
+    g = torch.randn(4, 40, C, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    grads = {}
+    for backend in BACKENDS:
+        with use_backend(backend):
+            u, e = unary.clone().requires_grad_(), edge.clone().requires_grad_()
+            mu = LinearChainCRF(unary=u, transition=e[:, 0], lengths=lengths).marginals
+            grads[backend] = torch.autograd.grad((mu * g).sum(), (u, e))
+    for a, b in zip(grads["numba"], grads["torch"]):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-7)

@@ -17,9 +17,13 @@ seed's "backpropagating through forward-backward" in the signed log-space semifi
 (Kim et al. 2017, §3.3 and seed 004; Li and Eisner 2009). With ``C = 2`` this is the
 segmentation attention of METHODS §5.
 
-Two equivalent schedules compute the forward and backward vectors: a sequential scan (one step
-per position) and, for small label sets (``C <= 4``), a parallel Hillis–Steele prefix scan over
-transfer matrices in ``O(log N)`` steps. They give the same numbers up to rounding.
+On CPU tensors with numba installed (see :mod:`synattn.structs.backend`) everything runs in
+compiled kernels (:mod:`synattn.structs._chain_kernels`: one loop per chain, chains over threads)
+inside the same autograd Functions, and these then take the transfer matrices batch-first in
+memory (``T`` is a ``[C, C, N-1, B]`` view of ``[B, N-1, C, C]`` storage). Otherwise (CUDA, or no
+numba) two equivalent PyTorch schedules compute the forward and backward vectors: a sequential
+scan (one step per position) and, for small label sets (``C <= 4``), a parallel Hillis–Steele
+prefix scan over transfer matrices in ``O(log N)`` steps. All give the same numbers up to rounding.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from functools import cached_property
 
 import torch
 
+from .backend import use_numba
 from .semiring import (NEG, fp32_inside, float_dtype, lengths_mask, logsumexp, serial_if_small,
                        signed_exp, signed_log, signed_logsumexp)
 
@@ -155,13 +160,25 @@ class ChainMarginals(torch.autograd.Function):
 
     with ``Ā = -Σ g mu`` the adjoint of the log-partition.
 
-    Inputs are ``u0 [C, B]``, ``T [C, C, N-1, B]`` (identity-padded) and ``mask [B, N]``; the
-    output ``[B, N, C]`` is zero at padded positions.
+    Inputs are ``u0 [C, B]``, ``T [C, C, N-1, B]`` (identity-padded) and ``mask [B, N]`` (valid
+    positions, a prefix of each chain); the output ``[B, N, C]`` is zero at padded positions.
+    On the compiled path (numba, CPU; ``scan`` is ignored) the forward is the same
+    forward-backward, and the backward computes the same vector-Jacobian product in its
+    expectation form (a covariance, see :mod:`synattn.structs._chain_kernels`): in float64 with
+    probabilities only, it needs no semifield and a third of the exponentials. The tests check
+    the two backwards against each other, autograd's double backward and finite differences.
     """
 
     @staticmethod
     def forward(ctx, u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,
                 scan: bool | None = None) -> torch.Tensor:
+        ctx.compiled = use_numba(u0, T)
+        if ctx.compiled:
+            from . import _chain_kernels
+
+            mu, alpha, beta, log_z = _chain_kernels.marginals(u0.t(), _batch_first(T), mask)
+            ctx.save_for_backward(T, mask, alpha, beta, log_z)
+            return mu
         with serial_if_small(_step_elements(T, scan), T.device):
             alpha, beta = forward_backward(u0, T, scan)
         log_z = logsumexp(alpha[:, -1], 0)  # [B]
@@ -171,6 +188,13 @@ class ChainMarginals(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
+        if ctx.compiled:
+            from . import _chain_kernels
+
+            T, mask, alpha, beta, log_z = ctx.saved_tensors
+            grad_u0, grad_T = _chain_kernels.marginals_backward(_batch_first(T), mask, alpha, beta,
+                                                                log_z, g)
+            return grad_u0.t(), grad_T.permute(2, 3, 1, 0), None, None  # [C, B], [C, C, N-1, B]
         T, mask, alpha, beta, log_z, mu = ctx.saved_tensors
         g = (g * mask.unsqueeze(-1)).permute(2, 1, 0)  # [C, N, B]
         lg, sg = signed_log(g)
@@ -213,6 +237,42 @@ class ChainMarginals(torch.autograd.Function):
         return signed_exp(l0, s0), grad_T, None, None
 
 
+def _batch_first(T: torch.Tensor) -> torch.Tensor:
+    """``[B, N-1, C, C]`` view of transfer matrices ``[C, C, N-1, B]`` (the kernels' layout)."""
+    return T.permute(3, 2, 0, 1)
+
+
+class ChainLogPartition(torch.autograd.Function):
+    """Log-partition ``[B]`` by the compiled forward recursion; its gradient is the edge marginals.
+
+    Inputs as :class:`ChainMarginals` (``u0 [C, B]``, identity-padded ``T [C, C, N-1, B]``,
+    ``mask [B, N]``). The backward runs the compiled forward-backward; under ``create_graph``
+    (a second derivative is wanted) it computes the same edge marginals with differentiable
+    PyTorch operations instead.
+    """
+
+    @staticmethod
+    def forward(ctx, u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        from . import _chain_kernels
+
+        ctx.save_for_backward(u0, T, mask)
+        return _chain_kernels.log_partition(u0.t(), _batch_first(T), mask)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        u0, T, mask = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            alpha, beta = forward_backward(u0, T)
+            log_z = logsumexp(alpha[:, -1], 0)
+            xi = (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp()  # [C, C, N-1, B]
+            return (alpha[:, 0] + beta[:, 0] - log_z).exp() * grad, xi * grad, None
+        from . import _chain_kernels
+
+        node0, xi = _chain_kernels.edge_marginals(u0.t(), _batch_first(T), mask, grad,
+                                                  pad_diagonal=True)
+        return node0.t(), xi.permute(2, 3, 1, 0), None  # [C, B], [C, C, N-1, B]
+
+
 # ---------------------------------------------------------------------------------------------
 # Viterbi.
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +309,8 @@ class LinearChainCRF:
         lengths: ``[batch_size]`` sentence lengths in ``1..n``; default all ``n``.
         unary: ``[batch_size, n, C]`` label scores per position.
         transition: ``[C, C]`` or ``[batch_size, C, C]``; ``transition[p, c]`` scores ``p → c``.
-        scan: force the parallel (True) or sequential (False) schedule; None picks by ``C``.
+        scan: force the parallel (True) or sequential (False) schedule of the PyTorch path;
+            None picks by ``C``. The compiled kernels (numba, CPU) ignore it.
 
     Example:
         >>> crf = LinearChainCRF(unary=torch.randn(2, 5, 2), transition=torch.randn(2, 2),
@@ -301,13 +362,16 @@ class LinearChainCRF:
     @fp32_inside
     def _potentials(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``u0 [C, B]`` and identity-padded transfer matrices ``T [C, C, n-1, B]``."""
-        return transfer_matrices(self.unary, self.edge, self.mask)
+        return transfer_matrices(self.unary, self.edge, self.mask,
+                                 batch_innermost=not use_numba(self.unary, self.edge))
 
     @cached_property
     @fp32_inside
     def log_partition(self) -> torch.Tensor:
         """``[batch_size]`` log-sum of the scores of all labellings."""
         u0, T = self._potentials
+        if use_numba(u0, T):
+            return ChainLogPartition.apply(u0, T, self.mask)
         with serial_if_small(_step_elements(T, self.scan), T.device):
             return chain_log_partition(u0, T, scan=self.scan)
 
@@ -323,9 +387,17 @@ class LinearChainCRF:
     def edge_marginals(self) -> torch.Tensor:
         """``[batch_size, n-1, C, C]`` pair marginals ``p(y_i = p, y_{i+1} = c)``, zero past lengths.
 
-        Equal to ``d log_partition / d log_potentials``; differentiable.
+        Equal to ``d log_partition / d log_potentials``; differentiable (with autograd through
+        the PyTorch path when gradients are needed, else by a compiled kernel on CPU).
         """
         u0, T = self._potentials
+        if use_numba(u0, T) and not (torch.is_grad_enabled() and T.requires_grad):
+            from . import _chain_kernels
+
+            _, xi = _chain_kernels.edge_marginals(u0.t(), _batch_first(T), self.mask,
+                                                  self.mask.new_ones(T.shape[-1], dtype=T.dtype),
+                                                  pad_diagonal=False)
+            return xi
         alpha, beta = forward_backward(u0, T, self.scan)
         log_z = logsumexp(alpha[:, -1], 0)
         xi = (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp()  # [C, C, n-1, B]
@@ -334,8 +406,14 @@ class LinearChainCRF:
     @cached_property
     @fp32_inside
     def _viterbi(self) -> tuple[torch.Tensor, torch.Tensor]:
+        compiled = use_numba(self.unary, self.edge)
         with torch.no_grad():
-            u0, T = transfer_matrices(self.unary.detach(), self.edge.detach(), self.mask)
+            u0, T = transfer_matrices(self.unary.detach(), self.edge.detach(), self.mask,
+                                      batch_innermost=not compiled)
+            if compiled:
+                from . import _chain_kernels
+
+                return _chain_kernels.viterbi(u0.t(), _batch_first(T), self.mask)
             return viterbi(u0, T)
 
     @property
@@ -361,15 +439,17 @@ class LinearChainCRF:
                 + torch.where(self.mask[:, 1:], pair, zero).sum(1))
 
 
-def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor,
-                      mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,
+                      batch_innermost: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """``u0 [C, B]`` and ``T [C, C, n-1, B]`` (internal layout), identity past each length.
 
     Args:
         unary: ``[B, n, C]``; edge: ``[B, n-1, C, C]``; mask: ``[B, n]`` valid positions.
+        batch_innermost: store ``T`` with the batch innermost (the PyTorch path); if False,
+            ``T`` is a view of batch-first storage ``[B, n-1, C, C]`` (the compiled kernels).
     """
     C = unary.shape[-1]
     T = edge + unary[:, 1:, None, :]  # [B, n-1, C, C]
     eye = torch.full((C, C), NEG, dtype=T.dtype, device=T.device).fill_diagonal_(0.0)
-    T = torch.where(mask[:, 1:, None, None], T, eye)
-    return unary[:, 0].t(), T.permute(2, 3, 1, 0).contiguous()
+    T = torch.where(mask[:, 1:, None, None], T, eye).permute(2, 3, 1, 0)  # [C, C, n-1, B]
+    return unary[:, 0].t(), T.contiguous() if batch_innermost else T

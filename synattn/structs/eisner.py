@@ -30,6 +30,11 @@ semiring) and the best tree (max semiring: the adjoint routed to the best split)
 marginals are the gradient of ``log Z``, their Jacobian is the (symmetric) Hessian of ``log Z``;
 :class:`EisnerMarginals` therefore computes its backward ``H g`` as a *forward-mode* derivative of
 the same inside-outside code in direction ``g``, again in ``O(B·N²)`` memory.
+
+On CPU tensors the same passes run as compiled kernels (:mod:`synattn.structs._eisner_kernels`,
+numba; one sentence per loop iteration, sentences spread over threads) when
+:func:`~synattn.structs.backend.use_numba` says so; the autograd Functions below dispatch inside
+``forward``/``backward``, so both backends are differentiable alike and give the same numbers.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
 from .arc_scores import check_arc_scores, heads_from_arcs, tree_score, usable_arcs
+from .backend import use_numba
 from .semiring import NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside, serial_if_small
 
 # K[0] is Bc, K[1] is A. Channels of A: left complete, right complete, right incomplete shifted
@@ -187,9 +193,23 @@ def root_span_mask(n: int, dead: torch.Tensor) -> torch.Tensor:
     return mask
 
 
+def _kernels():
+    """The compiled kernels (imported on first use: ``import synattn`` never needs numba)."""
+    from . import _eisner_kernels
+
+    return _eisner_kernels
+
+
 def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                     semiring: Semiring = LogSemiring) -> tuple[torch.Tensor, torch.Tensor]:
-    """``log_z [B]`` and ``d log_z / d scores [B, N+1, N+1]`` by inside + explicit outside."""
+                     semiring: Semiring = LogSemiring,
+                     compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log_z [B]`` and ``d log_z / d scores [B, N+1, N+1]`` by inside + explicit outside.
+
+    ``compiled``: run the numba kernels (CPU tensors, no autograd or forward-mode AD through
+    them) instead of the PyTorch code.
+    """
+    if compiled:
+        return _kernels().marginals(scores, lengths, multiroot, viterbi=semiring is MaxSemiring)
     sd = to_width_major(scores)
     with serial_if_small(_step_elements(sd), sd.device):
         log_z, K, sums = eisner_inside(sd, lengths, multiroot, semiring)
@@ -211,7 +231,8 @@ class EisnerMarginals(torch.autograd.Function):
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
         ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
-        return eisner_marginals(scores, lengths, multiroot)[1]
+        ctx.compiled = use_numba(scores)
+        return eisner_marginals(scores, lengths, multiroot, compiled=ctx.compiled)[1]
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
@@ -222,6 +243,8 @@ class EisnerMarginals(torch.autograd.Function):
                 log_z = eisner_inside(to_width_major(x), lengths, ctx.multiroot)[0]
                 (mu,) = torch.autograd.grad(log_z.sum(), x, create_graph=True)
             return torch.autograd.grad(mu, x, g, create_graph=True)[0], None, None
+        if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
+            return _kernels().marginals_jvp(scores, lengths, ctx.multiroot, g), None, None
         with fwAD.dual_level(), warnings.catch_warnings():
             # (torch's first use of forward AD loads decompositions through torch.jit.script)
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -235,19 +258,29 @@ class _EisnerLogPartition(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+        ctx.multiroot = multiroot
+        ctx.compiled = use_numba(scores)
+        if ctx.compiled:  # the outside pass runs now, with the inside pass, if a backward may come
+            if not ctx.needs_input_grad[0]:
+                return _kernels().log_partition(scores, lengths, multiroot)
+            log_z, mu = _kernels().marginals(scores, lengths, multiroot)
+            ctx.save_for_backward(scores, lengths, mu)
+            return log_z
         sd = to_width_major(scores)
         with serial_if_small(_step_elements(sd), sd.device):
             log_z, K, sums = eisner_inside(sd, lengths, multiroot)
         ctx.save_for_backward(scores, lengths, sd, K, *sums)
-        ctx.multiroot = multiroot
         return log_z
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        scores, lengths, sd, K, *sums = ctx.saved_tensors
+        scores, lengths, *saved = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward requested: stay differentiable
             mu = EisnerMarginals.apply(scores, lengths, ctx.multiroot)
+        elif ctx.compiled:
+            (mu,) = saved
         else:
+            sd, K, *sums = saved
             with serial_if_small(_step_elements(sd), sd.device):
                 mu = from_width_major(eisner_outside(sd, lengths, ctx.multiroot, K, sums))
             mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
@@ -296,7 +329,8 @@ class DependencyCRF:
     @fp32_inside
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
-            return eisner_marginals(self.scores, self.lengths, self.multiroot, MaxSemiring)
+            return eisner_marginals(self.scores, self.lengths, self.multiroot, MaxSemiring,
+                                    compiled=use_numba(self.scores))
 
     @property
     def max(self) -> torch.Tensor:

@@ -34,6 +34,12 @@ The backward of the marginals uses the symmetry of the Hessian of ``log Z``: the
 vector-Jacobian product equals a Jacobian-vector product, computed by forward-mode
 differentiation of the GTH code.
 
+**Compiled kernels.** For CPU tensors with numba installed (see :mod:`synattn.structs.backend`),
+every sentence takes the GTH way in compiled code (:mod:`synattn.structs._matrix_tree_kernels`:
+whole sentences spread over threads, each at its own length): ``log Z``, the adjoint for the
+marginals, and for their backward the forward-mode derivative of both, written out. It needs no
+certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding.
+
 ``argmax`` is Chu-Liu-Edmonds (Chu and Liu 1965; Edmonds 1967), per sentence on the CPU. For a
 single root, every root arc gets a penalty larger than any difference of tree scores, so the
 best tree has exactly one root arc and is the best such tree.
@@ -49,6 +55,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from .arc_scores import check_arc_scores, tree_score, usable_arcs
+from .backend import as_array, set_threads, use_numba
 from .semiring import NEG, fp32_inside, serial_if_small
 
 TINY = 1e-300
@@ -208,9 +215,39 @@ def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bo
     return log_z, mu, ok
 
 
+def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                        need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log Z [B]`` (float64) and marginals ``[B, N+1, N+1]`` (the scores' dtype, or None) by the
+    compiled GTH kernels."""
+    from . import _matrix_tree_kernels as kernels
+
+    s = as_array(scores)
+    out = np.zeros(s.shape if need_marginals else (0, 0, 0), dtype=s.dtype)  # (empty: unused)
+    log_z = kernels.gth_forward(s, as_array(lengths), multiroot, need_marginals, out,
+                                set_threads())
+    return torch.from_numpy(log_z), torch.from_numpy(out) if need_marginals else None
+
+
+def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                                direction: torch.Tensor) -> torch.Tensor:
+    """``[B, N+1, N+1]`` derivative of the marginals in ``direction`` (the Hessian of ``log Z``
+    times ``direction``) by the compiled forward-mode GTH kernel, in the scores' dtype."""
+    from . import _matrix_tree_kernels as kernels
+
+    s = as_array(scores)
+    out = np.zeros(s.shape, dtype=s.dtype)
+    kernels.gth_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot, out,
+                        set_threads())
+    return torch.from_numpy(out)
+
+
 def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-               need_marginals: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log Z`` and (optionally) marginals: LAPACK where certified, GTH elimination elsewhere."""
+               need_marginals: bool = True,
+               compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log Z`` and (optionally) marginals: the compiled GTH kernels if ``compiled``, else
+    LAPACK where certified and GTH elimination elsewhere."""
+    if compiled:
+        return _compiled_marginals(scores, lengths, multiroot, need_marginals)
     N = scores.shape[-1] - 1
     if N >= LAPACK_MAX_N:
         if need_marginals:
@@ -238,23 +275,27 @@ def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
         lengths: ``[batch_size]`` word counts in ``1..N``.
         multiroot: allow several words to attach to ROOT.
     """
-    return _marginals(scores, lengths, multiroot, need_marginals=False)[0]
+    return _marginals(scores, lengths, multiroot, False, use_numba(scores, lengths))[0]
 
 
 class MatrixTreeMarginals(torch.autograd.Function):
-    """Arc marginals; backward ``H g`` by forward-mode differentiation (``H``: Hessian of log Z)."""
+    """Arc marginals; backward ``H g`` by forward-mode differentiation (``H``: Hessian of log Z),
+    compiled or by PyTorch's forward-mode AD, whichever path ran the forward."""
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
         ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
-        return _marginals(scores, lengths, multiroot)[1].to(scores.dtype)
+        ctx.compiled = use_numba(scores, lengths)
+        return _marginals(scores, lengths, multiroot, True, ctx.compiled)[1].to(scores.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         if torch.is_grad_enabled():
             raise RuntimeError("third derivatives of Matrix-Tree log-partitions are not supported")
         scores, lengths = ctx.saved_tensors
+        if ctx.compiled:
+            return _compiled_marginals_tangent(scores, lengths, ctx.multiroot, g), None, None
         with fwAD.dual_level(), warnings.catch_warnings():
             # (torch's first use of forward AD loads decompositions through torch.jit.script)
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -270,7 +311,9 @@ class _MatrixTreeLogPartition(torch.autograd.Function):
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
         ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
-        return matrix_tree_log_partition(scores, lengths, multiroot).to(scores.dtype)
+        ctx.compiled = use_numba(scores, lengths)
+        log_z = _marginals(scores, lengths, multiroot, False, ctx.compiled)[0]
+        return log_z.to(scores.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
@@ -278,7 +321,7 @@ class _MatrixTreeLogPartition(torch.autograd.Function):
         if torch.is_grad_enabled():  # double backward requested: stay differentiable
             mu = MatrixTreeMarginals.apply(scores, lengths, ctx.multiroot)
         else:
-            mu = _marginals(scores, lengths, ctx.multiroot)[1].to(scores.dtype)
+            mu = _marginals(scores, lengths, ctx.multiroot, True, ctx.compiled)[1].to(scores.dtype)
         return mu * g[:, None, None], None, None
 
 

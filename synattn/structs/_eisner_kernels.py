@@ -1,0 +1,314 @@
+"""Compiled CPU kernels (numba) for :class:`synattn.structs.DependencyCRF`.
+
+They compute what the pure-PyTorch path of :mod:`synattn.structs.eisner` computes, with the same
+recursions (Eisner 1996; see that module), the same single-root rule and the same charts, up to
+rounding (the tests compare the two):
+
+- the inside pass (log semiring) → ``log Z``;
+- the explicit outside pass, the adjoint of the inside pass → arc marginals ``d log Z / d s``;
+- both passes on dual numbers (value and tangent in a direction ``g``) → the Hessian-vector
+  product ``H g``, the backward of the marginals. A log-sum-exp carries the tangent
+  ``Σ_k softmax(t)_k ṫ_k``; an adjoint's share ``p = a·exp(t - T)`` of a term ``t`` of a sum
+  ``T`` carries ``ṗ = exp(t - T)·(ȧ + a·(ṫ - Ṫ))``: bounded numbers, no logarithm of a signed one;
+- the max semiring (Viterbi) with the adjoint routed to the first best split → the best tree.
+
+Loop structure: ``numba.prange`` over the sentences of the batch, one sentence per iteration
+(on as many threads as PyTorch's intra-op pool); per sentence of ``n`` words, span widths in
+increasing (inside) or decreasing (outside) order, then the split points, then the innermost loop
+over the span starts. The charts are width-major as in the PyTorch path: a span ``(i, i+w)`` is
+stored at ``[w, i]`` (by start) and, where a recursion reads it by its end ``j = i+w``, at
+``[w, j]`` (by end), so for one width and one split point the innermost loop reads and writes
+contiguous rows, and the compiler vectorises it (with :func:`_exp`, a polynomial exponential,
+since a call to the C library's ``exp`` would not vectorise). Per sentence the work is ``O(n³)``
+and the memory ``O((n+1)²)``; all arithmetic is float64, whatever the input dtype, and
+impossible items hold the finite ``NEG``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+
+from .backend import as_array, set_threads
+from .semiring import NEG
+
+# Channels of the chart K [7, n+1, n+1]: A* by span start ([w, i]), B* by span end ([w, j]).
+ACR, BCR, ACL, BCL, AIR, BIL, AS = 0, 1, 2, 3, 4, 5, 6  # C→, C←, I→, I←, S = ⊕ C→ ⊗ C←
+# Channels of the adjoints G [6, n+1, n+1]; a complete span's adjoint is the sum of its two copies.
+GACR, GBCR, GACL, GBCL, GAIR, GBIL = 0, 1, 2, 3, 4, 5
+
+LOG, DUAL, VITERBI = 0, 1, 2  # log semiring; log semiring on dual numbers; max semiring
+
+_jit = numba.njit(cache=True, fastmath=False)
+
+# exp(x) = 2^k · exp(r), x = k·ln 2 + r, |r| <= ln(2)/2 (Cody-Waite: ln 2 in two parts, the first
+# exact in k·LN2_HI), exp(r) by its Taylor polynomial of degree 13 (error < 1e-17 relative).
+LOG2E = 1.4426950408889634
+LN2_HI = 6.93147180369123816490e-01
+LN2_LO = 1.90821492927058770002e-10
+ROUND = 6755399441055744.0  # 1.5·2^52: (y + ROUND) - ROUND is y rounded to an integer
+EXP_MIN = -708.0  # below: exp is taken as 0 (2^k stays a normal number above)
+
+
+@_jit
+def _exp(x):
+    """``exp(x)`` within 1 ulp for ``EXP_MIN <= x <= 700``, 0 below; vectorisable (no call)."""
+    xc = EXP_MIN if x < EXP_MIN else x
+    k = (xc * LOG2E + ROUND) - ROUND
+    r = (xc - k * LN2_HI) - k * LN2_LO
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    two_k = np.int64((np.int64(k) + 1023) << 52).view(np.float64)
+    return 0.0 if x < EXP_MIN else p * two_k  # (a NaN stays NaN)
+
+
+# ---------------------------------------------------------------------------------------------
+# One width: the sums over split points q < w of the terms X[x0+q, i] + Y[y0-q, w+i], for all
+# span starts i < c at once, and their adjoints.
+# ---------------------------------------------------------------------------------------------
+
+@_jit
+def _split_sums(mode, X, Y, dX, dY, x0, y0, w, c, v, dv, acc):
+    """``v[i] = ⊕_{q<w} X[x0+q, i] ⊗ Y[y0-q, w+i]`` for ``i < c``; its tangent ``dv`` if DUAL."""
+    for i in range(c):
+        v[i] = X[x0, i] + Y[y0, w + i]
+    for q in range(1, w):
+        xq, yq = X[x0 + q, :c], Y[y0 - q, w:w + c]
+        for i in range(c):
+            t = xq[i] + yq[i]
+            if t > v[i]:
+                v[i] = t
+    if mode == VITERBI:
+        return
+    acc[:c] = 0.0
+    if mode == DUAL:
+        dv[:c] = 0.0
+        for q in range(w):
+            xq, yq, dxq, dyq = X[x0 + q, :c], Y[y0 - q, w:w + c], dX[x0 + q, :c], dY[y0 - q, w:w + c]
+            for i in range(c):
+                e = _exp(xq[i] + yq[i] - v[i])
+                acc[i] += e
+                dv[i] += e * (dxq[i] + dyq[i])
+        for i in range(c):
+            dv[i] /= acc[i]
+    else:
+        for q in range(w):
+            xq, yq = X[x0 + q, :c], Y[y0 - q, w:w + c]
+            for i in range(c):
+                acc[i] += _exp(xq[i] + yq[i] - v[i])
+    for i in range(c):
+        v[i] += math.log(acc[i])
+
+
+@_jit
+def _split_adjoints(mode, a, da, T, dT, X, Y, dX, dY, GX, GY, dGX, dGY, x0, y0, w, c, shift):
+    """Adjoint of :func:`_split_sums` with totals ``T`` (tangents ``dT``) and adjoints ``a``
+    (tangents ``da``): add each term's share to ``GX[x0+q, i]`` and ``GY[y0-q, w+i]`` (tangents
+    to ``dGX``, ``dGY``). Spans with no adjoint (among them every impossible one) pass nothing.
+    """
+    if mode == VITERBI:  # all of it to the first best split
+        for i in range(c):
+            if a[i] != 0.0:
+                best, arg = X[x0, i] + Y[y0, w + i], 0
+                for q in range(1, w):
+                    t = X[x0 + q, i] + Y[y0 - q, w + i]
+                    if t > best:
+                        best, arg = t, q
+                GX[x0 + arg, i] += a[i]
+                GY[y0 - arg, w + i] += a[i]
+        return
+    if mode == DUAL:
+        for i in range(c):
+            shift[i] = -T[i] if (a[i] != 0.0 or da[i] != 0.0) else 2 * NEG
+        for q in range(w):
+            xq, yq, dxq, dyq = X[x0 + q, :c], Y[y0 - q, w:w + c], dX[x0 + q, :c], dY[y0 - q, w:w + c]
+            gxq, gyq = GX[x0 + q, :c], GY[y0 - q, w:w + c]
+            dgxq, dgyq = dGX[x0 + q, :c], dGY[y0 - q, w:w + c]
+            for i in range(c):
+                e = _exp(xq[i] + yq[i] + shift[i])
+                p = a[i] * e
+                dp = e * (da[i] + a[i] * (dxq[i] + dyq[i] - dT[i]))
+                gxq[i] += p
+                gyq[i] += p
+                dgxq[i] += dp
+                dgyq[i] += dp
+        return
+    for i in range(c):  # share = exp(term + log(a) - T)
+        shift[i] = math.log(a[i]) - T[i] if a[i] > 0.0 else 2 * NEG
+    for q in range(w):
+        xq, yq, gxq, gyq = X[x0 + q, :c], Y[y0 - q, w:w + c], GX[x0 + q, :c], GY[y0 - q, w:w + c]
+        for i in range(c):
+            p = _exp(xq[i] + yq[i] + shift[i])
+            gxq[i] += p
+            gyq[i] += p
+
+
+# ---------------------------------------------------------------------------------------------
+# One sentence.
+# ---------------------------------------------------------------------------------------------
+
+@_jit
+def _inside(s, ds, n, multiroot, mode, K, dK, tmp):
+    """Fill the chart ``K`` (tangents ``dK`` if DUAL) for arc scores ``s[h, d]`` (tangents ``ds``).
+
+    Afterwards ``K[ACR, n, 0]`` is ``log Z`` (or the best score). Without tangents, ``ds`` and
+    ``dK`` may be ``s`` and ``K`` themselves: they are not written.
+    """
+    dual = mode == DUAL
+    K[:] = NEG
+    K[ACR, 0] = K[BCR, 0] = K[ACL, 0] = K[BCL, 0] = 0.0  # complete spans of width 0
+    if dual:
+        dK[:] = 0.0
+    v, dv, acc = tmp[0], tmp[1], tmp[2]
+    for w in range(1, n + 1):
+        c = n + 1 - w
+        # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j);  I→ = s[i, j] ⊗ S,  I← = s[j, i] ⊗ S
+        _split_sums(mode, K[ACR], K[BCL], dK[ACR], dK[BCL], 0, w - 1, w, c, v, dv, acc)
+        for i in range(c):
+            K[AS, w, i] = v[i]
+            K[AIR, w, i] = s[i, i + w] + v[i]
+            K[BIL, w, i + w] = s[i + w, i] + v[i]
+            if dual:
+                dK[AS, w, i] = dv[i]
+                dK[AIR, w, i] = ds[i, i + w] + dv[i]
+                dK[BIL, w, i + w] = ds[i + w, i] + dv[i]
+        # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j)
+        _split_sums(mode, K[AIR], K[BCR], dK[AIR], dK[BCR], 1, w - 1, w, c, v, dv, acc)
+        if not multiroot and w < n:  # single root: ROOT's complete span covers the sentence
+            v[0], dv[0] = NEG, 0.0
+        for i in range(c):
+            K[ACR, w, i] = K[BCR, w, i + w] = v[i]
+            if dual:
+                dK[ACR, w, i] = dK[BCR, w, i + w] = dv[i]
+        # C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)  (never used with i = 0, ROOT)
+        _split_sums(mode, K[ACL], K[BIL], dK[ACL], dK[BIL], 0, w, w, c, v, dv, acc)
+        for i in range(c):
+            K[ACL, w, i] = K[BCL, w, i + w] = v[i]
+            if dual:
+                dK[ACL, w, i] = dK[BCL, w, i + w] = dv[i]
+
+
+@_jit
+def _outside(n, mode, K, dK, G, dG, tmp, out):
+    """Adjoint of :func:`_inside` from ``d/d log Z = 1``; writes the arc adjoints into ``out``.
+
+    ``out[h, d]`` receives ``d log Z / d s[h, d]`` (the marginals), their tangents if DUAL (the
+    Hessian-vector product) or the best tree's arcs as 0/1 if VITERBI; arcs into ROOT are left
+    alone. Without tangents, ``dK`` and ``dG`` may be ``K`` and ``G`` themselves (not written).
+    """
+    dual = mode == DUAL
+    G[:] = 0.0
+    G[GACR, n, 0] = 1.0
+    if dual:
+        dG[:] = 0.0
+    src = dG if dual else G
+    a, da, shift = tmp[3], tmp[4], tmp[5]
+    for w in range(n, 0, -1):
+        c = n + 1 - w
+        for i in range(c):  # C→
+            a[i] = G[GACR, w, i] + G[GBCR, w, i + w]
+            da[i] = dG[GACR, w, i] + dG[GBCR, w, i + w] if dual else 0.0
+        _split_adjoints(mode, a, da, K[ACR, w], dK[ACR, w], K[AIR], K[BCR], dK[AIR], dK[BCR],
+                        G[GAIR], G[GBCR], dG[GAIR], dG[GBCR], 1, w - 1, w, c, shift)
+        for i in range(c):  # C←
+            a[i] = G[GACL, w, i] + G[GBCL, w, i + w]
+            da[i] = dG[GACL, w, i] + dG[GBCL, w, i + w] if dual else 0.0
+        _split_adjoints(mode, a, da, K[ACL, w], dK[ACL, w], K[ACL], K[BIL], dK[ACL], dK[BIL],
+                        G[GACL], G[GBIL], dG[GACL], dG[GBIL], 0, w, w, c, shift)
+        for i in range(c):  # the incomplete spans are done: arcs i → i+w, i+w → i; then S
+            out[i, i + w] = src[GAIR, w, i]
+            if i > 0:
+                out[i + w, i] = src[GBIL, w, i + w]
+            a[i] = G[GAIR, w, i] + G[GBIL, w, i + w]
+            da[i] = dG[GAIR, w, i] + dG[GBIL, w, i + w] if dual else 0.0
+        _split_adjoints(mode, a, da, K[AS, w], dK[AS, w], K[ACR], K[BCL], dK[ACR], dK[BCL],
+                        G[GACR], G[GBCL], dG[GACR], dG[GBCL], 0, w - 1, w, c, shift)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches.
+# ---------------------------------------------------------------------------------------------
+
+@numba.njit(cache=True, parallel=True, fastmath=False)
+def _batch(s, ds, lengths, multiroot, mode, outside):
+    """``log_z [B]`` and, if ``outside``, the arc adjoints ``[B, N+1, N+1]`` (0 past each length).
+
+    ``s [B, N+1, N+1]`` float64 arc scores; ``ds`` their tangents (read only if DUAL).
+    """
+    batch, L = s.shape[0], s.shape[1]
+    dual = mode == DUAL
+    log_z = np.empty(batch)
+    out = np.zeros((batch, L, L) if outside else (batch, 0, 0))
+    for b in numba.prange(batch):
+        n = lengths[b]
+        K = np.empty((7, n + 1, n + 1))
+        dK = np.empty((7, n + 1, n + 1)) if dual else K
+        tmp = np.empty((6, n + 1))
+        _inside(s[b], ds[b], n, multiroot, mode, K, dK, tmp)
+        log_z[b] = K[ACR, n, 0]
+        if outside:
+            G = np.empty((6, n + 1, n + 1))
+            dG = np.empty((6, n + 1, n + 1)) if dual else G
+            _outside(n, mode, K, dK, G, dG, tmp, out[b])
+    return log_z, out
+
+
+SERIAL_WORK = 1 << 19
+"""Below this ``Σ (n+1)³`` over a batch (a few milliseconds on one core) the kernels run on one
+thread: on a busy 2-core machine, waking a second thread costs more than it saves."""
+
+
+def _run(scores: torch.Tensor, tangent: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+         mode: int, outside: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    set_threads(int(((lengths + 1) ** 3).sum()), SERIAL_WORK)
+    log_z, out = _batch(as_array(scores.double()), as_array(tangent.double()),
+                        as_array(lengths.long()), multiroot, mode, outside)
+    return torch.from_numpy(log_z).to(scores.dtype), torch.from_numpy(out).to(scores.dtype)
+
+
+def log_partition(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """``[batch_size]`` ``log Z`` over projective trees (inside pass only).
+
+    Args:
+        scores: ``[batch_size, N+1, N+1]`` arc scores as :func:`~.arc_scores.check_arc_scores`
+            returns them (CPU, float32/float64).
+        lengths: ``[batch_size]`` word counts in ``1..N``.
+        multiroot: allow several words to attach to ROOT.
+    """
+    return _run(scores, scores, lengths, multiroot, LOG, False)[0]
+
+
+def marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+              viterbi: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log_z [batch_size]`` and arc marginals ``[batch_size, N+1, N+1]`` (inside + outside).
+
+    With ``viterbi``: the best tree's score and its arcs as 0/1 ``[batch_size, N+1, N+1]``.
+    Arguments as for :func:`log_partition`; the results have the dtype of ``scores``.
+    """
+    return _run(scores, scores, lengths, multiroot, VITERBI if viterbi else LOG, True)
+
+
+def marginals_jvp(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                  tangent: torch.Tensor) -> torch.Tensor:
+    """``[batch_size, N+1, N+1]`` derivative of the arc marginals in the direction ``tangent``.
+
+    That is the Hessian-vector product ``H g`` of ``log Z`` for ``g = tangent``
+    (``[batch_size, N+1, N+1]``, read at the arcs trees use), which is also the vector-Jacobian
+    product of the marginals (``H`` is symmetric): inside-outside on dual numbers.
+    """
+    return _run(scores, tangent, lengths, multiroot, DUAL, True)[1]

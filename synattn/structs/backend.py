@@ -1,0 +1,115 @@
+"""Which implementation a dynamic program runs: compiled CPU kernels (numba) or pure PyTorch.
+
+Every dynamic program of :mod:`synattn.structs` has a pure-PyTorch implementation (vectorised over
+the batch, one Python step per position or span width; the path for CUDA tensors) and, for CPU
+tensors, a compiled one written with numba (one loop nest per sentence, sentences spread over
+threads). On a CPU the Python-level loop of the first is bound by kernel launches, not
+arithmetic, which is why the compiled kernels are several times faster there. Both give the same
+numbers up to rounding (the tests check them against each other and against brute force).
+
+Choose with the environment variable ``SYNATTN_STRUCTS_BACKEND`` (``auto``, ``torch`` or
+``numba``) or, inside a program, with :func:`use_backend`::
+
+    with use_backend("torch"):
+        mu = DependencyCRF(scores, lengths).marginals
+
+``auto`` (the default) takes the compiled kernels for CPU tensors when numba is installed and
+PyTorch otherwise. Asking for ``numba`` without numba installed is an error, not a silent
+fallback. Compiled kernels are cached on disk (numba's ``cache=True``), so a process compiles a
+kernel only the first time it is ever used on a machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Iterator
+
+import numpy as np
+import torch
+
+BACKENDS = ("auto", "torch", "numba")
+ENV_VAR = "SYNATTN_STRUCTS_BACKEND"
+
+_override: list[str] = []
+
+
+def _check(name: str, where: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"{where}: unknown structs backend {name!r}; choose one of {BACKENDS}")
+    return name
+
+
+def requested_backend() -> str:
+    """The backend asked for: the innermost :func:`use_backend`, else the environment, else auto."""
+    if _override:
+        return _override[-1]
+    return _check(os.environ.get(ENV_VAR, "auto").strip().lower() or "auto", ENV_VAR)
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Run the block with the dynamic programs on backend ``name`` (``auto``/``torch``/``numba``)."""
+    _override.append(_check(name, "use_backend"))
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+@functools.cache
+def numba_available() -> bool:
+    """True if numba imports (it is a dependency of synattn, but an optional one at run time)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def use_numba(*tensors: torch.Tensor) -> bool:
+    """Whether a dynamic program over ``tensors`` runs the compiled kernels.
+
+    Raises:
+        RuntimeError: ``numba`` was asked for but is not installed, or a tensor is not on the CPU.
+    """
+    backend = requested_backend()
+    if backend == "torch":
+        return False
+    on_cpu = all(t.device.type == "cpu" for t in tensors)
+    if backend == "numba":
+        if not numba_available():
+            raise RuntimeError(f"structs backend 'numba' requested ({ENV_VAR} or use_backend) but "
+                               "numba is not installed: pip install numba")
+        if not on_cpu:
+            raise RuntimeError("structs backend 'numba' runs on CPU tensors only; "
+                               "use 'auto' or 'torch' for CUDA tensors")
+        return True
+    return on_cpu and numba_available()
+
+
+def as_array(t: torch.Tensor) -> np.ndarray:
+    """A C-contiguous numpy view of a CPU tensor (copied only if needed), detached from autograd."""
+    return t.detach().contiguous().numpy()
+
+
+def set_threads(work: int | None = None, serial_below: int = 0) -> int:
+    """Set the threads of the next compiled kernel: PyTorch's intra-op count (at least 1), or one
+    thread if ``work < serial_below``; returns the count.
+
+    Small kernels take well under a millisecond, less than waking (and, on a busy machine,
+    waiting for) a second thread. PyTorch's own thread count is left as it was: numba's OpenMP
+    threading layer shares the OpenMP runtime with PyTorch, and starting its thread pool would
+    otherwise reset PyTorch's count to the number of cores.
+    """
+    import numba
+
+    torch_threads = torch.get_num_threads()
+    count = max(1, min(torch_threads, numba.config.NUMBA_NUM_THREADS))
+    if work is not None and work < serial_below:
+        count = 1
+    numba.set_num_threads(count)
+    if torch.get_num_threads() != torch_threads:
+        torch.set_num_threads(torch_threads)
+    return count

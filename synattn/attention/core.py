@@ -119,10 +119,14 @@ class MultiheadAttention(nn.Module):
                 bias = term if bias is None else bias + term
         return bias
 
-    def _explicit(self, ctx: AttentionContext, need_weights: bool) -> Tensor:
-        """Materialises the probabilities; returns the mixed values ``[B, H, n, d_k]``."""
+    def _explicit(self, ctx: AttentionContext, need_weights: bool,
+                  bias: Tensor | None = None) -> Tensor:
+        """Materialises the probabilities; returns the mixed values ``[B, H, n, d_k]``.
+
+        ``bias``: the features' logit bias if already computed (else it is computed here).
+        """
         logits = upcast(torch.matmul(ctx.q * ctx.scale, ctx.k.transpose(-1, -2)))  # [B, H, n, m]
-        bias = self._bias(ctx)
+        bias = self._bias(ctx) if bias is None else bias
         if bias is not None:
             logits = logits.add_(bias)  # in place: fresh tensor, nothing saved it for backward
         if ctx.allowed is not None:
@@ -151,6 +155,10 @@ class MultiheadAttention(nn.Module):
         """Runs ``scaled_dot_product_attention``; returns the mixed values ``[B, H, n, d_k]``."""
         dropout = self.dropout if self.training else 0.0
         bias = self._bias(ctx)
+        if bias is not None and bias.requires_grad and bias.device.type == "cpu":
+            # SDPA with a mask that needs a gradient takes its unfused path, which on CPU is
+            # slower than the explicit one (measured: benchmarks/bench_attention.py)
+            return self._explicit(ctx, False, bias)
         plain_causal = plain_causal and bias is None  # no dead rows: each query sees itself
         if plain_causal:
             mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, dropout_p=dropout,

@@ -88,6 +88,9 @@ def test_fused_path_equals_explicit_path(name, causal):
     fused, extras_f = attn(x, key_padding_mask=pad, causal=causal, syntax=syntax)
     explicit, extras_e = attn(x, key_padding_mask=pad, causal=causal, syntax=syntax, need_weights=True)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # (a bias that needs no gradient goes to SDPA as its mask, also on CPU)
+        inference, _ = attn(x, key_padding_mask=pad, causal=causal, syntax=syntax)
+    torch.testing.assert_close(inference, explicit.detach(), atol=1e-5, rtol=1e-5)
     assert extras_e.probs.shape == (2, H, 6, 6)
     assert extras_f.losses.keys() == extras_e.losses.keys()
     for key in extras_f.losses:

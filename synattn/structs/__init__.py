@@ -1,14 +1,16 @@
 """Differentiable dynamic programs on tensors: chains and dependency trees.
 
 - :class:`LinearChainCRF`: forward-backward and Viterbi; node marginals backpropagate in the
-  signed log-space semifield (Kim et al. 2017).
+  signed log-space semifield (Kim et al. 2017) on the PyTorch path, as a covariance of
+  conditional expectations (the same gradient) in the compiled kernels.
 - :class:`DependencyCRF`: projective trees by Eisner's algorithm with an explicit outside pass.
 - :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
   Chu-Liu-Edmonds.
 
 Arc scores are ``scores[b, h, d]`` for head ``h`` → dependent ``d`` with ROOT at index 0 (see
 :mod:`synattn.structs.arc_scores`). Every class takes per-sentence ``lengths`` and runs its
-dynamic program in float32 or float64 (also under autocast).
+dynamic program in float32 or float64 (also under autocast): as compiled numba kernels for CPU
+tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers).
 """
 
 from .chain import ChainMarginals, LinearChainCRF

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from .backend import as_array, set_threads
+from ._numba_math import EXP_MIN, LN2_HI, LN2_LO, LOG2E, exp_reduced
 from .semiring import NEG
 
 # Channels of the chart K [7, n+1, n+1]: A* by span start ([w, i]), B* by span end ([w, j]).
@@ -44,13 +45,7 @@ LOG, DUAL, VITERBI = 0, 1, 2  # log semiring; log semiring on dual numbers; max 
 
 _jit = numba.njit(cache=True, fastmath=False)
 
-# exp(x) = 2^k · exp(r), x = k·ln 2 + r, |r| <= ln(2)/2 (Cody-Waite: ln 2 in two parts, the first
-# exact in k·LN2_HI), exp(r) by its Taylor polynomial of degree 13 (error < 1e-17 relative).
-LOG2E = 1.4426950408889634
-LN2_HI = 6.93147180369123816490e-01
-LN2_LO = 1.90821492927058770002e-10
 ROUND = 6755399441055744.0  # 1.5·2^52: (y + ROUND) - ROUND is y rounded to an integer
-EXP_MIN = -708.0  # below: exp is taken as 0 (2^k stays a normal number above)
 
 
 @_jit
@@ -58,21 +53,7 @@ def _exp(x):
     """``exp(x)`` within 1 ulp for ``EXP_MIN <= x <= 700``, 0 below; vectorisable (no call)."""
     xc = EXP_MIN if x < EXP_MIN else x
     k = (xc * LOG2E + ROUND) - ROUND
-    r = (xc - k * LN2_HI) - k * LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
+    p = exp_reduced((xc - k * LN2_HI) - k * LN2_LO)
     two_k = np.int64((np.int64(k) + 1023) << 52).view(np.float64)
     return 0.0 if x < EXP_MIN else p * two_k  # (a NaN stays NaN)
 

@@ -31,6 +31,8 @@ import math
 import numba
 import numpy as np
 
+from ._numba_math import EXP_MIN, LN2_HI, LN2_LO, LOG2E, exp_reduced
+
 TINY = 1e-300
 """Floor of a pivot (as ``matrix_tree.TINY``)."""
 
@@ -52,38 +54,19 @@ def _head(i: int, n: int, multiroot: bool) -> int:
     return _word(i, n, multiroot) if i < n else 0
 
 
-EXP_MIN = -708.0
-"""Below this, :func:`_exp_row` returns 0 (``exp`` would be subnormal: no weight next to the
-column's largest, which is 1)."""
-
-
 @numba.njit(cache=True, fastmath=False)
 def _exp_row(x, out, bits):
     """``out[j] = exp(x[j])`` for ``x <= 0``, within about 1 ulp, in loops that LLVM vectorises.
 
     ``math.exp`` is a scalar library call per entry, the largest cost of the forward pass at
-    ``n = 64``. Here: ``x = k log 2 + r`` with ``|r| <= log(2) / 2`` (``log 2`` in two parts,
-    Cody and Waite 1980), ``exp(r)`` by its Taylor polynomial of degree 13 (remainder below
-    ``1e-17``) and ``2^k`` from its IEEE bits; ``bits [len(x)]`` (int64) is scratch.
+    ``n = 64``; see :mod:`synattn.structs._numba_math`. Entries below ``EXP_MIN`` give 0
+    (``exp`` would be subnormal: no weight next to the column's largest, which is 1);
+    ``bits [len(x)]`` (int64) is scratch.
     """
     for j in range(x.shape[0]):
         v = max(x[j], EXP_MIN)
-        k = math.floor(v * 1.4426950408889634 + 0.5)  # round(v / log 2)
-        r = (v - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        out[j] = p * r + 1.0
+        k = math.floor(v * LOG2E + 0.5)  # round(v / log 2)
+        out[j] = exp_reduced((v - k * LN2_HI) - k * LN2_LO)
         bits[j] = (np.int64(k) + 1023) << 52  # the float64 2^k
     scale = bits.view(np.float64)
     for j in range(x.shape[0]):

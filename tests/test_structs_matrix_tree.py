@@ -6,9 +6,6 @@ other backend; the compiled tests are skipped when numba is not installed.
 
 from __future__ import annotations
 
-import itertools
-from functools import lru_cache
-
 import numpy as np
 import pytest
 import torch
@@ -19,6 +16,7 @@ from synattn.structs import NonProjectiveDependencyCRF
 from synattn.structs.arc_scores import check_arc_scores, usable_arcs
 from synattn.structs.backend import use_backend
 from synattn.structs.matrix_tree import _gth_marginals
+from test_structs_trees import brute_force as tree_brute_force
 
 
 # The backend fixtures only enter a context that no example changes: hypothesis may share them.
@@ -46,36 +44,11 @@ def compiled():
 # Brute force.
 # ---------------------------------------------------------------------------------------------
 
-def _is_tree(heads: tuple[int, ...]) -> bool:
-    for d in range(1, len(heads) + 1):
-        seen, v = set(), d
-        while v != 0:
-            if v in seen:
-                return False
-            seen.add(v)
-            v = heads[v - 1]
-    return True
-
-
-@lru_cache(maxsize=None)
-def all_trees(n: int, multiroot: bool) -> np.ndarray:
-    """Every arborescence over ``n`` words as heads ``[T, n]`` (search over all head sequences)."""
-    out = [heads for heads in itertools.product(range(n + 1), repeat=n)
-           if all(h != d for d, h in enumerate(heads, 1)) and _is_tree(heads)
-           and (multiroot or heads.count(0) == 1)]
-    return np.array(out, dtype=np.int64).reshape(len(out), n)
-
-
 def brute_force(scores: torch.Tensor, n: int, multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """log Z and arc marginals ``[n+1, n+1]`` of one sentence of ``n`` words (float64)."""
-    trees = torch.from_numpy(all_trees(n, multiroot))  # [T, n]
-    deps = torch.arange(1, n + 1)
-    tree_scores = scores[trees, deps].double().sum(1)  # [T]
-    log_z = torch.logsumexp(tree_scores, 0)
-    marginals = torch.zeros(n + 1, n + 1, dtype=torch.float64)
-    marginals.index_put_((trees.flatten(), deps.repeat(len(trees))),
-                         (tree_scores - log_z).exp().repeat_interleave(n), accumulate=True)
-    return log_z, marginals
+    """log Z and arc marginals ``[n+1, n+1]`` of one sentence of ``n`` words over all
+    arborescences (float64; differentiable)."""
+    log_z, marginals, _ = tree_brute_force(scores.double(), n, False, multiroot)
+    return log_z, marginals[:n + 1, :n + 1]
 
 
 def random_batch(seed: int, lengths: list[int], scale: float, dtype=torch.float64):

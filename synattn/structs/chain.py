@@ -136,6 +136,17 @@ def chain_log_partition(u0: torch.Tensor, T: torch.Tensor, scan: bool | None = N
     return logsumexp(u0, 0)
 
 
+def pair_marginals(u0: torch.Tensor, T: torch.Tensor,
+                   scan: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Differentiable marginals of the first label ``[C, B]`` and of label pairs
+    ``[C, C, n-1, B]`` (``p(y_i = p, y_{i+1} = c)``) of a chain in transfer-matrix form: together,
+    the gradient of ``log Z`` with respect to ``u0`` and ``T``."""
+    alpha, beta = forward_backward(u0, T, scan)
+    log_z = logsumexp(alpha[:, -1], 0)
+    return ((alpha[:, 0] + beta[:, 0] - log_z).exp(),
+            (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp())
+
+
 # ---------------------------------------------------------------------------------------------
 # Marginals with the seed's signed log-space backward.
 # ---------------------------------------------------------------------------------------------
@@ -262,10 +273,8 @@ class ChainLogPartition(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         u0, T, mask = ctx.saved_tensors
         if torch.is_grad_enabled():
-            alpha, beta = forward_backward(u0, T)
-            log_z = logsumexp(alpha[:, -1], 0)
-            xi = (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp()  # [C, C, N-1, B]
-            return (alpha[:, 0] + beta[:, 0] - log_z).exp() * grad, xi * grad, None
+            node0, xi = pair_marginals(u0, T)
+            return node0 * grad, xi * grad, None
         from . import _chain_kernels
 
         node0, xi = _chain_kernels.edge_marginals(u0.t(), _batch_first(T), mask, grad,
@@ -398,9 +407,7 @@ class LinearChainCRF:
                                                   self.mask.new_ones(T.shape[-1], dtype=T.dtype),
                                                   pad_diagonal=False)
             return xi
-        alpha, beta = forward_backward(u0, T, self.scan)
-        log_z = logsumexp(alpha[:, -1], 0)
-        xi = (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp()  # [C, C, n-1, B]
+        xi = pair_marginals(u0, T, self.scan)[1]  # [C, C, n-1, B]
         return xi.permute(3, 2, 0, 1) * self.mask[:, 1:, None, None]
 
     @cached_property

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from .semiring import float_dtype
+from functools import cached_property
+
+from .semiring import float_dtype, fp32_inside
 
 
 def check_arc_scores(scores: torch.Tensor,
@@ -68,3 +70,42 @@ def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     heads = arcs[:, :, 1:].argmax(1)  # [B, n]
     n = heads.shape[1]
     return heads.masked_fill(torch.arange(n, device=heads.device) >= lengths[:, None], -1)
+
+
+class ArcCRF:
+    """What the dependency CRFs share: validated arc scores, ``log_partition`` and ``marginals``
+    by the subclass's autograd Functions, and ``score``.
+
+    Args:
+        scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
+            dependent ``d``; index 0 is ROOT. Entries past a sentence's length, the diagonal and
+            ``scores[:, :, 0]`` are ignored.
+        lengths: ``[batch_size]`` number of words, in ``1..n``; default all ``n``.
+        multiroot: if False, exactly one word attaches to ROOT.
+    """
+
+    log_partition_fn: type[torch.autograd.Function]
+    """Called as ``apply(scores, lengths, multiroot)`` → ``[batch_size]``."""
+    marginals_fn: type[torch.autograd.Function]
+    """Called as ``apply(scores, lengths, multiroot)`` → ``[batch_size, n+1, n+1]``."""
+
+    def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
+                 multiroot: bool = True):
+        self.multiroot = multiroot
+        self.scores, self.lengths = check_arc_scores(scores, lengths)
+
+    @cached_property
+    @fp32_inside
+    def log_partition(self) -> torch.Tensor:
+        """``[batch_size]`` log-sum of the scores of all trees; differentiable."""
+        return self.log_partition_fn.apply(self.scores, self.lengths, self.multiroot)
+
+    @cached_property
+    @fp32_inside
+    def marginals(self) -> torch.Tensor:
+        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable."""
+        return self.marginals_fn.apply(self.scores, self.lengths, self.multiroot)
+
+    def score(self, heads: torch.Tensor) -> torch.Tensor:
+        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored)."""
+        return tree_score(self.scores, heads, self.lengths)

@@ -46,7 +46,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
-from .arc_scores import check_arc_scores, heads_from_arcs, tree_score, usable_arcs
+from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 from .backend import use_numba
 from .semiring import NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside, serial_if_small
 
@@ -287,15 +287,12 @@ class _EisnerLogPartition(torch.autograd.Function):
         return mu * g[:, None, None], None, None
 
 
-class DependencyCRF:
+class DependencyCRF(ArcCRF):
     """Projective dependency trees (Eisner's algorithm), batched with per-sentence lengths.
 
-    Args:
-        scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
-            dependent ``d``; index 0 is ROOT. Entries past a sentence's length, the diagonal and
-            ``scores[:, :, 0]`` are ignored.
-        lengths: ``[batch_size]`` number of words, in ``1..n``; default all ``n``.
-        multiroot: if False, exactly one word attaches to ROOT.
+    Arguments as :class:`~synattn.structs.arc_scores.ArcCRF`: ``scores [batch_size, n+1, n+1]``
+    (``scores[b, h, d]`` for head ``h`` → dependent ``d``, ROOT = 0), ``lengths [batch_size]``
+    and ``multiroot``.
 
     Example:
         >>> crf = DependencyCRF(torch.randn(2, 6, 6), torch.tensor([5, 3]), multiroot=False)
@@ -308,22 +305,8 @@ class DependencyCRF:
     under autocast). Eisner (1996); syntactic attention: Kim et al. (2017) §3.
     """
 
-    def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
-                 multiroot: bool = True):
-        self.multiroot = multiroot
-        self.scores, self.lengths = check_arc_scores(scores, lengths)
-
-    @cached_property
-    @fp32_inside
-    def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all projective trees."""
-        return _EisnerLogPartition.apply(self.scores, self.lengths, self.multiroot)
-
-    @cached_property
-    @fp32_inside
-    def marginals(self) -> torch.Tensor:
-        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable."""
-        return EisnerMarginals.apply(self.scores, self.lengths, self.multiroot)
+    log_partition_fn = _EisnerLogPartition  # over all projective trees
+    marginals_fn = EisnerMarginals
 
     @cached_property
     @fp32_inside
@@ -341,7 +324,3 @@ class DependencyCRF:
     def argmax(self) -> torch.Tensor:
         """``[batch_size, n]`` heads of words ``1..n`` in the best projective tree; ``-1`` padding."""
         return heads_from_arcs(self._best[1], self.lengths)
-
-    def score(self, heads: torch.Tensor) -> torch.Tensor:
-        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored)."""
-        return tree_score(self.scores, heads, self.lengths)

@@ -54,9 +54,9 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from .arc_scores import check_arc_scores, tree_score, usable_arcs
+from .arc_scores import ArcCRF, usable_arcs
 from .backend import as_array, set_threads, use_numba
-from .semiring import NEG, fp32_inside, serial_if_small
+from .semiring import NEG, serial_if_small
 
 TINY = 1e-300
 """Floor of a pivot (float64): keeps ``log`` and the divisions finite if weights underflow."""
@@ -399,42 +399,24 @@ def best_tree(scores: np.ndarray, multiroot: bool) -> np.ndarray:
 # The distribution.
 # ---------------------------------------------------------------------------------------------
 
-class NonProjectiveDependencyCRF:
+class NonProjectiveDependencyCRF(ArcCRF):
     """Non-projective dependency trees (Matrix-Tree theorem), batched with per-sentence lengths.
 
-    Args:
-        scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
-            dependent ``d``; index 0 is ROOT. Entries past a sentence's length, the diagonal and
-            ``scores[:, :, 0]`` are ignored.
-        lengths: ``[batch_size]`` number of words, in ``1..n``; default all ``n``.
-        multiroot: if False, exactly one word attaches to ROOT.
+    Arguments as :class:`~synattn.structs.arc_scores.ArcCRF`: ``scores [batch_size, n+1, n+1]``
+    (``scores[b, h, d]`` for head ``h`` → dependent ``d``, ROOT = 0), ``lengths [batch_size]``
+    and ``multiroot``.
 
     Example:
         >>> crf = NonProjectiveDependencyCRF(torch.randn(2, 6, 6), torch.tensor([5, 3]))
-        >>> crf.marginals.sum(1)[:, 1:4]   # each word has one head
-        tensor([[1.0000, 1.0000, 1.0000],
-                [1.0000, 1.0000, 1.0000]])
+        >>> torch.allclose(crf.marginals.sum(1)[:, 1:4], torch.ones(2, 3))  # one head per word
+        True
 
     ``log_partition`` and ``marginals`` are returned in the scores' float dtype (float32 for
     half inputs); the computation is float64.
     """
 
-    def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
-                 multiroot: bool = True):
-        self.multiroot = multiroot
-        self.scores, self.lengths = check_arc_scores(scores, lengths)
-
-    @cached_property
-    @fp32_inside
-    def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all spanning arborescences."""
-        return _MatrixTreeLogPartition.apply(self.scores, self.lengths, self.multiroot)
-
-    @cached_property
-    @fp32_inside
-    def marginals(self) -> torch.Tensor:
-        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable."""
-        return MatrixTreeMarginals.apply(self.scores, self.lengths, self.multiroot)
+    log_partition_fn = _MatrixTreeLogPartition  # over all spanning arborescences
+    marginals_fn = MatrixTreeMarginals
 
     @cached_property
     def argmax(self) -> torch.Tensor:
@@ -449,7 +431,3 @@ class NonProjectiveDependencyCRF:
     def max(self) -> torch.Tensor:
         """``[batch_size]`` score of the best tree (not differentiable)."""
         return self.score(self.argmax).detach()
-
-    def score(self, heads: torch.Tensor) -> torch.Tensor:
-        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored)."""
-        return tree_score(self.scores, heads, self.lengths)

@@ -70,3 +70,22 @@ class TreebankError(InputError):
 
 class DataError(InputError):
     """A text corpus file is malformed (mismatched parallel lines, bad encoding, empty line...)."""
+
+
+class UsageError(SynattnError, ValueError):
+    """A bad command-line option or configuration value; the message names the option or key.
+
+    The ``synattn`` command prints it as one line and exits with status 2 (like argparse).
+    """
+
+
+class ConfigError(UsageError):
+    """A configuration mistake (unknown key, wrong type, value out of range, conflicting methods).
+
+    The message names the file (or the ``key=value`` override), the key and the cause.
+    """
+
+
+class RunFailure(SynattnError, RuntimeError):
+    """The command could not finish for a reason outside the user's input (disk full, a run
+    directory locked by another process, ...). The ``synattn`` command exits with status 1."""

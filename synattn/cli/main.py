@@ -1,19 +1,23 @@
 """The ``synattn`` command: one subcommand per step of the pipeline.
 
 Every subcommand lives in its own module of this package and exposes ``register(subparsers)``.
-Errors for bad input (:class:`synattn.errors.SynattnError`) are printed as one line, exit status 2.
+Errors are printed as one line without a traceback: bad input, options or configs
+(:class:`synattn.errors.SynattnError`) exit with status 2, failures of the run itself
+(:class:`synattn.errors.RunFailure`, or an operating-system error such as a full disk) with status 1.
+``--debug`` (or the environment variable ``SYNATTN_DEBUG=1``) shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from synattn import __version__
 from synattn.cli import (corpus_cmd, demo_cmd, evaluate_cmd, induce_cmd, parse_cmd, prepare_cmd, stats_cmd,
                          train_cmd, translate_cmd, viz_cmd)
-from synattn.errors import SynattnError
+from synattn.errors import RunFailure, SynattnError
 
 SUBCOMMANDS = (demo_cmd, prepare_cmd, train_cmd, translate_cmd, evaluate_cmd, induce_cmd, viz_cmd, parse_cmd,
                corpus_cmd, stats_cmd)
@@ -26,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'synattn COMMAND --help' for the options of a command.")
     parser.add_argument("--version", action="version", version=f"synattn {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks instead of one-line errors (also: SYNATTN_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS:
         module.register(sub)
@@ -37,14 +43,29 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    debug = args.debug or os.environ.get("SYNATTN_DEBUG", "") not in ("", "0")
     try:
         return int(args.func(args) or 0)
-    except SynattnError as err:
-        print(f"synattn {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except (SynattnError, OSError, MemoryError) as err:
+        if debug:
+            raise
+        print(f"synattn {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 2 if isinstance(err, SynattnError) and not isinstance(err, RunFailure) else 1
     except KeyboardInterrupt:
         print(f"synattn {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(err: BaseException) -> str:
+    """The message of ``err`` on one line (an OSError names its file and the system's cause)."""
+    if isinstance(err, OSError) and not isinstance(err, SynattnError) and err.strerror:
+        where = f"{err.filename}: " if err.filename else ""
+        text = f"{where}{err.strerror}"
+    elif isinstance(err, MemoryError):
+        text = "out of memory" + (f" ({err})" if str(err) else "")
+    else:
+        text = str(err) or type(err).__name__
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -166,7 +166,8 @@ def _report(results: list[dict], out: Path, wall: float, args: argparse.Namespac
         t = test[key]
         verdict = ("within the noise" if t["p_value"] >= 0.05 else
                    "better" if t["delta"] > 0 else "worse")
-        print(f"  Δ{name} {t['delta']:+.2f} (the syntax model's 95% interval ±{t['ci']:.2f}, p = {t['p_value']:.3f}): "
+        print(f"  Δ{name} {t['delta']:+.2f} (the syntax model's 95% interval ±{t['ci']:.2f}, "
+              f"p = {t['p_value']:.3f}): "
               f"{verdict}, one seed and {args.minutes:g} training minutes each")
     print("UAS: word-level attachment of the supervised head (for the baseline, of its best encoder head) "
           "against the spaCy parse of the test verses, punctuation included.")

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from synattn.io import atomic_write
-from synattn.reproduce.study import Arm, Context, Study
+from synattn.reproduce.study import Arm, Context, Study, budget_train
 
 SUPERVISED = {"layer": 2, "head": 0, "weight": 1.0}
 
@@ -83,10 +83,7 @@ class MTSyntaxStudy(Study):
                 "encoder": {"layers": 3}, "decoder": {"layers": 3}}
 
     def base_train(self, ctx: Context) -> dict:
-        return {"max_tokens": 800 if ctx.toy else 4000, "lr": 2e-3, "warmup_updates": 5 if ctx.toy else 200,
-                "schedule": "cosine", "min_lr_ratio": 0.02, "clip_norm": 1.0, "label_smoothing": 0.1,
-                "log_interval": 2 if ctx.toy else 50, "validate_interval": 1 if ctx.toy else 2,
-                "save_interval": 1, "keep_last_n": 1, "progress_bar": not ctx.toy, "tensorboard": False, "bf16": not ctx.toy}
+        return budget_train(ctx, max_tokens=4000, lr=2e-3, warmup=200, validate_every=2, bf16=True)
 
     def base_eval(self, ctx: Context) -> dict:
         return {"beam": 2 if ctx.toy else 4, "bleu_sentences": 0, "batch_size": 32}

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from synattn.io import atomic_write
-from synattn.reproduce.study import Arm, Context, Study
+from synattn.reproduce.study import Arm, Context, Study, budget_train
 
 WORDS = 6
 
@@ -87,10 +87,7 @@ class StructuredAttentionStudy(Study):
                 "encoder": {"layers": layers}, "decoder": {"layers": layers}}
 
     def base_train(self, ctx: Context) -> dict:
-        return {"max_tokens": 800 if ctx.toy else 3000, "lr": 2e-3, "warmup_updates": 5 if ctx.toy else 100,
-                "schedule": "cosine", "min_lr_ratio": 0.02, "clip_norm": 1.0, "label_smoothing": 0.1,
-                "log_interval": 2 if ctx.toy else 50, "validate_interval": 1, "save_interval": 1,
-                "keep_last_n": 1, "progress_bar": not ctx.toy, "tensorboard": False}
+        return budget_train(ctx, max_tokens=3000, lr=2e-3, warmup=100)
 
     def base_eval(self, ctx: Context) -> dict:
         return {"beam": 1, "bleu_sentences": 0, "batch_size": 64, "max_len_a": 0.5, "max_len_b": 10}

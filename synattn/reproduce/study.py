@@ -67,6 +67,18 @@ def merge(base: dict, changes: dict) -> dict:
     return out
 
 
+def budget_train(ctx: Context, *, max_tokens: int, lr: float, warmup: int, min_lr_ratio: float = 0.02,
+                 label_smoothing: float = 0.1, validate_every: int = 1, bf16: bool = False) -> dict:
+    """Training settings shared by the studies: a warm-up, a cosine decay to the end of the run's
+    minutes, clipping, a checkpoint every 200 updates (so a killed study loses little), no
+    TensorBoard; tiny batches and no bf16 for ``--toy`` runs."""
+    return {"max_tokens": 800 if ctx.toy else max_tokens, "lr": lr, "warmup_updates": 5 if ctx.toy else warmup,
+            "schedule": "cosine", "min_lr_ratio": min_lr_ratio, "clip_norm": 1.0, "label_smoothing": label_smoothing,
+            "log_interval": 2 if ctx.toy else 50, "validate_interval": 1 if ctx.toy else validate_every,
+            "save_interval": 1 if ctx.toy else validate_every, "save_interval_updates": 0 if ctx.toy else 200,
+            "keep_last_n": 1, "progress_bar": not ctx.toy, "tensorboard": False, "bf16": bf16 and not ctx.toy}
+
+
 class Study:
     """Base class of a study (see the module docstring). Subclasses set the class attributes and
     implement :meth:`prepare`, :meth:`base_model` and :meth:`evaluate`.

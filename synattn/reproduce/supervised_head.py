@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from synattn.reproduce.heads import best_head, head_attachment
-from synattn.reproduce.study import Arm, Context, Study
+from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
 
 LAYERS, SUPERVISED_LAYER = 4, 3
@@ -62,11 +62,8 @@ class SupervisedHeadStudy(Study):
                 "encoder": {"layers": LAYERS}}
 
     def base_train(self, ctx: Context) -> dict:
-        return {"max_tokens": 1000 if ctx.toy else 4096, "lr": 1e-3, "warmup_updates": 5 if ctx.toy else 150,
-                "schedule": "cosine", "min_lr_ratio": 0.05, "clip_norm": 1.0, "label_smoothing": 0.0,
-                "log_interval": 2 if ctx.toy else 50, "validate_interval": 1 if ctx.toy else 5,
-                "save_interval": 1 if ctx.toy else 5, "keep_last_n": 1, "progress_bar": not ctx.toy,
-                "tensorboard": False, "bf16": not ctx.toy}
+        return budget_train(ctx, max_tokens=4096, lr=1e-3, warmup=150, min_lr_ratio=0.05, label_smoothing=0.0,
+                            validate_every=5, bf16=True)
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
         from synattn.evaluate.runner import load_run

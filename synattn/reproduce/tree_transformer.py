@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from synattn.errors import InputError
-from synattn.reproduce.study import Arm, Context, Study
+from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
 
 
@@ -62,11 +62,8 @@ class TreeTransformerStudy(Study):
                 "encoder": {"layers": 6}}
 
     def base_train(self, ctx: Context) -> dict:
-        return {"max_tokens": 1000 if ctx.toy else 4096, "lr": 1e-3, "warmup_updates": 5 if ctx.toy else 150,
-                "schedule": "cosine", "min_lr_ratio": 0.05, "clip_norm": 1.0, "label_smoothing": 0.0,
-                "log_interval": 2 if ctx.toy else 50, "validate_interval": 1 if ctx.toy else 5,
-                "save_interval": 1 if ctx.toy else 5, "keep_last_n": 1, "progress_bar": not ctx.toy,
-                "tensorboard": False}
+        return budget_train(ctx, max_tokens=4096, lr=1e-3, warmup=150, min_lr_ratio=0.05, label_smoothing=0.0,
+                            validate_every=5)
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
         from synattn.evaluate.runner import load_run
@@ -98,7 +95,8 @@ class TreeTransformerStudy(Study):
         splits = ["dev"] + (["test"] if any("f1_test" in m for m in runs.values()) else [])
         lines = ["| trees | " + " | ".join(f"sentence F1 {s} | corpus F1 {s} | sentence F1 {s} ≤10" for s in splits)
                  + " |", "|---|" + "---|---|---|" * len(splits)]
-        names = [("tree transformer (paper's decoding)", ""), ("tree transformer (public code's rule)", "_original_rule"),
+        names = [("tree transformer (paper's decoding)", ""),
+                 ("tree transformer (public code's rule)", "_original_rule"),
                  ("right-branching", "right-branching"), ("left-branching", "left-branching"),
                  ("random binary", "random")]
         for title, key in names:

@@ -110,7 +110,7 @@ class TreeTransformerStudy(Study):
                     cells.append(summarize([m[name] for m in runs.values() if m.get(name) is not None]).format(1))
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         first = runs[min(runs)]
-        note = (f"\nMean ± std over {len(runs)} seed(s) (the random baseline's seed follows the run's). "
+        note = (f"\n\nMean ± std over {len(runs)} seed(s) (the random baseline's seed follows the run's). "
                 f"dev: {first.get('dev_sentences')} sentences scored, {first.get('dev_left_out', 0)} non-projective "
                 "left out; ≤10: at most 10 words without punctuation.")
         return "\n".join(lines) + note

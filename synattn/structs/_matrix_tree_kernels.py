@@ -36,6 +36,10 @@ from ._numba_math import EXP_MIN, LN2_HI, LN2_LO, LOG2E, exp_reduced
 TINY = 1e-300
 """Floor of a pivot (as ``matrix_tree.TINY``)."""
 
+SAFE_PIVOT = 1e-250
+"""A smaller pivot makes ``log Z`` NaN (as ``matrix_tree.SAFE_PIVOT``: the caller recomputes the
+sentence in log space)."""
+
 NEG = -1e9
 """Log-score of an impossible arc (as ``semiring.NEG``)."""
 
@@ -208,6 +212,8 @@ def _forward(scores, b, n, multiroot, need_marginals, marginals):
     total = _load(scores, b, n, multiroot, W, shift)
     M = W.copy()
     log_z = _eliminate(M, pivots, n, multiroot) + total
+    if pivots.min() < SAFE_PIVOT:  # weights may have underflowed: flag for the log-space path
+        return np.nan
     if need_marginals:
         G = np.empty((n + 1, n))
         GT = np.empty((n, n + 1))

@@ -13,7 +13,9 @@ import torch
 
 from functools import cached_property
 
-from .semiring import float_dtype, fp32_inside
+from .distribution import StructDistribution
+from .semiring import (IMPOSSIBLE, NEG, check_score_range, float_dtype, fp32_inside, has_masked,
+                       mask_impossible)
 
 
 def check_arc_scores(scores: torch.Tensor,
@@ -26,7 +28,13 @@ def check_arc_scores(scores: torch.Tensor,
 
     Returns:
         Scores in float32/float64 with every entry that no tree uses set to 0 (so that padding
-        may hold anything, even NaN), and the lengths as a long tensor on the scores' device.
+        may hold anything, even NaN), entries ``<= NEG`` (``-inf``, ``finfo.min``...) set to
+        :data:`~synattn.structs.semiring.NEG` (masked arcs), and the lengths as a long tensor on
+        the scores' device.
+
+    Raises:
+        ValueError: bad shapes or lengths, or finite scores too large for masks to stay
+            impossible (:func:`~synattn.structs.semiring.check_score_range`).
     """
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
         raise ValueError(f"scores must be [B, n+1, n+1] with n >= 1, got {tuple(scores.shape)}")
@@ -36,8 +44,10 @@ def check_arc_scores(scores: torch.Tensor,
     lengths = torch.as_tensor(lengths, device=scores.device).long()
     if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > L - 1).any()):
         raise ValueError(f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}")
-    scores = scores.to(float_dtype(scores))
-    return torch.where(usable_arcs(lengths, L), scores, scores.new_zeros(())), lengths
+    scores = mask_impossible(scores.to(float_dtype(scores)))
+    usable = usable_arcs(lengths, L)
+    check_score_range(scores, usable, L - 1, "scores")
+    return torch.where(usable, scores, scores.new_zeros(())), lengths
 
 
 def usable_arcs(lengths: torch.Tensor, L: int) -> torch.Tensor:
@@ -72,9 +82,11 @@ def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return heads.masked_fill(torch.arange(n, device=heads.device) >= lengths[:, None], -1)
 
 
-class ArcCRF:
+class ArcCRF(StructDistribution):
     """What the dependency CRFs share: validated arc scores, ``log_partition`` and ``marginals``
-    by the subclass's autograd Functions, and ``score``.
+    by the subclass's autograd Functions, ``score``, and (from
+    :class:`~synattn.structs.distribution.StructDistribution`) ``log_prob``, ``entropy``,
+    ``cross_entropy`` and ``kl``.
 
     Args:
         scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
@@ -93,19 +105,41 @@ class ArcCRF:
                  multiroot: bool = True):
         self.multiroot = multiroot
         self.scores, self.lengths = check_arc_scores(scores, lengths)
+        self.masked = has_masked(self.scores)
+        """Whether some usable arc is masked (``<= NEG``): only then can a sentence have no tree."""
 
     @cached_property
     @fp32_inside
     def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all trees; differentiable."""
-        return self.log_partition_fn.apply(self.scores, self.lengths, self.multiroot)
+        """``[batch_size]`` log-sum of the scores of all trees; differentiable. ``-inf`` (with a
+        zero gradient) for a sentence whose masks leave no tree."""
+        log_z = self.log_partition_fn.apply(self.scores, self.lengths, self.multiroot)
+        if not self.masked:
+            return log_z
+        return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
 
     @cached_property
     @fp32_inside
     def marginals(self) -> torch.Tensor:
-        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable."""
-        return self.marginals_fn.apply(self.scores, self.lengths, self.multiroot)
+        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable. All 0 for a
+        sentence whose masks leave no tree."""
+        mu = self.marginals_fn.apply(self.scores, self.lengths, self.multiroot)
+        if not self.masked:
+            return mu
+        return torch.where(self.feasible[:, None, None], mu, mu.new_zeros(()))
+
+    @property
+    def feasible(self) -> torch.Tensor:
+        """``[batch_size]`` bool: the sentence has at least one tree that avoids masked arcs."""
+        return self.log_partition.detach() > -float("inf")
+
+    def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(self.scores, self.marginals)]
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
-        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored)."""
-        return tree_score(self.scores, heads, self.lengths)
+        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored);
+        ``-inf`` for a tree that uses a masked arc."""
+        total = tree_score(self.scores, heads, self.lengths)
+        if not self.masked:
+            return total
+        return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))

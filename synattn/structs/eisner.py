@@ -48,7 +48,8 @@ import torch.nn.functional as F
 
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 from .backend import use_numba
-from .semiring import NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside, serial_if_small
+from .semiring import (IMPOSSIBLE, NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside,
+                       serial_if_small)
 
 # K[0] is Bc, K[1] is A. Channels of A: left complete, right complete, right incomplete shifted
 # by one width (A[IR, w-1] holds width w). Channels of Bc: left incomplete shifted the other way
@@ -238,11 +239,12 @@ class EisnerMarginals(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths = ctx.saved_tensors
         if torch.is_grad_enabled():  # a third derivative was asked for: use autograd throughout
-            with torch.enable_grad():
-                x = scores.detach().requires_grad_()
-                log_z = eisner_inside(to_width_major(x), lengths, ctx.multiroot)[0]
-                (mu,) = torch.autograd.grad(log_z.sum(), x, create_graph=True)
-            return torch.autograd.grad(mu, x, g, create_graph=True)[0], None, None
+            # (on ``scores`` itself, not a detached copy: the result must stay a function of
+            # the scores for the next derivative)
+            log_z = eisner_inside(to_width_major(scores), lengths, ctx.multiroot)[0]
+            (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
+            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
+            return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None
         if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
             return _kernels().marginals_jvp(scores, lengths, ctx.multiroot, g), None, None
         with fwAD.dual_level(), warnings.catch_warnings():
@@ -317,10 +319,14 @@ class DependencyCRF(ArcCRF):
 
     @property
     def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best projective tree (not differentiable)."""
-        return self._best[0]
+        """``[batch_size]`` score of the best projective tree (not differentiable); ``-inf`` if
+        masks leave none."""
+        best = self._best[0]
+        return torch.where(best > IMPOSSIBLE, best, torch.full_like(best, -float("inf")))
 
     @property
     def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` heads of words ``1..n`` in the best projective tree; ``-1`` padding."""
-        return heads_from_arcs(self._best[1], self.lengths)
+        """``[batch_size, n]`` heads of words ``1..n`` in the best projective tree; ``-1`` padding,
+        and all ``-1`` for a sentence whose masks leave no tree."""
+        heads = heads_from_arcs(self._best[1], self.lengths)
+        return heads.masked_fill((self.max == -float("inf")).unsqueeze(-1), -1)

@@ -47,6 +47,7 @@ best tree has exactly one root arc and is the best such tree.
 
 from __future__ import annotations
 
+import math
 import warnings
 from functools import cached_property
 
@@ -60,6 +61,17 @@ from .semiring import NEG, serial_if_small
 
 TINY = 1e-300
 """Floor of a pivot (float64): keeps ``log`` and the divisions finite if weights underflow."""
+
+SAFE_PIVOT = 1e-250
+"""A GTH pivot below this (weights may have underflowed on the way) sends the sentence to the
+log-space elimination (:func:`_log_space_marginals`)."""
+
+SAFE_SPREAD = 700.0
+"""A column whose usable, unmasked scores span more than this (its smallest weight would underflow
+next to its largest) also sends the sentence to the log-space elimination."""
+
+LOG0 = -1e30
+"""Log-weight of an arc no tree may use in the log-space elimination (far below any masked arc)."""
 
 
 def _scaled_arcs(scores: torch.Tensor,
@@ -125,14 +137,15 @@ def _factorize(scores: torch.Tensor, lengths: torch.Tensor,
     return pivots.log().sum(1) + shift, W, M, pivots
 
 
-def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor,
-               multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                   with_flag: bool = False) -> tuple[torch.Tensor, ...]:
     """``log Z`` and arc marginals ``[B, N+1, N+1]``: the adjoint of :func:`_factorize`, written out.
 
     Walking the elimination backwards, ``G`` holds ``d log Z / d M`` for the part of ``M`` still
     to be undone; at the end it is ``d log Z / d W`` and the marginals are ``G * W``
     (``W = exp(s - shift)``). Unlike Koo et al.'s closed form, which subtracts two entries of the
-    inverse, this keeps full accuracy at extreme score scales; ``O(B·N²)`` memory.
+    inverse, this keeps full accuracy at extreme score scales; ``O(B·N²)`` memory. With
+    ``with_flag``, also ``[B]`` True where a pivot fell below :data:`SAFE_PIVOT`.
     """
     log_z, W, M, pivots = _factorize(scores, lengths, multiroot)
     batch, R, N = W.shape
@@ -157,7 +170,112 @@ def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor,
         order = torch.argsort(_single_root_order(N, W.device))
         mu = torch.cat((mu[:, R - 1:], mu[:, :N][:, order]), 1)[:, :, order]
     out = torch.cat((mu.new_zeros(batch, N + 1, 1), mu), 2)  # [B, N+1, N+1]
-    return log_z, torch.where(usable_arcs(lengths, N + 1), out, 0.0)
+    out = torch.where(usable_arcs(lengths, N + 1), out, 0.0)
+    if with_flag:
+        return log_z, out, pivots.amin(1) < SAFE_PIVOT
+    return log_z, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Log-space elimination: the fallback for extreme scales, differentiable by autograd.
+# ---------------------------------------------------------------------------------------------
+
+def _wide_columns(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[B]`` True where some word's usable, unmasked in-arc scores span more than
+    :data:`SAFE_SPREAD`."""
+    usable = usable_arcs(lengths, scores.shape[-1]) & (scores > NEG)
+    s = scores.detach().double()
+    top = torch.where(usable, s, -float("inf")).amax(1)
+    low = torch.where(usable, s, float("inf")).amin(1)
+    spread = torch.where(top > low, top - low, 0.0)  # [B, N+1]
+    return spread.amax(1) > SAFE_SPREAD
+
+
+def _log_weights(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """:func:`_weights` in log space, unscaled (``log W [B, R, N]``, :data:`LOG0` for no arc).
+
+    Masked arcs (``<= NEG``) get a score low enough that every tree using one weighs less than
+    ``e^-1000`` times the best tree without (for a sentence that has one), but not so low that
+    the single-root elimination, whose intermediate pivots may consist of masked arcs only,
+    cancels digits: ``n·lo - (n-1)·hi - 1000 - n log(n+1)`` with ``lo``/``hi`` the smallest and
+    largest unmasked usable score of the sentence.
+    """
+    s = scores.double()
+    batch, L, _ = s.shape
+    N = L - 1
+    valid = torch.arange(1, L, device=s.device) <= lengths.unsqueeze(-1)  # [B, N]
+    into = usable_arcs(lengths, L)[:, :, 1:]  # [B, N+1, N]
+    s = s[:, :, 1:]
+    free = into & (s > NEG)
+    hi = torch.where(free, s, -float("inf")).amax((1, 2)).clamp_min(0.0)
+    lo = torch.where(free, s, float("inf")).amin((1, 2)).clamp_max(0.0)
+    n = lengths.double()
+    soft = n * lo - (n - 1) * hi - 1000.0 - n * torch.log(n + 1)
+    w = torch.where(free, s, torch.where(into, soft[:, None, None], LOG0))
+    root, words = w[:, 0], w[:, 1:]
+    if multiroot:  # padded words: one unit arc from ROOT
+        return torch.cat((words, torch.where(valid, root, 0.0).unsqueeze(1)), 1)
+    order = _single_root_order(N, w.device)
+    words = words[:, order][:, :, order]
+    first = torch.where(valid[:, order], words[:, -1], 0.0).unsqueeze(1)  # unit arcs to padding
+    return torch.cat((words[:, :-1], first, root[:, order].unsqueeze(1)), 1)
+
+
+def _has_tree(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """``[B]`` True where some tree avoids every masked arc (``<= NEG``): every word is reachable
+    from ROOT (multi-root), or from one word that ROOT may head, without ROOT (single root)."""
+    L = scores.shape[-1]
+    arcs = usable_arcs(lengths, L) & (scores > NEG)  # [B, L, L]
+    words = torch.arange(L, device=scores.device) > 0
+    valid = words & (torch.arange(L, device=scores.device) <= lengths.unsqueeze(-1))  # [B, L]
+    graph = arcs if multiroot else arcs & words[:, None] & words  # single root: without ROOT
+    reach = (graph | torch.eye(L, dtype=torch.bool, device=scores.device)).double()
+    for _ in range(max(1, math.ceil(math.log2(L)))):  # transitive closure by squaring
+        reach = (reach @ reach > 0).double()
+    spans = ((reach > 0) | ~valid.unsqueeze(1)).all(-1)  # [B, L]: reaches every word
+    if multiroot:
+        return spans[:, 0]
+    return (spans & arcs[:, 0] & valid).any(-1)
+
+
+def _log_space_log_z(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """``log Z [B]`` by the GTH elimination of :func:`_factorize` with every weight kept as its
+    logarithm: pivots and Schur updates are log-sums of non-negative terms, so nothing
+    underflows at any scale. Out of place, differentiable to any order by autograd
+    (``O(B·N³)`` memory under autograd)."""
+    A = _log_weights(scores, lengths, multiroot)
+    N = A.shape[-1]
+    log_z = A.new_zeros(A.shape[0])
+    for _ in range(N if multiroot else N - 1):
+        end = A.shape[1] if multiroot else A.shape[1] - 1  # single root: not the replaced row
+        pivot = torch.logsumexp(A[:, 1:end, 0], -1)
+        log_z = log_z + pivot
+        row = A[:, 0, 1:] - pivot.unsqueeze(-1)
+        A = torch.logsumexp(torch.stack((A[:, 1:, 1:], A[:, 1:, :1] + row.unsqueeze(1))), 0)
+    return log_z if multiroot else log_z + A[:, -1, 0]
+
+
+def _log_space_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                         need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log Z`` and (optionally) marginals, as autograd's gradient, by :func:`_log_space_log_z`."""
+    with torch.enable_grad():
+        x = scores.detach().double().requires_grad_(need_marginals)
+        log_z = _log_space_log_z(x, lengths, multiroot)
+        if not need_marginals:
+            return log_z.detach(), None
+        (mu,) = torch.autograd.grad(log_z.sum(), x)
+    return log_z.detach(), mu
+
+
+def _log_space_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                                 direction: torch.Tensor, compiled: bool = False) -> torch.Tensor:
+    """The Hessian of :func:`_log_space_log_z` times ``direction`` (autograd's double backward)."""
+    with torch.enable_grad():
+        x = scores.detach().double().requires_grad_()
+        (mu,) = torch.autograd.grad(_log_space_log_z(x, lengths, multiroot).sum(), x,
+                                    create_graph=True)
+        (hv,) = torch.autograd.grad(mu, x, direction.double())
+    return hv
 
 
 def _single_root_order(N: int, device: torch.device) -> torch.Tensor:
@@ -226,6 +344,7 @@ def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: 
     log_z = kernels.gth_forward(s, as_array(lengths), multiroot, need_marginals, out,
                                 set_threads())
     return torch.from_numpy(log_z), torch.from_numpy(out) if need_marginals else None
+    # (a sentence whose pivots fell below SAFE_PIVOT has log_z NaN: see _marginals)
 
 
 def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
@@ -243,26 +362,52 @@ def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, mul
 
 def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
                need_marginals: bool = True,
-               compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log Z`` and (optionally) marginals: the compiled GTH kernels if ``compiled``, else
-    LAPACK where certified and GTH elimination elsewhere."""
+               compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``log Z``, (optionally) marginals and ``[B]`` True for the sentences computed in log space.
+
+    The compiled GTH kernels if ``compiled``, else LAPACK where certified and GTH elimination
+    elsewhere; then every sentence with a pivot below :data:`SAFE_PIVOT` or a column wider than
+    :data:`SAFE_SPREAD` again by the log-space elimination."""
+    log_z, mu, unsafe = _fast_marginals(scores, lengths, multiroot, need_marginals, compiled)
+    unsafe = unsafe | _wide_columns(scores, lengths)
+    if bool(unsafe.any()):
+        redo = unsafe.nonzero().squeeze(1)
+        z, m = _log_space_marginals(scores[redo], lengths[redo], multiroot, need_marginals)
+        none = ~_has_tree(scores[redo], lengths[redo], multiroot)  # (soft masks hide this)
+        z = z.masked_fill(none, 2 * NEG)
+        if need_marginals:
+            m = m.masked_fill(none[:, None, None], 0.0)
+        log_z = log_z.index_copy(0, redo, z)
+        if need_marginals:
+            mu = mu.index_copy(0, redo, m.to(mu.dtype))
+    return log_z, mu, unsafe
+
+
+def _fast_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                    need_marginals: bool,
+                    compiled: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """:func:`_marginals` without the log-space fallback; the last output flags small pivots."""
     if compiled:
-        return _compiled_marginals(scores, lengths, multiroot, need_marginals)
+        log_z, mu = _compiled_marginals(scores, lengths, multiroot, need_marginals)
+        return log_z, mu, log_z.isnan()
     N = scores.shape[-1] - 1
     if N >= LAPACK_MAX_N:
         if need_marginals:
-            return _gth_marginals(scores, lengths, multiroot)
-        return _factorize(scores, lengths, multiroot)[0], None
+            return _gth_marginals(scores, lengths, multiroot, with_flag=True)
+        log_z, _, _, pivots = _factorize(scores, lengths, multiroot)
+        return log_z, None, pivots.amin(1) < SAFE_PIVOT
     log_z, mu, ok = _lapack_marginals(scores, lengths, multiroot, need_marginals)
+    unsafe = torch.zeros_like(ok)
     if bool(ok.all()):
-        return log_z, mu
+        return log_z, mu, unsafe
     redo = (~ok).nonzero().squeeze(1)
     if need_marginals:
-        z, m = _gth_marginals(scores[redo], lengths[redo], multiroot)
+        z, m, flag = _gth_marginals(scores[redo], lengths[redo], multiroot, with_flag=True)
         mu = mu.index_copy(0, redo, m)
     else:
-        z = _factorize(scores[redo], lengths[redo], multiroot)[0]
-    return log_z.index_copy(0, redo, z), mu
+        z, _, _, pivots = _factorize(scores[redo], lengths[redo], multiroot)
+        flag = pivots.amin(1) < SAFE_PIVOT
+    return log_z.index_copy(0, redo, z), mu, unsafe.index_copy(0, redo, flag)
 
 
 def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
@@ -284,24 +429,41 @@ class MatrixTreeMarginals(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-        ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
         ctx.compiled = use_numba(scores, lengths)
-        return _marginals(scores, lengths, multiroot, True, ctx.compiled)[1].to(scores.dtype)
+        _, mu, log_space = _marginals(scores, lengths, multiroot, True, ctx.compiled)
+        ctx.save_for_backward(scores, lengths, log_space)
+        return mu.to(scores.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         if torch.is_grad_enabled():
-            raise RuntimeError("third derivatives of Matrix-Tree log-partitions are not supported")
-        scores, lengths = ctx.saved_tensors
-        if ctx.compiled:
-            return _compiled_marginals_tangent(scores, lengths, ctx.multiroot, g), None, None
-        with fwAD.dual_level(), warnings.catch_warnings():
-            # (torch's first use of forward AD loads decompositions through torch.jit.script)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            dual = fwAD.make_dual(scores, g.to(scores.dtype))
-            mu = _gth_marginals(dual, lengths, ctx.multiroot)[1]
-            return fwAD.unpack_dual(mu).tangent.to(scores.dtype), None, None
+            raise RuntimeError("NonProjectiveDependencyCRF: derivatives of order 3 and higher of "
+                               "log_partition (the backward of marginals' backward) are not "
+                               "supported; orders 1 and 2 are")
+        scores, lengths, log_space = ctx.saved_tensors
+        if not bool(log_space.any()):
+            return _fast_tangent(scores, lengths, ctx.multiroot, g, ctx.compiled), None, None
+        out = torch.zeros_like(scores)
+        for part, fn in ((~log_space, _fast_tangent), (log_space, _log_space_marginals_tangent)):
+            if bool(part.any()):
+                idx = part.nonzero().squeeze(1)
+                hv = fn(scores[idx], lengths[idx], ctx.multiroot, g[idx], ctx.compiled)
+                out = out.index_copy(0, idx, hv.to(out.dtype))
+        return out, None, None
+
+
+def _fast_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, g: torch.Tensor,
+                  compiled: bool) -> torch.Tensor:
+    """The Hessian of ``log Z`` times ``g`` by forward-mode differentiation of the GTH code."""
+    if compiled:
+        return _compiled_marginals_tangent(scores, lengths, multiroot, g)
+    with fwAD.dual_level(), warnings.catch_warnings():
+        # (torch's first use of forward AD loads decompositions through torch.jit.script)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        dual = fwAD.make_dual(scores, g.to(scores.dtype))
+        mu = _gth_marginals(dual, lengths, multiroot)[1]
+        return fwAD.unpack_dual(mu).tangent.to(scores.dtype)
 
 
 class _MatrixTreeLogPartition(torch.autograd.Function):
@@ -388,10 +550,21 @@ def _find_cycle(heads: np.ndarray) -> list[int] | None:
 
 
 def best_tree(scores: np.ndarray, multiroot: bool) -> np.ndarray:
-    """Heads ``[n]`` of words ``1..n`` in the best non-projective tree of ``scores [n+1, n+1]``."""
+    """Heads ``[n]`` of words ``1..n`` in the best non-projective tree of ``scores [n+1, n+1]``.
+
+    Masked arcs (``<= NEG``, also ``-inf``) get a score below every tree without them, and for a
+    single root every root arc a penalty above any difference of tree scores, both computed from
+    the largest unmasked score only (so that neither becomes infinite): the best tree avoids
+    masked arcs if it can and has exactly one root arc.
+    """
     s = scores.astype(np.float64).copy()
-    if not multiroot:  # a penalty above any tree-score difference: exactly one root arc wins
-        s[0, 1:] -= 2.0 * (s.shape[0] * (np.abs(s).max() + 1.0))
+    n1 = s.shape[0]
+    masked = ~(s > NEG)  # (NaN too)
+    big = np.abs(np.where(masked, 0.0, s)).max() + 1.0
+    penalty = 0.0 if multiroot else 2.0 * n1 * big
+    s[masked] = -4.0 * n1 * (big + penalty)  # below any tree without masked arcs
+    if not multiroot:
+        s[0, 1:] -= penalty
     return chu_liu_edmonds(s)[1:]
 
 
@@ -420,14 +593,20 @@ class NonProjectiveDependencyCRF(ArcCRF):
 
     @cached_property
     def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` heads of words ``1..n`` of the best tree; ``-1`` padding."""
+        """``[batch_size, n]`` heads of words ``1..n`` of the best tree; ``-1`` padding, and
+        all ``-1`` for a sentence whose masks leave no tree."""
         scores = self.scores.detach().double().cpu().numpy()
         heads = np.full(scores.shape[:2], -1, dtype=np.int64)[:, 1:]
         for b, n in enumerate(self.lengths.tolist()):
             heads[b, :n] = best_tree(scores[b, :n + 1, :n + 1], self.multiroot)
-        return torch.from_numpy(heads).to(self.scores.device)
+        heads = torch.from_numpy(heads).to(self.scores.device)
+        if self.masked:
+            heads = heads.masked_fill((self.score(heads) == -float("inf")).unsqueeze(-1), -1)
+        return heads
 
     @property
     def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best tree (not differentiable)."""
-        return self.score(self.argmax).detach()
+        """``[batch_size]`` score of the best tree (not differentiable); ``-inf`` if none."""
+        heads = self.argmax
+        best = self.score(heads.clamp_min(0)).detach()
+        return best.masked_fill(heads[:, 0] < 0, -float("inf"))

@@ -31,7 +31,49 @@ import torch
 NEG = -1e9
 """Log-score of an impossible event: finite, so that no recursion ever computes ``-inf - -inf``."""
 
+IMPOSSIBLE = NEG / 2
+"""A structure whose log-score is at or below this uses a masked part: it has probability 0."""
+
+MAX_TOTAL_SCORE = 1e8
+"""Largest ``parts per structure × max |finite score|`` accepted: it keeps every structure with a
+masked part (score ``<= NEG + MAX_TOTAL_SCORE``) below :data:`IMPOSSIBLE` and every other one
+above it, so that masked parts weigh exactly 0 and "no valid structure" is recognised."""
+
 F = TypeVar("F", bound=Callable)
+
+
+def mask_impossible(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with every entry ``<= NEG`` (``-inf``, ``finfo.min``, ``-1e30``, ``-1e9``) set to
+    :data:`NEG`; NaN stays NaN. Gradients flow to the other entries only."""
+    return torch.where(x <= NEG, torch.full_like(x, NEG), x)
+
+
+def check_score_range(x: torch.Tensor, usable: torch.Tensor | None, parts: int, what: str) -> None:
+    """Refuse scores whose finite entries are too large for masked parts to stay impossible.
+
+    Args:
+        x: scores after :func:`mask_impossible`; usable: entries that matter (None: all).
+        parts: the number of scores one structure adds up.
+        what: the argument's name, for the message.
+
+    Raises:
+        ValueError: ``parts * max |x| > MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
+    """
+    keep = x > NEG if usable is None else usable & (x > NEG)
+    if x.numel() == 0:
+        return
+    top = float(torch.where(keep, x.detach().abs(), torch.zeros((), dtype=x.dtype,
+                                                                  device=x.device)).max())
+    if top * parts > MAX_TOTAL_SCORE:
+        raise ValueError(f"{what}: finite scores up to {top:.3g} in magnitude over {parts} parts "
+                         f"per structure exceed the supported range (parts x max|score| <= "
+                         f"{MAX_TOTAL_SCORE:.0e}); mask impossible parts with -inf or any value "
+                         f"<= {NEG:.0e} instead")
+
+
+def has_masked(*xs: torch.Tensor) -> bool:
+    """True if any entry of the (masked) tensors is :data:`NEG`, i.e. some part is impossible."""
+    return any(bool((x <= NEG).any()) for x in xs)
 
 
 def logsumexp(x: torch.Tensor, dim: int, overwrite: bool = False) -> torch.Tensor:

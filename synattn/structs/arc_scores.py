@@ -13,7 +13,7 @@ import torch
 
 from functools import cached_property
 
-from .distribution import StructDistribution
+from .distribution import Decoding, StructDistribution
 from .semiring import (IMPOSSIBLE, NEG, check_score_range, float_dtype, fp32_inside, has_masked,
                        mask_impossible)
 
@@ -82,7 +82,7 @@ def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return heads.masked_fill(torch.arange(n, device=heads.device) >= lengths[:, None], -1)
 
 
-class ArcCRF(StructDistribution):
+class ArcCRF(StructDistribution, Decoding):
     """What the dependency CRFs share: validated arc scores, ``log_partition`` and ``marginals``
     by the subclass's autograd Functions, ``score``, and (from
     :class:`~synattn.structs.distribution.StructDistribution`) ``log_prob``, ``entropy``,
@@ -135,6 +135,66 @@ class ArcCRF(StructDistribution):
 
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(self.scores, self.marginals)]
+
+    # --- constraints, sampling, k-best ---------------------------------------------------------
+
+    def constrain(self, heads: torch.Tensor | None = None,
+                  allowed: torch.Tensor | None = None) -> "ArcCRF":
+        """The same CRF restricted to the trees consistent with a partial annotation.
+
+        Args:
+            heads: ``[batch_size, n]`` known heads (0 = ROOT), ``-1`` where free: every other
+                head of such a word is masked.
+            allowed: ``[batch_size, n+1, n+1]`` bool, False for arcs ``h -> d`` to exclude.
+
+        Returns:
+            A CRF of the same class whose ``log_partition`` is the log-sum over consistent trees
+            and whose ``marginals`` are the constrained marginals (both differentiable with
+            respect to the original scores; ``-inf``/0 where nothing is consistent). The loss of
+            partial-annotation training is ``log_partition - constrain(...).log_partition``.
+        """
+        keep = torch.ones_like(self.scores, dtype=torch.bool)
+        if allowed is not None:
+            if allowed.shape != self.scores.shape:
+                raise ValueError(f"constrain: allowed must be {tuple(self.scores.shape)}, "
+                                 f"got {tuple(allowed.shape)}")
+            keep = keep & allowed.to(keep.device).bool()
+        if heads is not None:
+            L = self.scores.shape[-1]
+            if heads.shape != (self.scores.shape[0], L - 1):
+                raise ValueError(f"constrain: heads must be [{self.scores.shape[0]}, {L - 1}], "
+                                 f"got {tuple(heads.shape)}")
+            heads = heads.to(keep.device).long()
+            if bool(((heads < -1) | (heads >= L)).any()):
+                raise ValueError(f"constrain: heads must be -1 (free) or in 0..{L - 1}")
+            pos = torch.arange(L, device=keep.device)
+            fixed = (pos.view(1, L, 1) == heads.unsqueeze(1)) | (heads < 0).unsqueeze(1)  # [B, L, n]
+            keep[:, :, 1:] &= fixed
+        scores = torch.where(keep, self.scores, torch.full_like(self.scores, NEG))
+        return type(self)(scores, self.lengths, self.multiroot)
+
+    def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, batch_size, n]`` exact samples of trees as heads (``-1`` padding, and all
+        ``-1`` where no tree exists), by conditioning word by word on the constrained marginals
+        (:meth:`~synattn.structs.distribution.Decoding._sequential_sample`; ``n`` marginal
+        passes over ``count × batch_size`` sentences). Not differentiable."""
+        return self._sequential_sample(count, generator)
+
+    def _num_choices(self) -> int:
+        return self.scores.shape[-1]
+
+    def _num_positions(self) -> int:
+        return self.scores.shape[-1] - 1
+
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "ArcCRF":
+        s = self.scores.detach()[index]  # [M, L, L]
+        keep = torch.cat((torch.ones_like(allowed[:, :1]), allowed), 1).transpose(1, 2)  # [M, L, L]
+        return type(self)(torch.where(keep, s, torch.full_like(s, NEG)), self.lengths[index],
+                          self.multiroot)
+
+    @staticmethod
+    def _choice_marginals(crf, i: int) -> torch.Tensor:
+        return crf.marginals[:, :, i + 1]
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
         """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored);

@@ -33,7 +33,7 @@ from functools import cached_property
 import torch
 
 from .backend import use_numba
-from .distribution import StructDistribution
+from .distribution import Decoding, StructDistribution
 from .semiring import (IMPOSSIBLE, NEG, check_score_range, fp32_inside, float_dtype, has_masked,
                        lengths_mask, logsumexp, mask_impossible, serial_if_small, signed_exp,
                        signed_log, signed_logsumexp)
@@ -330,7 +330,7 @@ def viterbi(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 # The distribution.
 # ---------------------------------------------------------------------------------------------
 
-class LinearChainCRF(StructDistribution):
+class LinearChainCRF(StructDistribution, Decoding):
     """A batch of linear-chain CRFs with per-sentence lengths.
 
     Besides ``log_partition``, ``marginals``, ``edge_marginals``, ``max``, ``argmax`` and
@@ -492,6 +492,58 @@ class LinearChainCRF(StructDistribution):
         chain without a valid labelling."""
         none = (self.max == -float("inf")).unsqueeze(-1)
         return self._viterbi[1].masked_fill(~self.mask | none, -1)
+
+    # --- constraints, sampling, k-best (the helpers live in chain_decoding.py) -----------------
+
+    def constrain(self, labels: torch.Tensor | None = None,
+                  allowed: torch.Tensor | None = None) -> "LinearChainCRF":
+        """The same CRF restricted to the labellings consistent with a partial annotation.
+
+        Args:
+            labels: ``[batch_size, n]`` known labels, ``-1`` where free.
+            allowed: ``[batch_size, n, C]`` bool, False for labels to exclude at a position.
+
+        Returns:
+            A :class:`LinearChainCRF` over the consistent labellings (differentiable with respect
+            to the original potentials; ``log_partition - constrain(...).log_partition`` is the
+            partial-annotation loss).
+        """
+        from .chain_decoding import constrained_unary
+
+        return self._with_unary(constrained_unary(self.unary, labels, allowed))
+
+    def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, batch_size, n]`` exact samples (forward filtering, backward sampling);
+        ``-1`` padding, all ``-1`` where no labelling exists. Not differentiable."""
+        from .chain_decoding import ffbs
+
+        return ffbs(self, count, generator)
+
+    def _with_unary(self, unary: torch.Tensor) -> "LinearChainCRF":
+        """A CRF with the same transitions, lengths and schedule and new unaries (no checks)."""
+        crf = LinearChainCRF.__new__(LinearChainCRF)
+        crf.unary, crf.edge, crf.lengths, crf.scan, crf.mask = (unary, self.edge, self.lengths,
+                                                                self.scan, self.mask)
+        crf.masked = self.masked or has_masked(unary.masked_fill(~self.mask.unsqueeze(-1), 0.0))
+        return crf
+
+    def _num_choices(self) -> int:
+        return self.unary.shape[-1]
+
+    def _num_positions(self) -> int:
+        return self.unary.shape[1]
+
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "LinearChainCRF":
+        crf = LinearChainCRF.__new__(LinearChainCRF)
+        unary = self.unary.detach()[index]
+        crf.unary = torch.where(allowed, unary, torch.full_like(unary, NEG))
+        crf.edge, crf.lengths, crf.mask = self.edge.detach()[index], self.lengths[index], self.mask[index]
+        crf.scan, crf.masked = self.scan, True
+        return crf
+
+    @staticmethod
+    def _choice_marginals(crf, i: int) -> torch.Tensor:
+        return crf.marginals[:, i]
 
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         zero = self.unary.new_zeros(())

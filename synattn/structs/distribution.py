@@ -106,3 +106,118 @@ class StructDistribution:
             raise ValueError(f"{type(self).__name__}: cross_entropy/kl need the same multiroot")
         if not torch.equal(self.lengths, other.lengths):
             raise ValueError(f"{type(self).__name__}: cross_entropy/kl need the same lengths")
+
+
+class Decoding:
+    """Mixin: exact sampling and k-best decoding for structures that are one choice per position
+    (the head of each word, the label of each position), from two hooks of the class:
+
+    - ``_restricted(index [M], allowed [M, n, V]) -> CRF``: the CRF of batch elements ``index``
+      with every disallowed choice masked to ``-inf`` (``V`` choices per position);
+    - ``_choice_marginals(crf, i) -> [M, V]``: the marginal distribution of position ``i``'s choice.
+
+    The CRF must also give ``lengths``, ``max``, ``argmax`` and ``log_partition``.
+    """
+
+    lengths: torch.Tensor
+
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor):
+        raise NotImplementedError
+
+    @staticmethod
+    def _choice_marginals(crf, i: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _num_choices(self) -> int:
+        raise NotImplementedError
+
+    def _num_positions(self) -> int:
+        raise NotImplementedError
+
+    def _sequential_sample(self, count: int, generator: torch.Generator | None) -> torch.Tensor:
+        """``[count, B, n]`` exact samples by conditioning: position ``i``'s choice is drawn from
+        its marginal given the choices of positions ``< i`` (chain rule), each conditional
+        computed as the marginals of the CRF with those choices fixed (the others masked)."""
+        batch, n = self.lengths.shape[0], self._num_positions()
+        V = self._num_choices()
+        index = torch.arange(batch, device=self.lengths.device).repeat(count)  # [count * B]
+        allowed = torch.ones(len(index), n, V, dtype=torch.bool, device=index.device)
+        out = torch.full((len(index), n), -1, dtype=torch.long, device=index.device)
+        lengths = self.lengths[index]
+        with torch.no_grad():
+            for i in range(n):
+                crf = self._restricted(index, allowed)
+                probs = self._choice_marginals(crf, i).double().clamp_min(0.0)  # [M, V]
+                choice = _gumbel_argmax(probs.log(), generator)
+                active = (i < lengths) & (probs.sum(-1) > 0)
+                out[:, i] = torch.where(active, choice, -1)
+                fixed = torch.nn.functional.one_hot(choice, V).bool()
+                allowed[:, i] = torch.where(active.unsqueeze(-1), fixed, allowed[:, i])
+            feasible = self.log_partition.detach()[index] > -float("inf")
+        return out.masked_fill(~feasible.unsqueeze(-1), -1).view(count, batch, n)
+
+    def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` best structures of each batch element, exactly, best first.
+
+        Lawler's (1972) partition scheme over constrained argmaxes: after the ``j``-th best
+        structure ``y`` (found under constraints), the rest of its subspace splits into one
+        subproblem per free position ``i``: positions before ``i`` keep ``y``'s choices, ``i``
+        must differ from ``y``'s. Each subproblem's best is a masked argmax of the same dynamic
+        program (Viterbi, Eisner, Chu-Liu-Edmonds), so the list is exact; ties are broken by the
+        argmax's own order. Cost: ``k`` batched argmax calls of up to ``n`` subproblems each,
+        per batch element.
+
+        Returns:
+            ``scores [B, k]`` (``-inf`` where fewer than ``k`` structures exist) and structures
+            ``[B, k, n]`` (``-1`` padding, also for missing ones).
+        """
+        import heapq
+
+        if k < 1:
+            raise ValueError(f"kbest: k must be >= 1, got {k}")
+        batch, n = self.lengths.shape[0], self._num_positions()
+        V = self._num_choices()
+        device = self.lengths.device
+        scores = torch.full((batch, k), -float("inf"), dtype=torch.float64)
+        structures = torch.full((batch, k, n), -1, dtype=torch.long)
+        for b in range(batch):
+            length = int(self.lengths[b])
+            heap: list = []
+            counter = 0
+
+            def push(allowed_list: list[torch.Tensor], constraints: list) -> None:
+                nonlocal counter
+                if not allowed_list:
+                    return
+                allowed = torch.stack(allowed_list).to(device)
+                crf = self._restricted(torch.full((len(allowed),), b, device=device), allowed)
+                best, arg = crf.max.detach().double().cpu(), crf.argmax.cpu()
+                for m in range(len(allowed)):
+                    if best[m] > -float("inf"):
+                        heapq.heappush(heap, (-float(best[m]), counter, arg[m], constraints[m]))
+                        counter += 1
+
+            push([torch.ones(n, V, dtype=torch.bool)], [(0, torch.ones(n, V, dtype=torch.bool))])
+            for j in range(k):
+                if not heap:
+                    break
+                neg, _, y, (first_free, allowed) = heapq.heappop(heap)
+                scores[b, j], structures[b, j] = -neg, y
+                subs, cons = [], []
+                for i in range(first_free, length):
+                    sub = allowed.clone()
+                    sub[:first_free] = allowed[:first_free]
+                    sub[first_free:i] = False
+                    sub[torch.arange(first_free, i), y[first_free:i]] = True  # keep y before i
+                    sub[i, y[i]] = False  # differ at i
+                    subs.append(sub)
+                    cons.append((i, sub))
+                push(subs, cons)
+        return scores.to(device), structures.to(device)
+
+
+def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from ``softmax(logits)`` (rows of ``-inf`` give 0) by the Gumbel-max trick."""
+    u = torch.rand(logits.shape, generator=generator, dtype=torch.float64, device=logits.device)
+    gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
+    return (logits + gumbel).argmax(-1)

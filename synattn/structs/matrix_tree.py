@@ -600,8 +600,11 @@ class NonProjectiveDependencyCRF(ArcCRF):
         for b, n in enumerate(self.lengths.tolist()):
             heads[b, :n] = best_tree(scores[b, :n + 1, :n + 1], self.multiroot)
         heads = torch.from_numpy(heads).to(self.scores.device)
-        if self.masked:
-            heads = heads.masked_fill((self.score(heads) == -float("inf")).unsqueeze(-1), -1)
+        if self.masked:  # (CLE may only find trees with a masked arc or several root arcs)
+            none = self.score(heads) == -float("inf")
+            if not self.multiroot:
+                none |= (heads == 0).sum(1) != 1
+            heads = heads.masked_fill(none.unsqueeze(-1), -1)
         return heads
 
     @property

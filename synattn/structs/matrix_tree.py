@@ -40,14 +40,19 @@ whole sentences spread over threads, each at its own length): ``log Z``, the adj
 marginals, and for their backward the forward-mode derivative of both, written out. It needs no
 certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding.
 
-``argmax`` is Chu-Liu-Edmonds (Chu and Liu 1965; Edmonds 1967), per sentence on the CPU. For a
-single root, every root arc gets a penalty larger than any difference of tree scores, so the
-best tree has exactly one root arc and is the best such tree.
+**Extreme scales and masks.** A sentence whose GTH pivots fall below :data:`SAFE_PIVOT` (weights
+underflowed, or a pivot made of masked arcs only) or whose columns span more than
+:data:`~synattn.structs.matrix_tree_log.SAFE_SPREAD` is recomputed by the same elimination in log
+space (:mod:`synattn.structs.matrix_tree_log`), exact at any scale; whether masks leave a tree at
+all is then decided by reachability.
+
+``argmax`` is Chu-Liu-Edmonds (:mod:`synattn.structs.chu_liu_edmonds`), per sentence on the CPU.
+For a single root, every root arc gets a penalty larger than any difference of tree scores, so
+the best tree has exactly one root arc and is the best such tree.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from functools import cached_property
 
@@ -57,6 +62,9 @@ import torch.autograd.forward_ad as fwAD
 
 from .arc_scores import ArcCRF, usable_arcs
 from .backend import as_array, set_threads, use_numba
+from .chu_liu_edmonds import best_tree
+from .matrix_tree_log import (_has_tree, _log_space_marginals, _log_space_marginals_tangent,
+                              _wide_columns)
 from .semiring import NEG, serial_if_small
 
 TINY = 1e-300
@@ -66,12 +74,6 @@ SAFE_PIVOT = 1e-250
 """A GTH pivot below this (weights may have underflowed on the way) sends the sentence to the
 log-space elimination (:func:`_log_space_marginals`)."""
 
-SAFE_SPREAD = 700.0
-"""A column whose usable, unmasked scores span more than this (its smallest weight would underflow
-next to its largest) also sends the sentence to the log-space elimination."""
-
-LOG0 = -1e30
-"""Log-weight of an arc no tree may use in the log-space elimination (far below any masked arc)."""
 
 
 def _scaled_arcs(scores: torch.Tensor,
@@ -174,108 +176,6 @@ def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
     if with_flag:
         return log_z, out, pivots.amin(1) < SAFE_PIVOT
     return log_z, out
-
-
-# ---------------------------------------------------------------------------------------------
-# Log-space elimination: the fallback for extreme scales, differentiable by autograd.
-# ---------------------------------------------------------------------------------------------
-
-def _wide_columns(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``[B]`` True where some word's usable, unmasked in-arc scores span more than
-    :data:`SAFE_SPREAD`."""
-    usable = usable_arcs(lengths, scores.shape[-1]) & (scores > NEG)
-    s = scores.detach().double()
-    top = torch.where(usable, s, -float("inf")).amax(1)
-    low = torch.where(usable, s, float("inf")).amin(1)
-    spread = torch.where(top > low, top - low, 0.0)  # [B, N+1]
-    return spread.amax(1) > SAFE_SPREAD
-
-
-def _log_weights(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-    """:func:`_weights` in log space, unscaled (``log W [B, R, N]``, :data:`LOG0` for no arc).
-
-    Masked arcs (``<= NEG``) get a score low enough that every tree using one weighs less than
-    ``e^-1000`` times the best tree without (for a sentence that has one), but not so low that
-    the single-root elimination, whose intermediate pivots may consist of masked arcs only,
-    cancels digits: ``n·lo - (n-1)·hi - 1000 - n log(n+1)`` with ``lo``/``hi`` the smallest and
-    largest unmasked usable score of the sentence.
-    """
-    s = scores.double()
-    batch, L, _ = s.shape
-    N = L - 1
-    valid = torch.arange(1, L, device=s.device) <= lengths.unsqueeze(-1)  # [B, N]
-    into = usable_arcs(lengths, L)[:, :, 1:]  # [B, N+1, N]
-    s = s[:, :, 1:]
-    free = into & (s > NEG)
-    hi = torch.where(free, s, -float("inf")).amax((1, 2)).clamp_min(0.0)
-    lo = torch.where(free, s, float("inf")).amin((1, 2)).clamp_max(0.0)
-    n = lengths.double()
-    soft = n * lo - (n - 1) * hi - 1000.0 - n * torch.log(n + 1)
-    w = torch.where(free, s, torch.where(into, soft[:, None, None], LOG0))
-    root, words = w[:, 0], w[:, 1:]
-    if multiroot:  # padded words: one unit arc from ROOT
-        return torch.cat((words, torch.where(valid, root, 0.0).unsqueeze(1)), 1)
-    order = _single_root_order(N, w.device)
-    words = words[:, order][:, :, order]
-    first = torch.where(valid[:, order], words[:, -1], 0.0).unsqueeze(1)  # unit arcs to padding
-    return torch.cat((words[:, :-1], first, root[:, order].unsqueeze(1)), 1)
-
-
-def _has_tree(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-    """``[B]`` True where some tree avoids every masked arc (``<= NEG``): every word is reachable
-    from ROOT (multi-root), or from one word that ROOT may head, without ROOT (single root)."""
-    L = scores.shape[-1]
-    arcs = usable_arcs(lengths, L) & (scores > NEG)  # [B, L, L]
-    words = torch.arange(L, device=scores.device) > 0
-    valid = words & (torch.arange(L, device=scores.device) <= lengths.unsqueeze(-1))  # [B, L]
-    graph = arcs if multiroot else arcs & words[:, None] & words  # single root: without ROOT
-    reach = (graph | torch.eye(L, dtype=torch.bool, device=scores.device)).double()
-    for _ in range(max(1, math.ceil(math.log2(L)))):  # transitive closure by squaring
-        reach = (reach @ reach > 0).double()
-    spans = ((reach > 0) | ~valid.unsqueeze(1)).all(-1)  # [B, L]: reaches every word
-    if multiroot:
-        return spans[:, 0]
-    return (spans & arcs[:, 0] & valid).any(-1)
-
-
-def _log_space_log_z(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-    """``log Z [B]`` by the GTH elimination of :func:`_factorize` with every weight kept as its
-    logarithm: pivots and Schur updates are log-sums of non-negative terms, so nothing
-    underflows at any scale. Out of place, differentiable to any order by autograd
-    (``O(B·N³)`` memory under autograd)."""
-    A = _log_weights(scores, lengths, multiroot)
-    N = A.shape[-1]
-    log_z = A.new_zeros(A.shape[0])
-    for _ in range(N if multiroot else N - 1):
-        end = A.shape[1] if multiroot else A.shape[1] - 1  # single root: not the replaced row
-        pivot = torch.logsumexp(A[:, 1:end, 0], -1)
-        log_z = log_z + pivot
-        row = A[:, 0, 1:] - pivot.unsqueeze(-1)
-        A = torch.logsumexp(torch.stack((A[:, 1:, 1:], A[:, 1:, :1] + row.unsqueeze(1))), 0)
-    return log_z if multiroot else log_z + A[:, -1, 0]
-
-
-def _log_space_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                         need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log Z`` and (optionally) marginals, as autograd's gradient, by :func:`_log_space_log_z`."""
-    with torch.enable_grad():
-        x = scores.detach().double().requires_grad_(need_marginals)
-        log_z = _log_space_log_z(x, lengths, multiroot)
-        if not need_marginals:
-            return log_z.detach(), None
-        (mu,) = torch.autograd.grad(log_z.sum(), x)
-    return log_z.detach(), mu
-
-
-def _log_space_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                                 direction: torch.Tensor, compiled: bool = False) -> torch.Tensor:
-    """The Hessian of :func:`_log_space_log_z` times ``direction`` (autograd's double backward)."""
-    with torch.enable_grad():
-        x = scores.detach().double().requires_grad_()
-        (mu,) = torch.autograd.grad(_log_space_log_z(x, lengths, multiroot).sum(), x,
-                                    create_graph=True)
-        (hv,) = torch.autograd.grad(mu, x, direction.double())
-    return hv
 
 
 def _single_root_order(N: int, device: torch.device) -> torch.Tensor:
@@ -485,87 +385,6 @@ class _MatrixTreeLogPartition(torch.autograd.Function):
         else:
             mu = _marginals(scores, lengths, ctx.multiroot, True, ctx.compiled)[1].to(scores.dtype)
         return mu * g[:, None, None], None, None
-
-
-# ---------------------------------------------------------------------------------------------
-# Chu-Liu-Edmonds.
-# ---------------------------------------------------------------------------------------------
-
-def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
-    """Best arborescence rooted at node 0 of a dense graph (multi-root).
-
-    Args:
-        scores: ``[n+1, n+1]`` float64 ``scores[h, d]``; node 0 is ROOT.
-
-    Returns:
-        ``[n+1]`` heads (``heads[0] = -1``).
-    """
-    n1 = scores.shape[0]
-    s = scores.astype(np.float64).copy()
-    low = -np.abs(s).max() * 4 * n1 - 1.0  # below any tree score: "no arc"
-    np.fill_diagonal(s, low)
-    s[:, 0] = low
-    heads = s.argmax(0)
-    heads[0] = -1
-    cycle = _find_cycle(heads)
-    if cycle is None:
-        return heads
-    # contract the cycle into one node c (the last index of the smaller graph)
-    in_cycle = np.zeros(n1, dtype=bool)
-    in_cycle[cycle] = True
-    rest = np.flatnonzero(~in_cycle)  # keeps ROOT first
-    m = len(rest)
-    cyc = np.array(cycle)
-    cycle_score = s[heads[cyc], cyc]  # [k]
-    enter = s[np.ix_(rest, cyc)] - cycle_score  # [m, k]: replace v's cycle arc by h -> v
-    leave = s[np.ix_(cyc, rest)]  # [k, m]
-    small = np.full((m + 1, m + 1), low)
-    small[:m, :m] = s[np.ix_(rest, rest)]
-    small[:m, m] = enter.max(1)
-    small[m, :m] = leave.max(0)
-    sub = chu_liu_edmonds(small)
-    out = heads.copy()
-    for j in range(1, m):  # nodes outside the cycle
-        h = sub[j]
-        out[rest[j]] = rest[h] if h < m else cyc[leave[:, j].argmax()]
-    h = sub[m]  # the arc entering the cycle breaks it at one node
-    out[cyc[enter[h].argmax()]] = rest[h]
-    return out
-
-
-def _find_cycle(heads: np.ndarray) -> list[int] | None:
-    n1 = len(heads)
-    color = np.zeros(n1, dtype=np.int64)  # 0 unseen, 1 on the current path, 2 done
-    color[0] = 2
-    for start in range(1, n1):
-        path, v = [], start
-        while color[v] == 0:
-            color[v] = 1
-            path.append(v)
-            v = heads[v]
-        if color[v] == 1:
-            return path[path.index(v):]
-        color[path] = 2
-    return None
-
-
-def best_tree(scores: np.ndarray, multiroot: bool) -> np.ndarray:
-    """Heads ``[n]`` of words ``1..n`` in the best non-projective tree of ``scores [n+1, n+1]``.
-
-    Masked arcs (``<= NEG``, also ``-inf``) get a score below every tree without them, and for a
-    single root every root arc a penalty above any difference of tree scores, both computed from
-    the largest unmasked score only (so that neither becomes infinite): the best tree avoids
-    masked arcs if it can and has exactly one root arc.
-    """
-    s = scores.astype(np.float64).copy()
-    n1 = s.shape[0]
-    masked = ~(s > NEG)  # (NaN too)
-    big = np.abs(np.where(masked, 0.0, s)).max() + 1.0
-    penalty = 0.0 if multiroot else 2.0 * n1 * big
-    s[masked] = -4.0 * n1 * (big + penalty)  # below any tree without masked arcs
-    if not multiroot:
-        s[0, 1:] -= penalty
-    return chu_liu_edmonds(s)[1:]
 
 
 # ---------------------------------------------------------------------------------------------

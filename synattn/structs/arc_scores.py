@@ -14,12 +14,11 @@ import torch
 from functools import cached_property
 
 from .distribution import Decoding, StructDistribution
-from .semiring import (IMPOSSIBLE, NEG, check_score_range, float_dtype, fp32_inside, has_masked,
-                       mask_impossible)
+from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
 
 
-def check_arc_scores(scores: torch.Tensor,
-                     lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
+                     with_masked: bool = False) -> tuple[torch.Tensor, ...]:
     """Validate arc scores and lengths.
 
     Args:
@@ -29,12 +28,12 @@ def check_arc_scores(scores: torch.Tensor,
     Returns:
         Scores in float32/float64 with every entry that no tree uses set to 0 (so that padding
         may hold anything, even NaN), entries ``<= NEG`` (``-inf``, ``finfo.min``...) set to
-        :data:`~synattn.structs.semiring.NEG` (masked arcs), and the lengths as a long tensor on
-        the scores' device.
+        :data:`~synattn.structs.semiring.NEG` (masked arcs), the lengths as a long tensor on
+        the scores' device and, if ``with_masked``, whether any usable arc is masked.
 
     Raises:
         ValueError: bad shapes or lengths, or finite scores too large for masks to stay
-            impossible (:func:`~synattn.structs.semiring.check_score_range`).
+            impossible (:func:`~synattn.structs.semiring.check_scores`).
     """
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
         raise ValueError(f"scores must be [B, n+1, n+1] with n >= 1, got {tuple(scores.shape)}")
@@ -45,9 +44,9 @@ def check_arc_scores(scores: torch.Tensor,
     if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > L - 1).any()):
         raise ValueError(f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}")
     scores = mask_impossible(scores.to(float_dtype(scores)))
-    usable = usable_arcs(lengths, L)
-    check_score_range(scores, usable, L - 1, "scores")
-    return torch.where(usable, scores, scores.new_zeros(())), lengths
+    scores = torch.where(usable_arcs(lengths, L), scores, scores.new_zeros(()))
+    masked = check_scores([(scores, None)], L - 1, "scores")
+    return (scores, lengths, masked) if with_masked else (scores, lengths)
 
 
 def usable_arcs(lengths: torch.Tensor, L: int) -> torch.Tensor:
@@ -104,8 +103,7 @@ class ArcCRF(StructDistribution, Decoding):
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
                  multiroot: bool = True):
         self.multiroot = multiroot
-        self.scores, self.lengths = check_arc_scores(scores, lengths)
-        self.masked = has_masked(self.scores)
+        self.scores, self.lengths, self.masked = check_arc_scores(scores, lengths, True)
         """Whether some usable arc is masked (``<= NEG``): only then can a sentence have no tree."""
 
     @cached_property

@@ -34,9 +34,9 @@ import torch
 
 from .backend import use_numba
 from .distribution import Decoding, StructDistribution
-from .semiring import (IMPOSSIBLE, NEG, check_score_range, fp32_inside, float_dtype, has_masked,
-                       lengths_mask, logsumexp, mask_impossible, serial_if_small, signed_exp,
-                       signed_log, signed_logsumexp)
+from .semiring import (IMPOSSIBLE, NEG, check_scores, fp32_inside, float_dtype, lengths_mask,
+                       logsumexp, mask_impossible, serial_if_small, signed_exp, signed_log,
+                       signed_logsumexp)
 
 PROMOTE_ABOVE = 100.0
 """On the PyTorch path, float32 potentials above this magnitude run in float64 inside: the log-space
@@ -369,7 +369,7 @@ class LinearChainCRF(StructDistribution, Decoding):
             if log_potentials.dim() != 4 or log_potentials.shape[-1] != log_potentials.shape[-2]:
                 raise ValueError(f"log_potentials must be [B, n-1, C, C], got {tuple(log_potentials.shape)}")
             dtype = float_dtype(log_potentials)
-            edge = log_potentials.to(dtype)
+            edge = mask_impossible(log_potentials.to(dtype))
             batch, n, C = edge.shape[0], edge.shape[1] + 1, edge.shape[-1]
             unary = edge.new_zeros(batch, n, C)
         else:
@@ -382,8 +382,8 @@ class LinearChainCRF(StructDistribution, Decoding):
                 raise ValueError(f"transition must be [C, C] or [B, C, C] with C={C}, "
                                  f"got {tuple(transition.shape)}")
             dtype = float_dtype(unary)
-            unary = unary.to(dtype)
-            trans = transition.to(dtype)
+            unary = mask_impossible(unary.to(dtype))
+            trans = mask_impossible(transition.to(dtype))
             trans = trans if trans.dim() == 3 else trans.unsqueeze(0)
             edge = trans.unsqueeze(1).expand(batch, n - 1, C, C)
         if lengths is None:
@@ -392,12 +392,10 @@ class LinearChainCRF(StructDistribution, Decoding):
         if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > n).any()):
             raise ValueError(f"lengths must be [B] with values in 1..{n}, got {lengths.tolist()}")
         self.mask = lengths_mask(lengths, n)  # [B, n]
-        unary, edge = mask_impossible(unary), mask_impossible(edge)
-        check_score_range(unary, self.mask.unsqueeze(-1), 2 * n, "unary")
-        check_score_range(edge, self.mask[:, 1:, None, None], 2 * n, "log_potentials/transition")
         self.unary, self.edge, self.lengths, self.scan = unary, edge, lengths, scan
-        self.masked = has_masked(unary.masked_fill(~self.mask.unsqueeze(-1), 0.0),
-                                 edge.masked_fill(~self.mask[:, 1:, None, None], 0.0))
+        self.masked = check_scores([(unary, self.mask.unsqueeze(-1)),
+                                    (edge, self.mask[:, 1:, None, None])], 2 * n,
+                                   "unary/log_potentials/transition")
         """Whether some label or transition is masked (``<= NEG``): only then can a chain have no
         valid labelling."""
 
@@ -524,7 +522,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         crf = LinearChainCRF.__new__(LinearChainCRF)
         crf.unary, crf.edge, crf.lengths, crf.scan, crf.mask = (unary, self.edge, self.lengths,
                                                                 self.scan, self.mask)
-        crf.masked = self.masked or has_masked(unary.masked_fill(~self.mask.unsqueeze(-1), 0.0))
+        crf.masked = self.masked or check_scores([(unary, self.mask.unsqueeze(-1))], 1, "unary")
         return crf
 
     def _num_choices(self) -> int:

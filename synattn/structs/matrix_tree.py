@@ -269,7 +269,8 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
     elsewhere; then every sentence with a pivot below :data:`SAFE_PIVOT` or a column wider than
     :data:`SAFE_SPREAD` again by the log-space elimination."""
     log_z, mu, unsafe = _fast_marginals(scores, lengths, multiroot, need_marginals, compiled)
-    unsafe = unsafe | _wide_columns(scores, lengths)
+    if not compiled:  # (the kernels flag wide columns themselves)
+        unsafe = unsafe | _wide_columns(scores, lengths)
     if bool(unsafe.any()):
         redo = unsafe.nonzero().squeeze(1)
         z, m = _log_space_marginals(scores[redo], lengths[redo], multiroot, need_marginals)

@@ -45,35 +45,49 @@ F = TypeVar("F", bound=Callable)
 def mask_impossible(x: torch.Tensor) -> torch.Tensor:
     """``x`` with every entry ``<= NEG`` (``-inf``, ``finfo.min``, ``-1e30``, ``-1e9``) set to
     :data:`NEG`; NaN stays NaN. Gradients flow to the other entries only."""
-    return torch.where(x <= NEG, torch.full_like(x, NEG), x)
+    return x.masked_fill(x <= NEG, NEG)
 
 
-def check_score_range(x: torch.Tensor, usable: torch.Tensor | None, parts: int, what: str) -> None:
-    """Refuse scores whose finite entries are too large for masked parts to stay impossible.
+def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
+                 what: str) -> bool:
+    """Refuse scores too large for masks to stay impossible; say whether any part is masked.
 
     Args:
-        x: scores after :func:`mask_impossible`; usable: entries that matter (None: all).
+        xs: ``(scores, usable)`` pairs, scores after :func:`mask_impossible`, ``usable`` the
+            entries that matter (broadcastable; None: all).
         parts: the number of scores one structure adds up.
-        what: the argument's name, for the message.
+        what: the arguments' names, for the message.
+
+    Returns:
+        True if some usable entry is :data:`NEG` (masked). One host synchronisation in all.
 
     Raises:
         ValueError: ``parts * max |x| > MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
     """
-    keep = x > NEG if usable is None else usable & (x > NEG)
-    if x.numel() == 0:
-        return
-    top = float(torch.where(keep, x.detach().abs(), torch.zeros((), dtype=x.dtype,
-                                                                  device=x.device)).max())
+    xs = [(x.detach(), usable) for x, usable in xs if x.numel()]
+    if not xs:
+        return False
+    # fast path (one reduction per tensor): no entry masked anywhere and all small enough
+    bounds = torch.stack([v for x, _ in xs for v in torch.aminmax(x)]).tolist()
+    lows, highs = bounds[0::2], bounds[1::2]
+    if min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
+        return False
+    stats = []
+    for x, usable in xs:
+        masked = x <= NEG
+        keep = ~masked if usable is None else usable & ~masked
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        top = torch.where(keep, x.abs(), zero).amax()
+        hit = (masked if usable is None else masked & usable).any()
+        stats += [top, hit.to(x.dtype)]
+    values = torch.stack(stats).tolist()
+    top = max(values[0::2])
     if top * parts > MAX_TOTAL_SCORE:
         raise ValueError(f"{what}: finite scores up to {top:.3g} in magnitude over {parts} parts "
                          f"per structure exceed the supported range (parts x max|score| <= "
                          f"{MAX_TOTAL_SCORE:.0e}); mask impossible parts with -inf or any value "
                          f"<= {NEG:.0e} instead")
-
-
-def has_masked(*xs: torch.Tensor) -> bool:
-    """True if any entry of the (masked) tensors is :data:`NEG`, i.e. some part is impossible."""
-    return any(bool((x <= NEG).any()) for x in xs)
+    return any(v > 0 for v in values[1::2])
 
 
 def logsumexp(x: torch.Tensor, dim: int, overwrite: bool = False) -> torch.Tensor:

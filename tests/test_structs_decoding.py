@@ -27,15 +27,16 @@ def total_variation(samples: torch.Tensor, structures: torch.Tensor, log_probs: 
 @pytest.mark.parametrize("multiroot", [True, False])
 def test_tree_samples_follow_the_distribution(backend, crf_class, projective, multiroot):
     n = 3
-    scores = random_scores(1, (2, n + 1, n + 1), 0.15, 1.5)
+    scores = random_scores(1, (3, n + 1, n + 1), 0.15, 1.5)
     scores[1, 0, 1:] = -INF  # no tree at all in the second sentence
     with on(backend):
-        crf = crf_class(scores, multiroot=multiroot)
+        crf = crf_class(scores, torch.tensor([3, 3, 2]), multiroot=multiroot)
         samples = crf.sample(3000, generator=torch.Generator().manual_seed(0))
-    assert samples.shape == (3000, 2, n)
-    assert (samples[:, 1] == -1).all()
-    trees, lp = tree_log_probs(scores[0], n, projective, multiroot)
-    assert total_variation(samples[:, 0], trees[lp > -INF], lp[lp > -INF]) < 0.04
+    assert samples.shape == (3000, 3, n)
+    assert (samples[:, 1] == -1).all() and (samples[:, 2, 2] == -1).all()
+    for b, length in ((0, 3), (2, 2)):
+        trees, lp = tree_log_probs(scores[b, :length + 1, :length + 1], length, projective, multiroot)
+        assert total_variation(samples[:, b, :length], trees[lp > -INF], lp[lp > -INF]) < 0.04
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

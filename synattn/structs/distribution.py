@@ -164,7 +164,7 @@ class Decoding:
         subproblem per free position ``i``: positions before ``i`` keep ``y``'s choices, ``i``
         must differ from ``y``'s. Each subproblem's best is a masked argmax of the same dynamic
         program (Viterbi, Eisner, Chu-Liu-Edmonds), so the list is exact; ties are broken by the
-        argmax's own order. Cost: ``k`` batched argmax calls of up to ``n`` subproblems each,
+        argmax's own order. Cost: ``k`` batched argmax calls, each over up to ``n`` sub-problems
         per batch element.
 
         Returns:
@@ -178,41 +178,34 @@ class Decoding:
         batch, n = self.lengths.shape[0], self._num_positions()
         V = self._num_choices()
         device = self.lengths.device
+        lengths = self.lengths.tolist()
         scores = torch.full((batch, k), -float("inf"), dtype=torch.float64)
         structures = torch.full((batch, k, n), -1, dtype=torch.long)
-        for b in range(batch):
-            length = int(self.lengths[b])
-            heap: list = []
-            counter = 0
-
-            def push(allowed_list: list[torch.Tensor], constraints: list) -> None:
-                nonlocal counter
-                if not allowed_list:
-                    return
-                allowed = torch.stack(allowed_list).to(device)
-                crf = self._restricted(torch.full((len(allowed),), b, device=device), allowed)
+        heaps: list[list] = [[] for _ in range(batch)]
+        counter = 0
+        # sub-problems (sentence, first free position, allowed choices [n, V]) solved together
+        todo = [(b, 0, torch.ones(n, V, dtype=torch.bool)) for b in range(batch)]
+        for j in range(k):
+            if todo:
+                index = torch.tensor([b for b, _, _ in todo], device=device)
+                crf = self._restricted(index, torch.stack([a for _, _, a in todo]).to(device))
                 best, arg = crf.max.detach().double().cpu(), crf.argmax.cpu()
-                for m in range(len(allowed)):
+                for m, (b, first, allowed) in enumerate(todo):
                     if best[m] > -float("inf"):
-                        heapq.heappush(heap, (-float(best[m]), counter, arg[m], constraints[m]))
+                        heapq.heappush(heaps[b], (-float(best[m]), counter, arg[m], first, allowed))
                         counter += 1
-
-            push([torch.ones(n, V, dtype=torch.bool)], [(0, torch.ones(n, V, dtype=torch.bool))])
-            for j in range(k):
-                if not heap:
-                    break
-                neg, _, y, (first_free, allowed) = heapq.heappop(heap)
+            todo = []
+            for b in range(batch):
+                if not heaps[b]:
+                    continue
+                neg, _, y, first, allowed = heapq.heappop(heaps[b])
                 scores[b, j], structures[b, j] = -neg, y
-                subs, cons = [], []
-                for i in range(first_free, length):
+                for i in range(first, lengths[b]):  # Lawler: keep y before i, differ at i
                     sub = allowed.clone()
-                    sub[:first_free] = allowed[:first_free]
-                    sub[first_free:i] = False
-                    sub[torch.arange(first_free, i), y[first_free:i]] = True  # keep y before i
-                    sub[i, y[i]] = False  # differ at i
-                    subs.append(sub)
-                    cons.append((i, sub))
-                push(subs, cons)
+                    sub[first:i] = False
+                    sub[torch.arange(first, i), y[first:i]] = True
+                    sub[i, y[i]] = False
+                    todo.append((b, i, sub))
         return scores.to(device), structures.to(device)
 
 

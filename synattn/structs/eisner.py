@@ -289,6 +289,38 @@ class _EisnerLogPartition(torch.autograd.Function):
         return mu * g[:, None, None], None, None
 
 
+def _sampled_semiring(generator: torch.Generator | None) -> Semiring:
+    """The log semiring whose ``backward_`` routes all of the adjoint to one term drawn with
+    probability ``exp(t_k - sum)`` (Gumbel-max) instead of spreading it: the outside pass then
+    expands a tree top-down, each span into a sampled split, exactly as the inside chart weighs
+    them (torch-struct's ``SampledSemiring``)."""
+
+    class Sampled(LogSemiring):
+        @staticmethod
+        def backward_(terms, total, grad, dim):
+            u = torch.rand(terms.shape, generator=generator, dtype=terms.dtype,
+                           device=terms.device)
+            pick = (terms - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(dim, keepdim=True)
+            return terms.zero_().scatter_(dim, pick, grad.unsqueeze(dim))
+
+    return Sampled  # type: ignore[return-value]
+
+
+def eisner_sample(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, count: int,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """``[count, B, N]`` heads of exact samples of projective trees: one inside pass (PyTorch
+    path), then one outside pass over ``count`` copies of the charts with sampled routing."""
+    with torch.no_grad():
+        sd = to_width_major(scores.double())
+        log_z, K, sums = eisner_inside(sd, lengths, multiroot)
+        rep = lambda x: x.repeat(*[1] * (x.dim() - 1), count)  # batch innermost: [.., count*B]
+        arcs = eisner_outside(rep(sd), lengths.repeat(count), multiroot, rep(K),
+                              [rep(x) for x in sums], _sampled_semiring(generator))
+        arcs = from_width_major(arcs)  # [count*B, L, L]
+        heads = heads_from_arcs(arcs, lengths.repeat(count))
+        return heads.view(count, *scores.shape[:1], -1)
+
+
 class DependencyCRF(ArcCRF):
     """Projective dependency trees (Eisner's algorithm), batched with per-sentence lengths.
 
@@ -309,6 +341,16 @@ class DependencyCRF(ArcCRF):
 
     log_partition_fn = _EisnerLogPartition  # over all projective trees
     marginals_fn = EisnerMarginals
+
+    def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, batch_size, n]`` exact samples of projective trees as heads (``-1``
+        padding, all ``-1`` where no tree exists): top-down from the inside chart
+        (:func:`eisner_sample`, one inside and one outside pass, PyTorch path in float64).
+        Not differentiable."""
+        heads = eisner_sample(self.scores.detach(), self.lengths, self.multiroot, count, generator)
+        if self.masked:
+            heads = heads.masked_fill(~self.feasible.view(1, -1, 1), -1)
+        return heads
 
     @cached_property
     @fp32_inside

@@ -204,6 +204,20 @@ def test_log_partition_between_max_and_max_plus_log_count(backend, crf_class, pr
                 assert lo - 1e-9 * abs(lo) <= hi <= lo + log_count + 1e-9 * abs(lo)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chain_log_partition_between_max_and_max_plus_log_count(backend):
+    gen = torch.Generator().manual_seed(8)
+    with on(backend):
+        for scale in (1.0, 100.0, 1e4, 1e6):
+            unary = torch.randn(1, 5, 3, generator=gen, dtype=torch.float64) * scale
+            unary[0, 2, 1] = -INF
+            crf = LinearChainCRF(unary=unary, transition=torch.randn(3, 3, generator=gen,
+                                                                      dtype=torch.float64) * scale)
+            lo, hi = crf.max[0].item(), crf.log_partition[0].item()
+            assert lo - 1e-12 * abs(lo) <= hi <= lo + math.log(3 ** 5) + 1e-12 * abs(lo)
+            assert crf.feasible.all()
+
+
 # ---------------------------------------------------------------------------------------------
 # 5: derivatives of every order: right (finite differences) or an explicit error.
 # ---------------------------------------------------------------------------------------------

@@ -399,14 +399,18 @@ class LinearChainCRF(StructDistribution, Decoding):
         """Whether some label or transition is masked (``<= NEG``): only then can a chain have no
         valid labelling."""
 
+    @property
+    def feasible(self) -> torch.Tensor:
+        """``[batch_size]`` bool: the chain has a labelling that avoids every masked part."""
+        return self.log_partition.detach() > -float("inf")
+
     def _valid(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, ...]`` (work dtype) in the potentials' dtype, zero for chains without a valid
         labelling."""
         x = x.to(self.unary.dtype)
         if not self.masked:
             return x
-        ok = self.log_partition.detach() > -float("inf")
-        return torch.where(ok.view(-1, *[1] * (x.dim() - 1)), x, x.new_zeros(()))
+        return torch.where(self.feasible.view(-1, *[1] * (x.dim() - 1)), x, x.new_zeros(()))
 
     @cached_property
     @fp32_inside
@@ -415,10 +419,10 @@ class LinearChainCRF(StructDistribution, Decoding):
         the PyTorch path for float32 potentials above :data:`PROMOTE_ABOVE` in magnitude."""
         compiled = use_numba(self.unary, self.edge)
         unary, edge = self.unary, self.edge
-        if not compiled and unary.dtype == torch.float32 and unary.numel():
-            top = torch.maximum(torch.where(unary > NEG, unary.detach().abs(), 0.0).max(),
-                                torch.where(edge > NEG, edge.detach().abs(), 0.0).max())
-            if float(top) > PROMOTE_ABOVE:
+        if not compiled and unary.dtype == torch.float32:
+            top = max((float(torch.where(x > NEG, x.detach().abs(), 0.0).max())
+                       for x in (unary, edge) if x.numel()), default=0.0)
+            if top > PROMOTE_ABOVE:
                 unary, edge = unary.double(), edge.double()
         return transfer_matrices(unary, edge, self.mask, batch_innermost=not compiled)
 

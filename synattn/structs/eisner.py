@@ -313,7 +313,10 @@ def eisner_sample(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, 
     with torch.no_grad():
         sd = to_width_major(scores.double())
         log_z, K, sums = eisner_inside(sd, lengths, multiroot)
-        rep = lambda x: x.repeat(*[1] * (x.dim() - 1), count)  # batch innermost: [.., count*B]
+
+        def rep(x: torch.Tensor) -> torch.Tensor:  # batch innermost: [..., count * B]
+            return x.repeat(*[1] * (x.dim() - 1), count)
+
         arcs = eisner_outside(rep(sd), lengths.repeat(count), multiroot, rep(K),
                               [rep(x) for x in sums], _sampled_semiring(generator))
         arcs = from_width_major(arcs)  # [count*B, L, L]

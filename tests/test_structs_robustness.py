@@ -80,6 +80,28 @@ def test_tree_masks_match_brute_force(backend, crf_class, projective, multiroot,
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("crf_class, projective", TREES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_ragged_batches_equal_one_by_one(backend, crf_class, projective, dtype):
+    """Masks (of the dtype's own finfo.min too) in a ragged batch change nothing elsewhere."""
+    gen = torch.Generator().manual_seed(11)
+    lengths = torch.tensor([5, 2, 4, 1, 3])
+    scores = torch.randn(5, 6, 6, generator=gen, dtype=torch.float64).to(dtype)
+    drop = torch.rand(5, 6, 6, generator=gen) < 0.3
+    scores = scores.masked_fill(drop, torch.finfo(dtype).min).masked_fill(drop & (scores > 0), -INF)
+    scores[1, 0, 1:] = -INF  # no tree
+    with on(backend):
+        for multiroot in (True, False):
+            crf = crf_class(scores, lengths, multiroot=multiroot)
+            for b, n in enumerate(lengths.tolist()):
+                one = crf_class(scores[b:b + 1, :n + 1, :n + 1], multiroot=multiroot)
+                torch.testing.assert_close(crf.log_partition[b:b + 1], one.log_partition)
+                torch.testing.assert_close(crf.marginals[b:b + 1, :n + 1, :n + 1], one.marginals)
+                assert torch.equal(crf.argmax[b:b + 1, :n], one.argmax)
+            assert crf.log_partition[1] == -INF and crf.log_partition.dtype == dtype
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("value", MASKS)
 def test_chain_masks_match_brute_force(backend, value):
     with on(backend):

@@ -22,7 +22,8 @@ Conventions: masked parts (scores ``<= NEG``, e.g. ``-inf``) have ``θ = NEG`` a
 they are left out of the inner products (``NEG · 0`` would still be 0, but their gradient would
 not). For a sentence without a valid structure (``log Z = -inf``) ``log_prob`` is ``-inf`` and
 ``entropy``, ``cross_entropy`` and ``kl`` are 0; ``cross_entropy`` and ``kl`` are ``+inf``
-where ``p`` puts mass on a part that ``q`` masks (or ``q`` has no structure at all). Entropies
+where ``p`` puts mass on a part that ``q`` masks (a marginal above 64 machine epsilons, so that
+rounding does not count), or ``q`` has no structure at all. Entropies
 and divergences are clamped at 0 (they can come out at ``-1e-16``-ish by rounding).
 """
 
@@ -83,7 +84,7 @@ class StructDistribution:
         inner = _inner([(tq, mp) for (tq, _), (_, mp) in zip(theirs, mine)])
         ce = torch.where(log_zq > -float("inf"), log_zq, log_zq.new_zeros(())) - inner
         # p's mass on parts that q masks (or no structure under q): q(y) = 0 for p-likely y
-        lost = sum(((tq <= NEG) & (mp > 0)).flatten(1).any(1).long()
+        lost = sum(((tq <= NEG) & (mp > 64 * torch.finfo(mp.dtype).eps)).flatten(1).any(1).long()
                    for (tq, _), (_, mp) in zip(theirs, mine)).bool()
         lost = lost | (log_zq == -float("inf"))
         ce = torch.where(lost, torch.full_like(ce, float("inf")), ce)

@@ -128,6 +128,21 @@ def test_chain_masks_match_brute_force(backend, value):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_chain_edge_form_masks_match_brute_force(backend):
+    gen = torch.Generator().manual_seed(5)
+    with on(backend):
+        for n, C in ((2, 2), (4, 3), (5, 2)):
+            edge = torch.randn(1, n - 1, C, C, generator=gen, dtype=torch.float64)
+            edge = edge.masked_fill(torch.rand(1, n - 1, C, C, generator=gen) < 0.4, -INF)
+            crf = LinearChainCRF(edge, scan=None)
+            exact = chain_brute_force(edge.new_zeros(n, C), edge[0], n)
+            torch.testing.assert_close(crf.log_partition[0], exact[0], rtol=1e-10, atol=1e-10)
+            if exact[0] > -INF:
+                torch.testing.assert_close(crf.edge_marginals[0], exact[2], rtol=0, atol=1e-9)
+                torch.testing.assert_close(crf.marginals[0], exact[1], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_no_valid_structure_has_one_answer_everywhere(backend):
     """log Z = -inf, marginals 0, zero (not NaN) gradients, max -inf and argmax -1, for every
     structure and backend; the other sentences of the batch are unaffected."""
@@ -154,6 +169,17 @@ def test_no_valid_structure_has_one_answer_everywhere(backend):
         assert not crf.marginals[0].any() and not crf.edge_marginals[0].any()
         (crf.log_partition.clamp_min(-1.0).sum() + crf.marginals.sum()).backward()
         assert torch.isfinite(x.grad).all() and not x.grad[0].any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_precision_minimum_is_a_mask(backend):
+    s = torch.tensor([[[0., -INF, .3], [0., 0., .5], [0., .2, 0.]]])
+    half = s.half().masked_fill(s == -INF, torch.finfo(torch.float16).min)
+    with on(backend):
+        assert DependencyCRF(half).log_partition.item() == pytest.approx(0.5, abs=1e-3)
+        u = torch.zeros(1, 3, 2).half()
+        u[0, 1] = torch.finfo(torch.float16).min
+        assert LinearChainCRF(unary=u).log_partition.item() == -INF
 
 
 def test_scores_too_large_for_masks_are_refused():

@@ -43,7 +43,7 @@ def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
     lengths = torch.as_tensor(lengths, device=scores.device).long()
     if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > L - 1).any()):
         raise ValueError(f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}")
-    scores = mask_impossible(scores.to(float_dtype(scores)))
+    scores = mask_impossible(scores.to(float_dtype(scores)), scores.dtype)
     scores = torch.where(usable_arcs(lengths, L), scores, scores.new_zeros(()))
     masked = check_scores([(scores, None)], L - 1, "scores")
     return (scores, lengths, masked) if with_masked else (scores, lengths)

@@ -369,7 +369,7 @@ class LinearChainCRF(StructDistribution, Decoding):
             if log_potentials.dim() != 4 or log_potentials.shape[-1] != log_potentials.shape[-2]:
                 raise ValueError(f"log_potentials must be [B, n-1, C, C], got {tuple(log_potentials.shape)}")
             dtype = float_dtype(log_potentials)
-            edge = mask_impossible(log_potentials.to(dtype))
+            edge = mask_impossible(log_potentials.to(dtype), log_potentials.dtype)
             batch, n, C = edge.shape[0], edge.shape[1] + 1, edge.shape[-1]
             unary = edge.new_zeros(batch, n, C)
         else:
@@ -382,8 +382,8 @@ class LinearChainCRF(StructDistribution, Decoding):
                 raise ValueError(f"transition must be [C, C] or [B, C, C] with C={C}, "
                                  f"got {tuple(transition.shape)}")
             dtype = float_dtype(unary)
-            unary = mask_impossible(unary.to(dtype))
-            trans = mask_impossible(transition.to(dtype))
+            unary = mask_impossible(unary.to(dtype), unary.dtype)
+            trans = mask_impossible(transition.to(dtype), transition.dtype)
             trans = trans if trans.dim() == 3 else trans.unsqueeze(0)
             edge = trans.unsqueeze(1).expand(batch, n - 1, C, C)
         if lengths is None:

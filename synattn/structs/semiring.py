@@ -42,10 +42,15 @@ above it, so that masked parts weigh exactly 0 and "no valid structure" is recog
 F = TypeVar("F", bound=Callable)
 
 
-def mask_impossible(x: torch.Tensor) -> torch.Tensor:
+def mask_impossible(x: torch.Tensor, source: torch.dtype | None = None) -> torch.Tensor:
     """``x`` with every entry ``<= NEG`` (``-inf``, ``finfo.min``, ``-1e30``, ``-1e9``) set to
-    :data:`NEG`; NaN stays NaN. Gradients flow to the other entries only."""
-    return x.masked_fill(x <= NEG, NEG)
+    :data:`NEG`; NaN stays NaN. Gradients flow to the other entries only.
+
+    ``source``: the dtype ``x`` was cast from; for float16, whose ``finfo.min`` is only
+    ``-65504``, entries at or below that minimum are masks too.
+    """
+    limit = torch.finfo(torch.float16).min if source == torch.float16 else NEG
+    return x.masked_fill(x <= limit, NEG)
 
 
 def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,

@@ -192,7 +192,8 @@ class ArcCRF(StructDistribution, Decoding):
 
     @staticmethod
     def _choice_marginals(crf, i: int) -> torch.Tensor:
-        return crf.marginals[:, :, i + 1]
+        # (without the feasibility pass of ``marginals``: the sampler checks it once at the end)
+        return crf.marginals_fn.apply(crf.scores, crf.lengths, crf.multiroot)[:, :, i + 1]
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
         """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored);

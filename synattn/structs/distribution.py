@@ -184,16 +184,19 @@ class Decoding:
         structures = torch.full((batch, k, n), -1, dtype=torch.long)
         heaps: list[list] = [[] for _ in range(batch)]
         counter = 0
-        # sub-problems (sentence, first free position, allowed choices [n, V]) solved together
-        todo = [(b, 0, torch.ones(n, V, dtype=torch.bool)) for b in range(batch)]
+        # sub-problems, solved together: sentences [M], first free positions [M], allowed [M, n, V]
+        todo = [(torch.arange(batch), torch.zeros(batch, dtype=torch.long),
+                 torch.ones(batch, n, V, dtype=torch.bool))]
+        pos = torch.arange(n)
         for j in range(k):
             if todo:
-                index = torch.tensor([b for b, _, _ in todo], device=device)
-                crf = self._restricted(index, torch.stack([a for _, _, a in todo]).to(device))
-                best, arg = crf.max.detach().double().cpu(), crf.argmax.cpu()
-                for m, (b, first, allowed) in enumerate(todo):
+                sents, firsts, allowed = (torch.cat(parts) for parts in zip(*todo))
+                crf = self._restricted(sents.to(device), allowed.to(device))
+                best, arg = crf.max.detach().double().cpu().tolist(), crf.argmax.cpu()
+                for m, b in enumerate(sents.tolist()):
                     if best[m] > -float("inf"):
-                        heapq.heappush(heaps[b], (-float(best[m]), counter, arg[m], first, allowed))
+                        heapq.heappush(heaps[b], (-best[m], counter, arg[m], int(firsts[m]),
+                                                  allowed[m]))
                         counter += 1
             todo = []
             for b in range(batch):
@@ -201,12 +204,15 @@ class Decoding:
                     continue
                 neg, _, y, first, allowed = heapq.heappop(heaps[b])
                 scores[b, j], structures[b, j] = -neg, y
-                for i in range(first, lengths[b]):  # Lawler: keep y before i, differ at i
-                    sub = allowed.clone()
-                    sub[first:i] = False
-                    sub[torch.arange(first, i), y[first:i]] = True
-                    sub[i, y[i]] = False
-                    todo.append((b, i, sub))
+                if j == k - 1 or first >= lengths[b]:
+                    continue
+                # Lawler: sub-problem i keeps y at first..i-1 and differs from it at i
+                at = torch.arange(first, lengths[b])  # [m]
+                keep = (pos >= first) & (pos < at.unsqueeze(1))  # [m, n]
+                onehot = torch.nn.functional.one_hot(y.clamp_min(0), V).bool()  # [n, V]
+                subs = torch.where(keep.unsqueeze(-1), onehot, allowed)  # [m, n, V]
+                subs[torch.arange(len(at)), at, y[at]] = False
+                todo.append((torch.full((len(at),), b), at, subs))
         return scores.to(device), structures.to(device)
 
 

@@ -167,3 +167,35 @@ def test_constrain_rejects_bad_annotations():
         crf.constrain(heads=torch.tensor([[0, 7, -1]]))
     with pytest.raises(ValueError, match="labels must be"):
         LinearChainCRF(unary=torch.randn(1, 3, 2)).constrain(labels=torch.tensor([[0, 5, -1]]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_single_root_with_a_known_root_stays_on_the_fast_path(backend):
+    """A word whose head is fixed to ROOT (single root) cannot be headed by word 1, which the
+    single-root elimination lets play ROOT: the sentence is solved with the two words swapped,
+    exactly (values and the marginals' backward against brute force), not in log space."""
+    from synattn.structs.matrix_tree import _marginals
+
+    n = 4
+    scores = random_scores(8, (1, n + 1, n + 1), 0.0, 1.0)
+    known = torch.tensor([[-1, -1, 0, -1]])  # word 3 is the root child
+    x = scores.clone().requires_grad_()
+    trees, _ = tree_log_probs(x[0], n, False, False, -1e9)
+    tree_scores = x[0][trees, torch.arange(1, n + 1)].sum(1)
+    consistent = trees[:, 2] == 0
+    p = torch.softmax(tree_scores[consistent], 0)
+    exact_mu = torch.zeros(n + 1, n + 1, dtype=torch.float64).index_put(
+        (trees[consistent].flatten(), torch.arange(1, n + 1).repeat(int(consistent.sum()))),
+        p.repeat_interleave(n), accumulate=True)
+    g = random_scores(9, (n + 1, n + 1), 0.0)
+    (exact_hg,) = torch.autograd.grad((exact_mu * g).sum(), x)
+    with on(backend):
+        y = scores.clone().requires_grad_()
+        part = NonProjectiveDependencyCRF(y, multiroot=False).constrain(heads=known)
+        _, _, log_space, swap = _marginals(part.scores.detach(), part.lengths, False, True,
+                                           backend == "numba")
+        assert not log_space.any()  # (LAPACK, on the PyTorch path, needs no swap)
+        assert swap.tolist() == [3 if backend == "numba" else 1]
+        torch.testing.assert_close(part.marginals[0], exact_mu.detach(), rtol=0, atol=1e-9)
+        (hg,) = torch.autograd.grad((part.marginals[0] * g).sum(), y)
+    torch.testing.assert_close(hg, exact_hg, rtol=1e-8, atol=1e-9)

@@ -261,16 +261,38 @@ def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, mul
 
 
 def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-               need_marginals: bool = True,
-               compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``log Z``, (optionally) marginals and ``[B]`` True for the sentences computed in log space.
+               need_marginals: bool = True, compiled: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """``log Z``, (optionally) marginals, ``[B]`` True for the sentences computed in log space,
+    and ``[B]`` the word that played word 1 (1: none; see below).
 
     The compiled GTH kernels if ``compiled``, else LAPACK where certified and GTH elimination
-    elsewhere; then every sentence with a pivot below :data:`SAFE_PIVOT` or a column wider than
-    :data:`SAFE_SPREAD` again by the log-space elimination."""
+    elsewhere. A single-root sentence flagged there (a pivot below :data:`SAFE_PIVOT`: the
+    elimination lets word 1 play ROOT, which fails if word 1 cannot head the others, e.g. when
+    another word's head is fixed to ROOT) is tried again with word 1 swapped with the word of the
+    best root arc. Every sentence still flagged, or with a column wider than ``SAFE_SPREAD``, is
+    computed by the log-space elimination."""
     log_z, mu, unsafe = _fast_marginals(scores, lengths, multiroot, need_marginals, compiled)
+    swap = torch.ones_like(lengths)
     if not compiled:  # (the kernels flag wide columns themselves)
         unsafe = unsafe | _wide_columns(scores, lengths)
+    if not multiroot and bool(unsafe.any()):
+        idx = unsafe.nonzero().squeeze(1)
+        L = scores.shape[-1]
+        valid = (torch.arange(L, device=scores.device) >= 1) & (
+            torch.arange(L, device=scores.device) <= lengths[idx, None])
+        best = torch.where(valid, scores[idx, 0].double(), -float("inf")).argmax(-1)
+        idx, best = idx[best != 1], best[best != 1]
+        if len(idx):
+            z, m, flag = _fast_marginals(_swap_words(scores[idx], best), lengths[idx], multiroot,
+                                         need_marginals, compiled)
+            ok = ~flag
+            idx, best = idx[ok], best[ok]
+            log_z = log_z.index_copy(0, idx, z[ok].to(log_z.dtype))
+            if need_marginals:
+                mu = mu.index_copy(0, idx, _swap_words(m[ok], best).to(mu.dtype))
+            unsafe = unsafe.index_fill(0, idx, False)
+            swap = swap.index_copy(0, idx, best)
     if bool(unsafe.any()):
         redo = unsafe.nonzero().squeeze(1)
         z, m = _log_space_marginals(scores[redo], lengths[redo], multiroot, need_marginals)
@@ -281,7 +303,19 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
         log_z = log_z.index_copy(0, redo, z)
         if need_marginals:
             mu = mu.index_copy(0, redo, m.to(mu.dtype))
-    return log_z, mu, unsafe
+    return log_z, mu, unsafe, swap
+
+
+def _swap_words(x: torch.Tensor, word: torch.Tensor) -> torch.Tensor:
+    """``x [B, L, L]`` with node 1 and node ``word[b]`` exchanged in rows and columns (its own
+    inverse: applied to the scores, then to their marginals or tangents, it relabels back)."""
+    batch, L, _ = x.shape
+    rows = torch.arange(batch, device=x.device)
+    perm = torch.arange(L, device=x.device).repeat(batch, 1)
+    perm[:, 1] = word
+    perm[rows, word] = 1
+    x = x.gather(1, perm.unsqueeze(2).expand(batch, L, L))
+    return x.gather(2, perm.unsqueeze(1).expand(batch, L, L))
 
 
 def _fast_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
@@ -332,8 +366,8 @@ class MatrixTreeMarginals(torch.autograd.Function):
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
         ctx.multiroot = multiroot
         ctx.compiled = use_numba(scores, lengths)
-        _, mu, log_space = _marginals(scores, lengths, multiroot, True, ctx.compiled)
-        ctx.save_for_backward(scores, lengths, log_space)
+        _, mu, log_space, swap = _marginals(scores, lengths, multiroot, True, ctx.compiled)
+        ctx.save_for_backward(scores, lengths, log_space, swap)
         return mu.to(scores.dtype)
 
     @staticmethod
@@ -342,16 +376,44 @@ class MatrixTreeMarginals(torch.autograd.Function):
             raise RuntimeError("NonProjectiveDependencyCRF: derivatives of order 3 and higher of "
                                "log_partition (the backward of marginals' backward) are not "
                                "supported; orders 1 and 2 are")
-        scores, lengths, log_space = ctx.saved_tensors
-        if not bool(log_space.any()):
+        scores, lengths, log_space, swap = ctx.saved_tensors
+        if not ctx.compiled:  # the forward may have used LAPACK: route for the GTH tangent
+            log_space, swap = _gth_route(scores, lengths, ctx.multiroot, log_space)
+        swapped = bool((swap != 1).any())
+        if not bool(log_space.any()) and not swapped:
             return _fast_tangent(scores, lengths, ctx.multiroot, g, ctx.compiled), None, None
         out = torch.zeros_like(scores)
-        for part, fn in ((~log_space, _fast_tangent), (log_space, _log_space_marginals_tangent)):
-            if bool(part.any()):
-                idx = part.nonzero().squeeze(1)
-                hv = fn(scores[idx], lengths[idx], ctx.multiroot, g[idx], ctx.compiled)
-                out = out.index_copy(0, idx, hv.to(out.dtype))
+        if bool(log_space.any()):
+            idx = log_space.nonzero().squeeze(1)
+            hv = _log_space_marginals_tangent(scores[idx], lengths[idx], ctx.multiroot, g[idx])
+            out = out.index_copy(0, idx, hv.to(out.dtype))
+        if bool((~log_space).any()):  # the fast path, with the words swapped as in the forward
+            idx = (~log_space).nonzero().squeeze(1)
+            word = swap[idx]
+            hv = _fast_tangent(_swap_words(scores[idx], word), lengths[idx], ctx.multiroot,
+                               _swap_words(g[idx].to(scores.dtype), word), ctx.compiled)
+            out = out.index_copy(0, idx, _swap_words(hv, word).to(out.dtype))
         return out, None, None
+
+
+def _gth_route(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+               log_space: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the PyTorch GTH code is safe (no pivot below :data:`SAFE_PIVOT`), as is or with the
+    words swapped as in :func:`_marginals`: the routing of its tangent when the forward took
+    LAPACK. Returns the new ``log_space [B]`` and ``swap [B]``."""
+    swap = torch.ones_like(lengths)
+    with torch.no_grad():
+        flag = log_space | (_factorize(scores, lengths, multiroot)[3].amin(1) < SAFE_PIVOT)
+        if multiroot or not bool((flag & ~log_space).any()):
+            return flag, swap
+        idx = (flag & ~log_space).nonzero().squeeze(1)
+        L = scores.shape[-1]
+        pos = torch.arange(L, device=scores.device)
+        valid = (pos >= 1) & (pos <= lengths[idx, None])
+        best = torch.where(valid, scores[idx, 0].double(), -float("inf")).argmax(-1)
+        pivots = _factorize(_swap_words(scores[idx], best), lengths[idx], multiroot)[3]
+        ok = (pivots.amin(1) >= SAFE_PIVOT) & (best != 1)
+        return flag.index_fill(0, idx[ok], False), swap.index_copy(0, idx[ok], best[ok])
 
 
 def _fast_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, g: torch.Tensor,

@@ -115,9 +115,11 @@ class Decoding:
 
     - ``_restricted(index [M], allowed [M, n, V]) -> CRF``: the CRF of batch elements ``index``
       with every disallowed choice masked to ``-inf`` (``V`` choices per position);
-    - ``_choice_marginals(crf, i) -> [M, V]``: the marginal distribution of position ``i``'s choice.
+    - ``_choice_marginals(crf, i) -> [M, V]``: the marginal distribution of position ``i``'s choice;
+    - ``_num_positions()`` (``n``) and ``_num_choices()`` (``V``).
 
-    The CRF must also give ``lengths``, ``max``, ``argmax`` and ``log_partition``.
+    The CRF must also give ``lengths``, ``max``, ``argmax`` and ``log_partition``. A class may
+    override ``sample`` with a faster exact sampler (the chain and Eisner do).
     """
 
     lengths: torch.Tensor

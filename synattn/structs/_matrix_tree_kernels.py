@@ -36,6 +36,14 @@ from ._numba_math import EXP_MIN, LN2_HI, LN2_LO, LOG2E, exp_reduced
 TINY = 1e-300
 """Floor of a pivot (as ``matrix_tree.TINY``)."""
 
+SAFE_SPREAD = 700.0
+"""A usable unmasked score this far below its column's largest makes ``log Z`` NaN (as
+``matrix_tree_log.SAFE_SPREAD``)."""
+
+SAFE_PIVOT = 1e-250
+"""A smaller pivot makes ``log Z`` NaN (as ``matrix_tree.SAFE_PIVOT``: the caller recomputes the
+sentence in log space)."""
+
 NEG = -1e9
 """Log-score of an impossible arc (as ``semiring.NEG``)."""
 
@@ -86,12 +94,17 @@ def _load(scores, b, n, multiroot, W, shift):
                 shift[c] = max(shift[c], np.float64(scores[b, h, d]))
     exponent = np.empty(n)
     bits = np.empty(n, dtype=np.int64)
+    wide = False
     for i in range(n + 1):
         h = _head(i, n, multiroot)
         for c in range(n):
             d = _word(c, n, multiroot)
             exponent[c] = np.float64(scores[b, h, d]) - shift[c] if h != d else NEG
+            if h != d and scores[b, h, d] > NEG and exponent[c] < -SAFE_SPREAD:
+                wide = True
         _exp_row(exponent, W[i], bits)
+    if wide:  # weights underflow next to their column's largest: NaN sends it to log space
+        return np.nan
     total = 0.0
     for c in range(n):
         total += shift[c]
@@ -206,8 +219,12 @@ def _forward(scores, b, n, multiroot, need_marginals, marginals):
     shift = np.empty(n)
     pivots = np.empty(n)
     total = _load(scores, b, n, multiroot, W, shift)
+    if math.isnan(total):
+        return np.nan
     M = W.copy()
     log_z = _eliminate(M, pivots, n, multiroot) + total
+    if pivots.min() < SAFE_PIVOT:  # weights may have underflowed: flag for the log-space path
+        return np.nan
     if need_marginals:
         G = np.empty((n + 1, n))
         GT = np.empty((n, n + 1))

@@ -13,11 +13,12 @@ import torch
 
 from functools import cached_property
 
-from .semiring import float_dtype, fp32_inside
+from .distribution import Decoding, StructDistribution
+from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
 
 
-def check_arc_scores(scores: torch.Tensor,
-                     lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
+                     with_masked: bool = False) -> tuple[torch.Tensor, ...]:
     """Validate arc scores and lengths.
 
     Args:
@@ -26,7 +27,13 @@ def check_arc_scores(scores: torch.Tensor,
 
     Returns:
         Scores in float32/float64 with every entry that no tree uses set to 0 (so that padding
-        may hold anything, even NaN), and the lengths as a long tensor on the scores' device.
+        may hold anything, even NaN), entries ``<= NEG`` (``-inf``, ``finfo.min``...) set to
+        :data:`~synattn.structs.semiring.NEG` (masked arcs), the lengths as a long tensor on
+        the scores' device and, if ``with_masked``, whether any usable arc is masked.
+
+    Raises:
+        ValueError: bad shapes or lengths, or finite scores too large for masks to stay
+            impossible (:func:`~synattn.structs.semiring.check_scores`).
     """
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
         raise ValueError(f"scores must be [B, n+1, n+1] with n >= 1, got {tuple(scores.shape)}")
@@ -36,8 +43,10 @@ def check_arc_scores(scores: torch.Tensor,
     lengths = torch.as_tensor(lengths, device=scores.device).long()
     if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > L - 1).any()):
         raise ValueError(f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}")
-    scores = scores.to(float_dtype(scores))
-    return torch.where(usable_arcs(lengths, L), scores, scores.new_zeros(())), lengths
+    scores = mask_impossible(scores.to(float_dtype(scores)), scores.dtype)
+    scores = torch.where(usable_arcs(lengths, L), scores, scores.new_zeros(()))
+    masked = check_scores([(scores, None)], L - 1, "scores")
+    return (scores, lengths, masked) if with_masked else (scores, lengths)
 
 
 def usable_arcs(lengths: torch.Tensor, L: int) -> torch.Tensor:
@@ -72,9 +81,11 @@ def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return heads.masked_fill(torch.arange(n, device=heads.device) >= lengths[:, None], -1)
 
 
-class ArcCRF:
+class ArcCRF(StructDistribution, Decoding):
     """What the dependency CRFs share: validated arc scores, ``log_partition`` and ``marginals``
-    by the subclass's autograd Functions, and ``score``.
+    by the subclass's autograd Functions, ``score``, and (from
+    :class:`~synattn.structs.distribution.StructDistribution`) ``log_prob``, ``entropy``,
+    ``cross_entropy`` and ``kl``.
 
     Args:
         scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
@@ -92,20 +103,102 @@ class ArcCRF:
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
                  multiroot: bool = True):
         self.multiroot = multiroot
-        self.scores, self.lengths = check_arc_scores(scores, lengths)
+        self.scores, self.lengths, self.masked = check_arc_scores(scores, lengths, True)
+        """Whether some usable arc is masked (``<= NEG``): only then can a sentence have no tree."""
 
     @cached_property
     @fp32_inside
     def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all trees; differentiable."""
-        return self.log_partition_fn.apply(self.scores, self.lengths, self.multiroot)
+        """``[batch_size]`` log-sum of the scores of all trees; differentiable. ``-inf`` (with a
+        zero gradient) for a sentence whose masks leave no tree."""
+        log_z = self.log_partition_fn.apply(self.scores, self.lengths, self.multiroot)
+        if not self.masked:
+            return log_z
+        return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
 
     @cached_property
     @fp32_inside
     def marginals(self) -> torch.Tensor:
-        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable."""
-        return self.marginals_fn.apply(self.scores, self.lengths, self.multiroot)
+        """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable. All 0 for a
+        sentence whose masks leave no tree."""
+        mu = self.marginals_fn.apply(self.scores, self.lengths, self.multiroot)
+        if not self.masked:
+            return mu
+        return torch.where(self.feasible[:, None, None], mu, mu.new_zeros(()))
+
+    @property
+    def feasible(self) -> torch.Tensor:
+        """``[batch_size]`` bool: the sentence has at least one tree that avoids masked arcs."""
+        return self.log_partition.detach() > -float("inf")
+
+    def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(self.scores, self.marginals)]
+
+    # --- constraints, sampling, k-best ---------------------------------------------------------
+
+    def constrain(self, heads: torch.Tensor | None = None,
+                  allowed: torch.Tensor | None = None) -> "ArcCRF":
+        """The same CRF restricted to the trees consistent with a partial annotation.
+
+        Args:
+            heads: ``[batch_size, n]`` known heads (0 = ROOT), ``-1`` where free: every other
+                head of such a word is masked.
+            allowed: ``[batch_size, n+1, n+1]`` bool, False for arcs ``h -> d`` to exclude.
+
+        Returns:
+            A CRF of the same class whose ``log_partition`` is the log-sum over consistent trees
+            and whose ``marginals`` are the constrained marginals (both differentiable with
+            respect to the original scores; ``-inf``/0 where nothing is consistent). The loss of
+            partial-annotation training is ``log_partition - constrain(...).log_partition``.
+        """
+        keep = torch.ones_like(self.scores, dtype=torch.bool)
+        if allowed is not None:
+            if allowed.shape != self.scores.shape:
+                raise ValueError(f"constrain: allowed must be {tuple(self.scores.shape)}, "
+                                 f"got {tuple(allowed.shape)}")
+            keep = keep & allowed.to(keep.device).bool()
+        if heads is not None:
+            L = self.scores.shape[-1]
+            if heads.shape != (self.scores.shape[0], L - 1):
+                raise ValueError(f"constrain: heads must be [{self.scores.shape[0]}, {L - 1}], "
+                                 f"got {tuple(heads.shape)}")
+            heads = heads.to(keep.device).long()
+            if bool(((heads < -1) | (heads >= L)).any()):
+                raise ValueError(f"constrain: heads must be -1 (free) or in 0..{L - 1}")
+            pos = torch.arange(L, device=keep.device)
+            fixed = (pos.view(1, L, 1) == heads.unsqueeze(1)) | (heads < 0).unsqueeze(1)  # [B, L, n]
+            keep[:, :, 1:] &= fixed
+        scores = torch.where(keep, self.scores, torch.full_like(self.scores, NEG))
+        return type(self)(scores, self.lengths, self.multiroot)
+
+    def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, batch_size, n]`` exact samples of trees as heads (``-1`` padding, and all
+        ``-1`` where no tree exists), by conditioning word by word on the constrained marginals
+        (:meth:`~synattn.structs.distribution.Decoding._sequential_sample`; ``n`` marginal
+        passes over ``count × batch_size`` sentences). Not differentiable."""
+        return self._sequential_sample(count, generator)
+
+    def _num_choices(self) -> int:
+        return self.scores.shape[-1]
+
+    def _num_positions(self) -> int:
+        return self.scores.shape[-1] - 1
+
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "ArcCRF":
+        s = self.scores.detach()[index]  # [M, L, L]
+        keep = torch.cat((torch.ones_like(allowed[:, :1]), allowed), 1).transpose(1, 2)  # [M, L, L]
+        return type(self)(torch.where(keep, s, torch.full_like(s, NEG)), self.lengths[index],
+                          self.multiroot)
+
+    @staticmethod
+    def _choice_marginals(crf, i: int) -> torch.Tensor:
+        # (without the feasibility pass of ``marginals``: the sampler checks it once at the end)
+        return crf.marginals_fn.apply(crf.scores, crf.lengths, crf.multiroot)[:, :, i + 1]
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
-        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored)."""
-        return tree_score(self.scores, heads, self.lengths)
+        """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored);
+        ``-inf`` for a tree that uses a masked arc."""
+        total = tree_score(self.scores, heads, self.lengths)
+        if not self.masked:
+            return total
+        return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))

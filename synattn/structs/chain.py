@@ -33,8 +33,14 @@ from functools import cached_property
 import torch
 
 from .backend import use_numba
-from .semiring import (NEG, fp32_inside, float_dtype, lengths_mask, logsumexp, serial_if_small,
-                       signed_exp, signed_log, signed_logsumexp)
+from .distribution import Decoding, StructDistribution
+from .semiring import (IMPOSSIBLE, NEG, check_scores, fp32_inside, float_dtype, lengths_mask,
+                       logsumexp, mask_impossible, serial_if_small, signed_exp, signed_log,
+                       signed_logsumexp)
+
+PROMOTE_ABOVE = 100.0
+"""On the PyTorch path, float32 potentials above this magnitude run in float64 inside: the log-space
+sums of long chains (``n × |potential|``) lose too many bits in float32."""
 
 SCAN_MAX_LABELS = 4
 """Label sets up to this size use the parallel prefix scan (its work grows like ``C**3 log N``)."""
@@ -188,25 +194,28 @@ class ChainMarginals(torch.autograd.Function):
             from . import _chain_kernels
 
             mu, alpha, beta, log_z = _chain_kernels.marginals(u0.t(), _batch_first(T), mask)
-            ctx.save_for_backward(T, mask, alpha, beta, log_z)
+            ctx.save_for_backward(u0, T, mask, alpha, beta, log_z)
             return mu
         with serial_if_small(_step_elements(T, scan), T.device):
             alpha, beta = forward_backward(u0, T, scan)
         log_z = logsumexp(alpha[:, -1], 0)  # [B]
         mu = (alpha + beta - log_z).exp_().permute(2, 1, 0) * mask.unsqueeze(-1)  # [B, N, C]
-        ctx.save_for_backward(T, mask, alpha, beta, log_z, mu)
+        ctx.save_for_backward(u0, T, mask, alpha, beta, log_z, mu)
         return mu
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
+        if torch.is_grad_enabled():  # a third derivative was asked for: autograd throughout
+            u0, T, mask = ctx.saved_tensors[:3]
+            return (*_differentiable_marginals_vjp(u0, T, mask, g), None, None)
         if ctx.compiled:
             from . import _chain_kernels
 
-            T, mask, alpha, beta, log_z = ctx.saved_tensors
+            _, T, mask, alpha, beta, log_z = ctx.saved_tensors
             grad_u0, grad_T = _chain_kernels.marginals_backward(_batch_first(T), mask, alpha, beta,
                                                                 log_z, g)
             return grad_u0.t(), grad_T.permute(2, 3, 1, 0), None, None  # [C, B], [C, C, N-1, B]
-        T, mask, alpha, beta, log_z, mu = ctx.saved_tensors
+        _, T, mask, alpha, beta, log_z, mu = ctx.saved_tensors
         g = (g * mask.unsqueeze(-1)).permute(2, 1, 0)  # [C, N, B]
         lg, sg = signed_log(g)
         d_alpha = lg + beta - log_z  # direct adjoint of alpha, times exp(-alpha); sign sg
@@ -246,6 +255,20 @@ class ChainMarginals(torch.autograd.Function):
             torch.stack((a_l[:, 0] + alpha[:, 0], lA + alpha[:, 0] + beta[:, 0] - log_z)),
             torch.stack((a_s[:, 0], sA.expand_as(a_s[:, 0]))), 0)
         return signed_exp(l0, s0), grad_T, None, None
+
+
+def _differentiable_marginals_vjp(u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,
+                                  g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward of :class:`ChainMarginals` built from differentiable PyTorch operations
+    (autograd's double backward of forward-backward), so that derivatives of every order are
+    exact. Used only when a derivative of the backward itself is wanted."""
+    with torch.enable_grad():
+        node0, xi = pair_marginals(u0, T, scan=False)  # [C, B], [C, C, N-1, B]
+        mu = torch.cat((node0.unsqueeze(1), xi.sum(0)), 1).permute(2, 1, 0)  # [B, N, C]
+        mu = mu * mask.unsqueeze(-1)
+        inputs = [t for t in (u0, T) if t.requires_grad]
+        grads = iter(torch.autograd.grad(mu, inputs, g, create_graph=True, allow_unused=True))
+        return tuple(next(grads) if t.requires_grad else None for t in (u0, T))
 
 
 def _batch_first(T: torch.Tensor) -> torch.Tensor:
@@ -307,8 +330,12 @@ def viterbi(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 # The distribution.
 # ---------------------------------------------------------------------------------------------
 
-class LinearChainCRF:
+class LinearChainCRF(StructDistribution, Decoding):
     """A batch of linear-chain CRFs with per-sentence lengths.
+
+    Besides ``log_partition``, ``marginals``, ``edge_marginals``, ``max``, ``argmax`` and
+    ``score``: ``log_prob``, ``entropy``, ``cross_entropy`` and ``kl``
+    (:class:`~synattn.structs.distribution.StructDistribution`).
 
     Give either ``log_potentials`` (edge form) or ``unary`` and ``transition``.
 
@@ -342,7 +369,7 @@ class LinearChainCRF:
             if log_potentials.dim() != 4 or log_potentials.shape[-1] != log_potentials.shape[-2]:
                 raise ValueError(f"log_potentials must be [B, n-1, C, C], got {tuple(log_potentials.shape)}")
             dtype = float_dtype(log_potentials)
-            edge = log_potentials.to(dtype)
+            edge = mask_impossible(log_potentials.to(dtype), log_potentials.dtype)
             batch, n, C = edge.shape[0], edge.shape[1] + 1, edge.shape[-1]
             unary = edge.new_zeros(batch, n, C)
         else:
@@ -355,8 +382,8 @@ class LinearChainCRF:
                 raise ValueError(f"transition must be [C, C] or [B, C, C] with C={C}, "
                                  f"got {tuple(transition.shape)}")
             dtype = float_dtype(unary)
-            unary = unary.to(dtype)
-            trans = transition.to(dtype)
+            unary = mask_impossible(unary.to(dtype), unary.dtype)
+            trans = mask_impossible(transition.to(dtype), transition.dtype)
             trans = trans if trans.dim() == 3 else trans.unsqueeze(0)
             edge = trans.unsqueeze(1).expand(batch, n - 1, C, C)
         if lengths is None:
@@ -364,32 +391,64 @@ class LinearChainCRF:
         lengths = torch.as_tensor(lengths, device=unary.device).long()
         if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > n).any()):
             raise ValueError(f"lengths must be [B] with values in 1..{n}, got {lengths.tolist()}")
-        self.unary, self.edge, self.lengths, self.scan = unary, edge, lengths, scan
         self.mask = lengths_mask(lengths, n)  # [B, n]
+        self.unary, self.edge, self.lengths, self.scan = unary, edge, lengths, scan
+        self.masked = check_scores([(unary, self.mask.unsqueeze(-1)),
+                                    (edge, self.mask[:, 1:, None, None])], 2 * n,
+                                   "unary/log_potentials/transition")
+        """Whether some label or transition is masked (``<= NEG``): only then can a chain have no
+        valid labelling."""
+
+    @property
+    def feasible(self) -> torch.Tensor:
+        """``[batch_size]`` bool: the chain has a labelling that avoids every masked part."""
+        return self.log_partition.detach() > -float("inf")
+
+    def _valid(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, ...]`` (work dtype) in the potentials' dtype, zero for chains without a valid
+        labelling."""
+        x = x.to(self.unary.dtype)
+        if not self.masked:
+            return x
+        return torch.where(self.feasible.view(-1, *[1] * (x.dim() - 1)), x, x.new_zeros(()))
 
     @cached_property
     @fp32_inside
     def _potentials(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``u0 [C, B]`` and identity-padded transfer matrices ``T [C, C, n-1, B]``."""
-        return transfer_matrices(self.unary, self.edge, self.mask,
-                                 batch_innermost=not use_numba(self.unary, self.edge))
+        """``u0 [C, B]`` and identity-padded transfer matrices ``T [C, C, n-1, B]``; float64 on
+        the PyTorch path for float32 potentials above :data:`PROMOTE_ABOVE` in magnitude."""
+        compiled = use_numba(self.unary, self.edge)
+        unary, edge = self.unary, self.edge
+        if not compiled and unary.dtype == torch.float32:
+            top = max((float(torch.where(x > NEG, x.detach().abs(), 0.0).max())
+                       for x in (unary, edge) if x.numel()), default=0.0)
+            if top > PROMOTE_ABOVE:
+                unary, edge = unary.double(), edge.double()
+        return transfer_matrices(unary, edge, self.mask, batch_innermost=not compiled)
 
     @cached_property
     @fp32_inside
     def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all labellings."""
+        """``[batch_size]`` log-sum of the scores of all labellings; ``-inf`` (with a zero
+        gradient) for a chain whose masks leave no labelling."""
         u0, T = self._potentials
         if use_numba(u0, T):
-            return ChainLogPartition.apply(u0, T, self.mask)
-        with serial_if_small(_step_elements(T, self.scan), T.device):
-            return chain_log_partition(u0, T, scan=self.scan)
+            log_z = ChainLogPartition.apply(u0, T, self.mask)
+        else:
+            with serial_if_small(_step_elements(T, self.scan), T.device):
+                log_z = chain_log_partition(u0, T, scan=self.scan)
+        log_z = log_z.to(self.unary.dtype)
+        if not self.masked:
+            return log_z
+        return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
 
     @cached_property
     @fp32_inside
     def marginals(self) -> torch.Tensor:
-        """``[batch_size, n, C]`` node marginals ``p(y_i = c)``; differentiable (signed log backward)."""
+        """``[batch_size, n, C]`` node marginals ``p(y_i = c)``; differentiable (signed log
+        backward). All 0 for a chain whose masks leave no labelling."""
         u0, T = self._potentials
-        return ChainMarginals.apply(u0, T, self.mask, self.scan)
+        return self._valid(ChainMarginals.apply(u0, T, self.mask, self.scan))
 
     @cached_property
     @fp32_inside
@@ -406,9 +465,9 @@ class LinearChainCRF:
             _, xi = _chain_kernels.edge_marginals(u0.t(), _batch_first(T), self.mask,
                                                   self.mask.new_ones(T.shape[-1], dtype=T.dtype),
                                                   pad_diagonal=False)
-            return xi
+            return self._valid(xi)
         xi = pair_marginals(u0, T, self.scan)[1]  # [C, C, n-1, B]
-        return xi.permute(3, 2, 0, 1) * self.mask[:, 1:, None, None]
+        return self._valid(xi.permute(3, 2, 0, 1) * self.mask[:, 1:, None, None])
 
     @cached_property
     @fp32_inside
@@ -425,13 +484,73 @@ class LinearChainCRF:
 
     @property
     def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best labelling (not differentiable)."""
-        return self._viterbi[0]
+        """``[batch_size]`` score of the best labelling (not differentiable); ``-inf`` if none."""
+        best = self._viterbi[0]
+        return torch.where(best > IMPOSSIBLE, best, torch.full_like(best, -float("inf")))
 
     @property
     def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` best labelling (Viterbi), ``-1`` past each length."""
-        return self._viterbi[1].masked_fill(~self.mask, -1)
+        """``[batch_size, n]`` best labelling (Viterbi), ``-1`` past each length and for a
+        chain without a valid labelling."""
+        none = (self.max == -float("inf")).unsqueeze(-1)
+        return self._viterbi[1].masked_fill(~self.mask | none, -1)
+
+    # --- constraints, sampling, k-best (the helpers live in chain_decoding.py) -----------------
+
+    def constrain(self, labels: torch.Tensor | None = None,
+                  allowed: torch.Tensor | None = None) -> "LinearChainCRF":
+        """The same CRF restricted to the labellings consistent with a partial annotation.
+
+        Args:
+            labels: ``[batch_size, n]`` known labels, ``-1`` where free.
+            allowed: ``[batch_size, n, C]`` bool, False for labels to exclude at a position.
+
+        Returns:
+            A :class:`LinearChainCRF` over the consistent labellings (differentiable with respect
+            to the original potentials; ``log_partition - constrain(...).log_partition`` is the
+            partial-annotation loss).
+        """
+        from .chain_decoding import constrained_unary
+
+        return self._with_unary(constrained_unary(self.unary, labels, allowed))
+
+    def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, batch_size, n]`` exact samples (forward filtering, backward sampling);
+        ``-1`` padding, all ``-1`` where no labelling exists. Not differentiable."""
+        from .chain_decoding import ffbs
+
+        return ffbs(self, count, generator)
+
+    def _with_unary(self, unary: torch.Tensor) -> "LinearChainCRF":
+        """A CRF with the same transitions, lengths and schedule and new unaries (no checks)."""
+        crf = LinearChainCRF.__new__(LinearChainCRF)
+        crf.unary, crf.edge, crf.lengths, crf.scan, crf.mask = (unary, self.edge, self.lengths,
+                                                                self.scan, self.mask)
+        crf.masked = self.masked or check_scores([(unary, self.mask.unsqueeze(-1))], 1, "unary")
+        return crf
+
+    def _num_choices(self) -> int:
+        return self.unary.shape[-1]
+
+    def _num_positions(self) -> int:
+        return self.unary.shape[1]
+
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "LinearChainCRF":
+        crf = LinearChainCRF.__new__(LinearChainCRF)
+        unary = self.unary.detach()[index]
+        crf.unary = torch.where(allowed, unary, torch.full_like(unary, NEG))
+        crf.edge, crf.lengths, crf.mask = self.edge.detach()[index], self.lengths[index], self.mask[index]
+        crf.scan, crf.masked = self.scan, True
+        return crf
+
+    @staticmethod
+    def _choice_marginals(crf, i: int) -> torch.Tensor:
+        return crf.marginals[:, i]
+
+    def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        zero = self.unary.new_zeros(())
+        return [(torch.where(self.mask.unsqueeze(-1), self.unary, zero), self.marginals),
+                (torch.where(self.mask[:, 1:, None, None], self.edge, zero), self.edge_marginals)]
 
     @fp32_inside
     def score(self, labels: torch.Tensor) -> torch.Tensor:
@@ -442,8 +561,9 @@ class LinearChainCRF:
         pair = self.edge.flatten(2).gather(2, (labels[:, :-1] * C + labels[:, 1:]).unsqueeze(-1))
         pair = pair.squeeze(-1)  # [B, n-1]
         zero = node.new_zeros(())
-        return (torch.where(self.mask, node, zero).sum(1)
-                + torch.where(self.mask[:, 1:], pair, zero).sum(1))
+        total = (torch.where(self.mask, node, zero).sum(1)
+                 + torch.where(self.mask[:, 1:], pair, zero).sum(1))
+        return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))
 
 
 def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,

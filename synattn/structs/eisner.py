@@ -48,7 +48,8 @@ import torch.nn.functional as F
 
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 from .backend import use_numba
-from .semiring import NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside, serial_if_small
+from .semiring import (IMPOSSIBLE, NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside,
+                       serial_if_small)
 
 # K[0] is Bc, K[1] is A. Channels of A: left complete, right complete, right incomplete shifted
 # by one width (A[IR, w-1] holds width w). Channels of Bc: left incomplete shifted the other way
@@ -238,11 +239,12 @@ class EisnerMarginals(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths = ctx.saved_tensors
         if torch.is_grad_enabled():  # a third derivative was asked for: use autograd throughout
-            with torch.enable_grad():
-                x = scores.detach().requires_grad_()
-                log_z = eisner_inside(to_width_major(x), lengths, ctx.multiroot)[0]
-                (mu,) = torch.autograd.grad(log_z.sum(), x, create_graph=True)
-            return torch.autograd.grad(mu, x, g, create_graph=True)[0], None, None
+            # (on ``scores`` itself, not a detached copy: the result must stay a function of
+            # the scores for the next derivative)
+            log_z = eisner_inside(to_width_major(scores), lengths, ctx.multiroot)[0]
+            (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
+            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
+            return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None
         if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
             return _kernels().marginals_jvp(scores, lengths, ctx.multiroot, g), None, None
         with fwAD.dual_level(), warnings.catch_warnings():
@@ -287,6 +289,41 @@ class _EisnerLogPartition(torch.autograd.Function):
         return mu * g[:, None, None], None, None
 
 
+def _sampled_semiring(generator: torch.Generator | None) -> Semiring:
+    """The log semiring whose ``backward_`` routes all of the adjoint to one term drawn with
+    probability ``exp(t_k - sum)`` (Gumbel-max) instead of spreading it: the outside pass then
+    expands a tree top-down, each span into a sampled split, exactly as the inside chart weighs
+    them (torch-struct's ``SampledSemiring``)."""
+
+    class Sampled(LogSemiring):
+        @staticmethod
+        def backward_(terms, total, grad, dim):
+            u = torch.rand(terms.shape, generator=generator, dtype=terms.dtype,
+                           device=terms.device)
+            pick = (terms - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(dim, keepdim=True)
+            return terms.zero_().scatter_(dim, pick, grad.unsqueeze(dim))
+
+    return Sampled  # type: ignore[return-value]
+
+
+def eisner_sample(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, count: int,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """``[count, B, N]`` heads of exact samples of projective trees: one inside pass (PyTorch
+    path), then one outside pass over ``count`` copies of the charts with sampled routing."""
+    with torch.no_grad():
+        sd = to_width_major(scores.double())
+        log_z, K, sums = eisner_inside(sd, lengths, multiroot)
+
+        def rep(x: torch.Tensor) -> torch.Tensor:  # batch innermost: [..., count * B]
+            return x.repeat(*[1] * (x.dim() - 1), count)
+
+        arcs = eisner_outside(rep(sd), lengths.repeat(count), multiroot, rep(K),
+                              [rep(x) for x in sums], _sampled_semiring(generator))
+        arcs = from_width_major(arcs)  # [count*B, L, L]
+        heads = heads_from_arcs(arcs, lengths.repeat(count))
+        return heads.view(count, *scores.shape[:1], -1)
+
+
 class DependencyCRF(ArcCRF):
     """Projective dependency trees (Eisner's algorithm), batched with per-sentence lengths.
 
@@ -308,6 +345,16 @@ class DependencyCRF(ArcCRF):
     log_partition_fn = _EisnerLogPartition  # over all projective trees
     marginals_fn = EisnerMarginals
 
+    def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, batch_size, n]`` exact samples of projective trees as heads (``-1``
+        padding, all ``-1`` where no tree exists): top-down from the inside chart
+        (:func:`eisner_sample`, one inside and one outside pass, PyTorch path in float64).
+        Not differentiable."""
+        heads = eisner_sample(self.scores.detach(), self.lengths, self.multiroot, count, generator)
+        if self.masked:
+            heads = heads.masked_fill(~self.feasible.view(1, -1, 1), -1)
+        return heads
+
     @cached_property
     @fp32_inside
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -317,10 +364,14 @@ class DependencyCRF(ArcCRF):
 
     @property
     def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best projective tree (not differentiable)."""
-        return self._best[0]
+        """``[batch_size]`` score of the best projective tree (not differentiable); ``-inf`` if
+        masks leave none."""
+        best = self._best[0]
+        return torch.where(best > IMPOSSIBLE, best, torch.full_like(best, -float("inf")))
 
     @property
     def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` heads of words ``1..n`` in the best projective tree; ``-1`` padding."""
-        return heads_from_arcs(self._best[1], self.lengths)
+        """``[batch_size, n]`` heads of words ``1..n`` in the best projective tree; ``-1`` padding,
+        and all ``-1`` for a sentence whose masks leave no tree."""
+        heads = heads_from_arcs(self._best[1], self.lengths)
+        return heads.masked_fill((self.max == -float("inf")).unsqueeze(-1), -1)

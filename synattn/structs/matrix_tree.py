@@ -40,9 +40,15 @@ whole sentences spread over threads, each at its own length): ``log Z``, the adj
 marginals, and for their backward the forward-mode derivative of both, written out. It needs no
 certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding.
 
-``argmax`` is Chu-Liu-Edmonds (Chu and Liu 1965; Edmonds 1967), per sentence on the CPU. For a
-single root, every root arc gets a penalty larger than any difference of tree scores, so the
-best tree has exactly one root arc and is the best such tree.
+**Extreme scales and masks.** A sentence whose GTH pivots fall below :data:`SAFE_PIVOT` (weights
+underflowed, or a pivot made of masked arcs only) or whose columns span more than
+:data:`~synattn.structs.matrix_tree_log.SAFE_SPREAD` is recomputed by the same elimination in log
+space (:mod:`synattn.structs.matrix_tree_log`), exact at any scale; whether masks leave a tree at
+all is then decided by reachability.
+
+``argmax`` is Chu-Liu-Edmonds (:mod:`synattn.structs.chu_liu_edmonds`), per sentence on the CPU.
+For a single root, every root arc gets a penalty larger than any difference of tree scores, so
+the best tree has exactly one root arc and is the best such tree.
 """
 
 from __future__ import annotations
@@ -56,10 +62,18 @@ import torch.autograd.forward_ad as fwAD
 
 from .arc_scores import ArcCRF, usable_arcs
 from .backend import as_array, set_threads, use_numba
+from .chu_liu_edmonds import best_tree
+from .matrix_tree_log import (_has_tree, _log_space_marginals, _log_space_marginals_tangent,
+                              _wide_columns)
 from .semiring import NEG, serial_if_small
 
 TINY = 1e-300
 """Floor of a pivot (float64): keeps ``log`` and the divisions finite if weights underflow."""
+
+SAFE_PIVOT = 1e-250
+"""A GTH pivot below this (weights may have underflowed on the way) sends the sentence to the
+log-space elimination (:func:`_log_space_marginals`)."""
+
 
 
 def _scaled_arcs(scores: torch.Tensor,
@@ -125,14 +139,15 @@ def _factorize(scores: torch.Tensor, lengths: torch.Tensor,
     return pivots.log().sum(1) + shift, W, M, pivots
 
 
-def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor,
-               multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                   with_flag: bool = False) -> tuple[torch.Tensor, ...]:
     """``log Z`` and arc marginals ``[B, N+1, N+1]``: the adjoint of :func:`_factorize`, written out.
 
     Walking the elimination backwards, ``G`` holds ``d log Z / d M`` for the part of ``M`` still
     to be undone; at the end it is ``d log Z / d W`` and the marginals are ``G * W``
     (``W = exp(s - shift)``). Unlike Koo et al.'s closed form, which subtracts two entries of the
-    inverse, this keeps full accuracy at extreme score scales; ``O(B·N²)`` memory.
+    inverse, this keeps full accuracy at extreme score scales; ``O(B·N²)`` memory. With
+    ``with_flag``, also ``[B]`` True where a pivot fell below :data:`SAFE_PIVOT`.
     """
     log_z, W, M, pivots = _factorize(scores, lengths, multiroot)
     batch, R, N = W.shape
@@ -157,7 +172,10 @@ def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor,
         order = torch.argsort(_single_root_order(N, W.device))
         mu = torch.cat((mu[:, R - 1:], mu[:, :N][:, order]), 1)[:, :, order]
     out = torch.cat((mu.new_zeros(batch, N + 1, 1), mu), 2)  # [B, N+1, N+1]
-    return log_z, torch.where(usable_arcs(lengths, N + 1), out, 0.0)
+    out = torch.where(usable_arcs(lengths, N + 1), out, 0.0)
+    if with_flag:
+        return log_z, out, pivots.amin(1) < SAFE_PIVOT
+    return log_z, out
 
 
 def _single_root_order(N: int, device: torch.device) -> torch.Tensor:
@@ -226,6 +244,7 @@ def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: 
     log_z = kernels.gth_forward(s, as_array(lengths), multiroot, need_marginals, out,
                                 set_threads())
     return torch.from_numpy(log_z), torch.from_numpy(out) if need_marginals else None
+    # (a sentence whose pivots fell below SAFE_PIVOT has log_z NaN: see _marginals)
 
 
 def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
@@ -242,27 +261,88 @@ def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, mul
 
 
 def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-               need_marginals: bool = True,
-               compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log Z`` and (optionally) marginals: the compiled GTH kernels if ``compiled``, else
-    LAPACK where certified and GTH elimination elsewhere."""
+               need_marginals: bool = True, compiled: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """``log Z``, (optionally) marginals, ``[B]`` True for the sentences computed in log space,
+    and ``[B]`` the word that played word 1 (1: none; see below).
+
+    The compiled GTH kernels if ``compiled``, else LAPACK where certified and GTH elimination
+    elsewhere. A single-root sentence flagged there (a pivot below :data:`SAFE_PIVOT`: the
+    elimination lets word 1 play ROOT, which fails if word 1 cannot head the others, e.g. when
+    another word's head is fixed to ROOT) is tried again with word 1 swapped with the word of the
+    best root arc. Every sentence still flagged, or with a column wider than ``SAFE_SPREAD``, is
+    computed by the log-space elimination."""
+    log_z, mu, unsafe = _fast_marginals(scores, lengths, multiroot, need_marginals, compiled)
+    swap = torch.ones_like(lengths)
+    if not compiled:  # (the kernels flag wide columns themselves)
+        unsafe = unsafe | _wide_columns(scores, lengths)
+    if not multiroot and bool(unsafe.any()):
+        idx = unsafe.nonzero().squeeze(1)
+        L = scores.shape[-1]
+        valid = (torch.arange(L, device=scores.device) >= 1) & (
+            torch.arange(L, device=scores.device) <= lengths[idx, None])
+        best = torch.where(valid, scores[idx, 0].double(), -float("inf")).argmax(-1)
+        idx, best = idx[best != 1], best[best != 1]
+        if len(idx):
+            z, m, flag = _fast_marginals(_swap_words(scores[idx], best), lengths[idx], multiroot,
+                                         need_marginals, compiled)
+            ok = ~flag
+            idx, best = idx[ok], best[ok]
+            log_z = log_z.index_copy(0, idx, z[ok].to(log_z.dtype))
+            if need_marginals:
+                mu = mu.index_copy(0, idx, _swap_words(m[ok], best).to(mu.dtype))
+            unsafe = unsafe.index_fill(0, idx, False)
+            swap = swap.index_copy(0, idx, best)
+    if bool(unsafe.any()):
+        redo = unsafe.nonzero().squeeze(1)
+        z, m = _log_space_marginals(scores[redo], lengths[redo], multiroot, need_marginals)
+        none = ~_has_tree(scores[redo], lengths[redo], multiroot)  # (soft masks hide this)
+        z = z.masked_fill(none, 2 * NEG)
+        if need_marginals:
+            m = m.masked_fill(none[:, None, None], 0.0)
+        log_z = log_z.index_copy(0, redo, z)
+        if need_marginals:
+            mu = mu.index_copy(0, redo, m.to(mu.dtype))
+    return log_z, mu, unsafe, swap
+
+
+def _swap_words(x: torch.Tensor, word: torch.Tensor) -> torch.Tensor:
+    """``x [B, L, L]`` with node 1 and node ``word[b]`` exchanged in rows and columns (its own
+    inverse: applied to the scores, then to their marginals or tangents, it relabels back)."""
+    batch, L, _ = x.shape
+    rows = torch.arange(batch, device=x.device)
+    perm = torch.arange(L, device=x.device).repeat(batch, 1)
+    perm[:, 1] = word
+    perm[rows, word] = 1
+    x = x.gather(1, perm.unsqueeze(2).expand(batch, L, L))
+    return x.gather(2, perm.unsqueeze(1).expand(batch, L, L))
+
+
+def _fast_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                    need_marginals: bool,
+                    compiled: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """:func:`_marginals` without the log-space fallback; the last output flags small pivots."""
     if compiled:
-        return _compiled_marginals(scores, lengths, multiroot, need_marginals)
+        log_z, mu = _compiled_marginals(scores, lengths, multiroot, need_marginals)
+        return log_z, mu, log_z.isnan()
     N = scores.shape[-1] - 1
     if N >= LAPACK_MAX_N:
         if need_marginals:
-            return _gth_marginals(scores, lengths, multiroot)
-        return _factorize(scores, lengths, multiroot)[0], None
+            return _gth_marginals(scores, lengths, multiroot, with_flag=True)
+        log_z, _, _, pivots = _factorize(scores, lengths, multiroot)
+        return log_z, None, pivots.amin(1) < SAFE_PIVOT
     log_z, mu, ok = _lapack_marginals(scores, lengths, multiroot, need_marginals)
+    unsafe = torch.zeros_like(ok)
     if bool(ok.all()):
-        return log_z, mu
+        return log_z, mu, unsafe
     redo = (~ok).nonzero().squeeze(1)
     if need_marginals:
-        z, m = _gth_marginals(scores[redo], lengths[redo], multiroot)
+        z, m, flag = _gth_marginals(scores[redo], lengths[redo], multiroot, with_flag=True)
         mu = mu.index_copy(0, redo, m)
     else:
-        z = _factorize(scores[redo], lengths[redo], multiroot)[0]
-    return log_z.index_copy(0, redo, z), mu
+        z, _, _, pivots = _factorize(scores[redo], lengths[redo], multiroot)
+        flag = pivots.amin(1) < SAFE_PIVOT
+    return log_z.index_copy(0, redo, z), mu, unsafe.index_copy(0, redo, flag)
 
 
 def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
@@ -284,24 +364,69 @@ class MatrixTreeMarginals(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-        ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
         ctx.compiled = use_numba(scores, lengths)
-        return _marginals(scores, lengths, multiroot, True, ctx.compiled)[1].to(scores.dtype)
+        _, mu, log_space, swap = _marginals(scores, lengths, multiroot, True, ctx.compiled)
+        ctx.save_for_backward(scores, lengths, log_space, swap)
+        return mu.to(scores.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         if torch.is_grad_enabled():
-            raise RuntimeError("third derivatives of Matrix-Tree log-partitions are not supported")
-        scores, lengths = ctx.saved_tensors
-        if ctx.compiled:
-            return _compiled_marginals_tangent(scores, lengths, ctx.multiroot, g), None, None
-        with fwAD.dual_level(), warnings.catch_warnings():
-            # (torch's first use of forward AD loads decompositions through torch.jit.script)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            dual = fwAD.make_dual(scores, g.to(scores.dtype))
-            mu = _gth_marginals(dual, lengths, ctx.multiroot)[1]
-            return fwAD.unpack_dual(mu).tangent.to(scores.dtype), None, None
+            raise RuntimeError("NonProjectiveDependencyCRF: derivatives of order 3 and higher of "
+                               "log_partition (the backward of marginals' backward) are not "
+                               "supported; orders 1 and 2 are")
+        scores, lengths, log_space, swap = ctx.saved_tensors
+        if not ctx.compiled:  # the forward may have used LAPACK: route for the GTH tangent
+            log_space, swap = _gth_route(scores, lengths, ctx.multiroot, log_space)
+        swapped = bool((swap != 1).any())
+        if not bool(log_space.any()) and not swapped:
+            return _fast_tangent(scores, lengths, ctx.multiroot, g, ctx.compiled), None, None
+        out = torch.zeros_like(scores)
+        if bool(log_space.any()):
+            idx = log_space.nonzero().squeeze(1)
+            hv = _log_space_marginals_tangent(scores[idx], lengths[idx], ctx.multiroot, g[idx])
+            out = out.index_copy(0, idx, hv.to(out.dtype))
+        if bool((~log_space).any()):  # the fast path, with the words swapped as in the forward
+            idx = (~log_space).nonzero().squeeze(1)
+            word = swap[idx]
+            hv = _fast_tangent(_swap_words(scores[idx], word), lengths[idx], ctx.multiroot,
+                               _swap_words(g[idx].to(scores.dtype), word), ctx.compiled)
+            out = out.index_copy(0, idx, _swap_words(hv, word).to(out.dtype))
+        return out, None, None
+
+
+def _gth_route(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+               log_space: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the PyTorch GTH code is safe (no pivot below :data:`SAFE_PIVOT`), as is or with the
+    words swapped as in :func:`_marginals`: the routing of its tangent when the forward took
+    LAPACK. Returns the new ``log_space [B]`` and ``swap [B]``."""
+    swap = torch.ones_like(lengths)
+    with torch.no_grad():
+        flag = log_space | (_factorize(scores, lengths, multiroot)[3].amin(1) < SAFE_PIVOT)
+        if multiroot or not bool((flag & ~log_space).any()):
+            return flag, swap
+        idx = (flag & ~log_space).nonzero().squeeze(1)
+        L = scores.shape[-1]
+        pos = torch.arange(L, device=scores.device)
+        valid = (pos >= 1) & (pos <= lengths[idx, None])
+        best = torch.where(valid, scores[idx, 0].double(), -float("inf")).argmax(-1)
+        pivots = _factorize(_swap_words(scores[idx], best), lengths[idx], multiroot)[3]
+        ok = (pivots.amin(1) >= SAFE_PIVOT) & (best != 1)
+        return flag.index_fill(0, idx[ok], False), swap.index_copy(0, idx[ok], best[ok])
+
+
+def _fast_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, g: torch.Tensor,
+                  compiled: bool) -> torch.Tensor:
+    """The Hessian of ``log Z`` times ``g`` by forward-mode differentiation of the GTH code."""
+    if compiled:
+        return _compiled_marginals_tangent(scores, lengths, multiroot, g)
+    with fwAD.dual_level(), warnings.catch_warnings():
+        # (torch's first use of forward AD loads decompositions through torch.jit.script)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        dual = fwAD.make_dual(scores, g.to(scores.dtype))
+        mu = _gth_marginals(dual, lengths, multiroot)[1]
+        return fwAD.unpack_dual(mu).tangent.to(scores.dtype)
 
 
 class _MatrixTreeLogPartition(torch.autograd.Function):
@@ -323,76 +448,6 @@ class _MatrixTreeLogPartition(torch.autograd.Function):
         else:
             mu = _marginals(scores, lengths, ctx.multiroot, True, ctx.compiled)[1].to(scores.dtype)
         return mu * g[:, None, None], None, None
-
-
-# ---------------------------------------------------------------------------------------------
-# Chu-Liu-Edmonds.
-# ---------------------------------------------------------------------------------------------
-
-def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:
-    """Best arborescence rooted at node 0 of a dense graph (multi-root).
-
-    Args:
-        scores: ``[n+1, n+1]`` float64 ``scores[h, d]``; node 0 is ROOT.
-
-    Returns:
-        ``[n+1]`` heads (``heads[0] = -1``).
-    """
-    n1 = scores.shape[0]
-    s = scores.astype(np.float64).copy()
-    low = -np.abs(s).max() * 4 * n1 - 1.0  # below any tree score: "no arc"
-    np.fill_diagonal(s, low)
-    s[:, 0] = low
-    heads = s.argmax(0)
-    heads[0] = -1
-    cycle = _find_cycle(heads)
-    if cycle is None:
-        return heads
-    # contract the cycle into one node c (the last index of the smaller graph)
-    in_cycle = np.zeros(n1, dtype=bool)
-    in_cycle[cycle] = True
-    rest = np.flatnonzero(~in_cycle)  # keeps ROOT first
-    m = len(rest)
-    cyc = np.array(cycle)
-    cycle_score = s[heads[cyc], cyc]  # [k]
-    enter = s[np.ix_(rest, cyc)] - cycle_score  # [m, k]: replace v's cycle arc by h -> v
-    leave = s[np.ix_(cyc, rest)]  # [k, m]
-    small = np.full((m + 1, m + 1), low)
-    small[:m, :m] = s[np.ix_(rest, rest)]
-    small[:m, m] = enter.max(1)
-    small[m, :m] = leave.max(0)
-    sub = chu_liu_edmonds(small)
-    out = heads.copy()
-    for j in range(1, m):  # nodes outside the cycle
-        h = sub[j]
-        out[rest[j]] = rest[h] if h < m else cyc[leave[:, j].argmax()]
-    h = sub[m]  # the arc entering the cycle breaks it at one node
-    out[cyc[enter[h].argmax()]] = rest[h]
-    return out
-
-
-def _find_cycle(heads: np.ndarray) -> list[int] | None:
-    n1 = len(heads)
-    color = np.zeros(n1, dtype=np.int64)  # 0 unseen, 1 on the current path, 2 done
-    color[0] = 2
-    for start in range(1, n1):
-        path, v = [], start
-        while color[v] == 0:
-            color[v] = 1
-            path.append(v)
-            v = heads[v]
-        if color[v] == 1:
-            return path[path.index(v):]
-        color[path] = 2
-    return None
-
-
-def best_tree(scores: np.ndarray, multiroot: bool) -> np.ndarray:
-    """Heads ``[n]`` of words ``1..n`` in the best non-projective tree of ``scores [n+1, n+1]``."""
-    s = scores.astype(np.float64).copy()
-    if not multiroot:  # a penalty above any tree-score difference: exactly one root arc wins
-        s[0, 1:] -= 2.0 * (s.shape[0] * (np.abs(s).max() + 1.0))
-    return chu_liu_edmonds(s)[1:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,14 +475,23 @@ class NonProjectiveDependencyCRF(ArcCRF):
 
     @cached_property
     def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` heads of words ``1..n`` of the best tree; ``-1`` padding."""
+        """``[batch_size, n]`` heads of words ``1..n`` of the best tree; ``-1`` padding, and
+        all ``-1`` for a sentence whose masks leave no tree."""
         scores = self.scores.detach().double().cpu().numpy()
         heads = np.full(scores.shape[:2], -1, dtype=np.int64)[:, 1:]
         for b, n in enumerate(self.lengths.tolist()):
             heads[b, :n] = best_tree(scores[b, :n + 1, :n + 1], self.multiroot)
-        return torch.from_numpy(heads).to(self.scores.device)
+        heads = torch.from_numpy(heads).to(self.scores.device)
+        if self.masked:  # (CLE may only find trees with a masked arc or several root arcs)
+            none = self.score(heads) == -float("inf")
+            if not self.multiroot:
+                none |= (heads == 0).sum(1) != 1
+            heads = heads.masked_fill(none.unsqueeze(-1), -1)
+        return heads
 
     @property
     def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best tree (not differentiable)."""
-        return self.score(self.argmax).detach()
+        """``[batch_size]`` score of the best tree (not differentiable); ``-inf`` if none."""
+        heads = self.argmax
+        best = self.score(heads.clamp_min(0)).detach()
+        return best.masked_fill(heads[:, 0] < 0, -float("inf"))

@@ -31,7 +31,68 @@ import torch
 NEG = -1e9
 """Log-score of an impossible event: finite, so that no recursion ever computes ``-inf - -inf``."""
 
+IMPOSSIBLE = NEG / 2
+"""A structure whose log-score is at or below this uses a masked part: it has probability 0."""
+
+MAX_TOTAL_SCORE = 1e8
+"""Largest ``parts per structure × max |finite score|`` accepted: it keeps every structure with a
+masked part (score ``<= NEG + MAX_TOTAL_SCORE``) below :data:`IMPOSSIBLE` and every other one
+above it, so that masked parts weigh exactly 0 and "no valid structure" is recognised."""
+
 F = TypeVar("F", bound=Callable)
+
+
+def mask_impossible(x: torch.Tensor, source: torch.dtype | None = None) -> torch.Tensor:
+    """``x`` with every entry ``<= NEG`` (``-inf``, ``finfo.min``, ``-1e30``, ``-1e9``) set to
+    :data:`NEG`; NaN stays NaN. Gradients flow to the other entries only.
+
+    ``source``: the dtype ``x`` was cast from; for float16, whose ``finfo.min`` is only
+    ``-65504``, entries at or below that minimum are masks too.
+    """
+    limit = torch.finfo(torch.float16).min if source == torch.float16 else NEG
+    return x.masked_fill(x <= limit, NEG)
+
+
+def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
+                 what: str) -> bool:
+    """Refuse scores too large for masks to stay impossible; say whether any part is masked.
+
+    Args:
+        xs: ``(scores, usable)`` pairs, scores after :func:`mask_impossible`, ``usable`` the
+            entries that matter (broadcastable; None: all).
+        parts: the number of scores one structure adds up.
+        what: the arguments' names, for the message.
+
+    Returns:
+        True if some usable entry is :data:`NEG` (masked). One host synchronisation in all.
+
+    Raises:
+        ValueError: ``parts * max |x| > MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
+    """
+    xs = [(x.detach(), usable) for x, usable in xs if x.numel()]
+    if not xs:
+        return False
+    # fast path (one reduction per tensor): no entry masked anywhere and all small enough
+    bounds = torch.stack([v for x, _ in xs for v in torch.aminmax(x)]).tolist()
+    lows, highs = bounds[0::2], bounds[1::2]
+    if min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
+        return False
+    stats = []
+    for x, usable in xs:
+        masked = x <= NEG
+        keep = ~masked if usable is None else usable & ~masked
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        top = torch.where(keep, x.abs(), zero).amax()
+        hit = (masked if usable is None else masked & usable).any()
+        stats += [top, hit.to(x.dtype)]
+    values = torch.stack(stats).tolist()
+    top = max(values[0::2])
+    if top * parts > MAX_TOTAL_SCORE:
+        raise ValueError(f"{what}: finite scores up to {top:.3g} in magnitude over {parts} parts "
+                         f"per structure exceed the supported range (parts x max|score| <= "
+                         f"{MAX_TOTAL_SCORE:.0e}); mask impossible parts with -inf or any value "
+                         f"<= {NEG:.0e} instead")
+    return any(v > 0 for v in values[1::2])
 
 
 def logsumexp(x: torch.Tensor, dim: int, overwrite: bool = False) -> torch.Tensor:

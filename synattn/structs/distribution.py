@@ -1,0 +1,225 @@
+"""What every structured distribution derives from ``log_partition`` and its marginals.
+
+A CRF over structures ``y`` with ``score(y) = <θ, φ(y)>`` (``φ(y)`` the 0/1 indicators of the
+parts of ``y``: arcs, labels, label pairs, spans) is an exponential family: ``log Z(θ)`` is its
+log-partition and the marginals ``μ = E[φ(y)] = ∇ log Z`` its mean parameters (Wainwright and
+Jordan 2008, §3). Hence, with no further dynamic program,
+
+    log p(y)        = score(y) - log Z
+    H(p)            = log Z_p - <θ_p, μ_p>
+    H(p, q)         = log Z_q - <θ_q, μ_p>        (cross-entropy, for the same structures)
+    KL(p || q)      = H(p, q) - H(p)
+
+(the same identities as torch-struct's ``StructDistribution``; Li and Eisner 2009 compute the
+entropy with an expectation semiring instead). All are differentiable through the marginals'
+backward (the Hessian of ``log Z``), so their derivatives are exact to the order the marginals
+support.
+
+A class mixes in :class:`StructDistribution` and provides ``log_partition [B]``,
+``score(structure) [B]`` and :meth:`StructDistribution._parts`.
+
+Conventions: masked parts (scores ``<= NEG``, e.g. ``-inf``) have ``θ = NEG`` and marginal 0;
+they are left out of the inner products (``NEG · 0`` would still be 0, but their gradient would
+not). For a sentence without a valid structure (``log Z = -inf``) ``log_prob`` is ``-inf`` and
+``entropy``, ``cross_entropy`` and ``kl`` are 0; ``cross_entropy`` and ``kl`` are ``+inf``
+where ``p`` puts mass on a part that ``q`` masks (a marginal above 64 machine epsilons, so that
+rounding does not count), or ``q`` has no structure at all. Entropies
+and divergences are clamped at 0 (they can come out at ``-1e-16``-ish by rounding).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .semiring import NEG
+
+
+def _inner(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """``Σ θ μ`` per batch element over ``(θ [B, ...], μ [B, ...])`` pairs, masked parts left out."""
+    total = 0
+    for theta, mu in parts:
+        theta = torch.where(theta > NEG, theta, theta.new_zeros(()))
+        total = total + (theta * mu).flatten(1).sum(1)
+    return total
+
+
+class StructDistribution:
+    """Mixin: ``log_prob``, ``entropy``, ``cross_entropy`` and ``kl`` from exponential-family
+    identities (see the module docstring)."""
+
+    log_partition: torch.Tensor
+
+    def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(θ, μ)`` pairs ``[B, ...]``: every part's log-potential (0 where no structure can
+        use it, :data:`~synattn.structs.semiring.NEG` where masked) and its marginal, so that
+        ``score(y) = Σ θ φ(y)`` and ``μ = E[φ(y)]``."""
+        raise NotImplementedError
+
+    def score(self, structure: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def log_prob(self, structure: torch.Tensor) -> torch.Tensor:
+        """``[B]`` ``log p(structure)``; ``-inf`` for a structure with a masked part, or where
+        there is no valid structure. Differentiable (its gradient is ``φ(y) - μ``)."""
+        score, log_z = self.score(structure), self.log_partition
+        out = score - torch.where(log_z > -float("inf"), log_z, log_z.new_zeros(()))
+        return torch.where((score > -float("inf")) & (log_z > -float("inf")), out,
+                           torch.full_like(out, -float("inf")))
+
+    @property
+    def entropy(self) -> torch.Tensor:
+        """``[B]`` entropy ``H(p) = log Z - <θ, μ>`` in nats; 0 without a valid structure."""
+        log_z = self.log_partition
+        ok = log_z > -float("inf")
+        h = torch.where(ok, log_z, log_z.new_zeros(())) - _inner(self._parts())
+        return torch.where(ok, h.clamp_min(0.0), h.new_zeros(()))
+
+    def cross_entropy(self, other: "StructDistribution") -> torch.Tensor:
+        """``[B]`` cross-entropy ``H(p, q) = -E_p[log q(y)] = log Z_q - <θ_q, μ_p>`` with ``p =
+        self``, ``q = other`` (the same class and shapes)."""
+        self._check_other(other)
+        log_zq = other.log_partition
+        mine = self._parts()
+        theirs = other._parts()
+        inner = _inner([(tq, mp) for (tq, _), (_, mp) in zip(theirs, mine)])
+        ce = torch.where(log_zq > -float("inf"), log_zq, log_zq.new_zeros(())) - inner
+        # p's mass on parts that q masks (or no structure under q): q(y) = 0 for p-likely y
+        lost = sum(((tq <= NEG) & (mp > 64 * torch.finfo(mp.dtype).eps)).flatten(1).any(1).long()
+                   for (tq, _), (_, mp) in zip(theirs, mine)).bool()
+        lost = lost | (log_zq == -float("inf"))
+        ce = torch.where(lost, torch.full_like(ce, float("inf")), ce)
+        return torch.where(self.log_partition > -float("inf"), ce, ce.new_zeros(()))
+
+    def kl(self, other: "StructDistribution") -> torch.Tensor:
+        """``[B]`` ``KL(p || q) = H(p, q) - H(p)`` with ``p = self``, ``q = other``."""
+        d = self.cross_entropy(other) - self.entropy
+        return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
+
+    def _check_other(self, other: "StructDistribution") -> None:
+        if type(other) is not type(self):
+            raise TypeError(f"{type(self).__name__}: cross_entropy/kl need another "
+                            f"{type(self).__name__}, got {type(other).__name__}")
+        for (a, _), (b, _) in zip(self._parts(), other._parts()):
+            if a.shape != b.shape:
+                raise ValueError(f"{type(self).__name__}: cross_entropy/kl need the same shapes, "
+                                 f"got {tuple(a.shape)} and {tuple(b.shape)}")
+        if getattr(self, "multiroot", None) != getattr(other, "multiroot", None):
+            raise ValueError(f"{type(self).__name__}: cross_entropy/kl need the same multiroot")
+        if not torch.equal(self.lengths, other.lengths):
+            raise ValueError(f"{type(self).__name__}: cross_entropy/kl need the same lengths")
+
+
+class Decoding:
+    """Mixin: exact sampling and k-best decoding for structures that are one choice per position
+    (the head of each word, the label of each position), from two hooks of the class:
+
+    - ``_restricted(index [M], allowed [M, n, V]) -> CRF``: the CRF of batch elements ``index``
+      with every disallowed choice masked to ``-inf`` (``V`` choices per position);
+    - ``_choice_marginals(crf, i) -> [M, V]``: the marginal distribution of position ``i``'s choice;
+    - ``_num_positions()`` (``n``) and ``_num_choices()`` (``V``).
+
+    The CRF must also give ``lengths``, ``max``, ``argmax`` and ``log_partition``. A class may
+    override ``sample`` with a faster exact sampler (the chain and Eisner do).
+    """
+
+    lengths: torch.Tensor
+
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor):
+        raise NotImplementedError
+
+    @staticmethod
+    def _choice_marginals(crf, i: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _num_choices(self) -> int:
+        raise NotImplementedError
+
+    def _num_positions(self) -> int:
+        raise NotImplementedError
+
+    def _sequential_sample(self, count: int, generator: torch.Generator | None) -> torch.Tensor:
+        """``[count, B, n]`` exact samples by conditioning: position ``i``'s choice is drawn from
+        its marginal given the choices of positions ``< i`` (chain rule), each conditional
+        computed as the marginals of the CRF with those choices fixed (the others masked)."""
+        batch, n = self.lengths.shape[0], self._num_positions()
+        V = self._num_choices()
+        index = torch.arange(batch, device=self.lengths.device).repeat(count)  # [count * B]
+        allowed = torch.ones(len(index), n, V, dtype=torch.bool, device=index.device)
+        out = torch.full((len(index), n), -1, dtype=torch.long, device=index.device)
+        lengths = self.lengths[index]
+        with torch.no_grad():
+            for i in range(n):
+                crf = self._restricted(index, allowed)
+                probs = self._choice_marginals(crf, i).double().clamp_min(0.0)  # [M, V]
+                choice = _gumbel_argmax(probs.log(), generator)
+                active = (i < lengths) & (probs.sum(-1) > 0)
+                out[:, i] = torch.where(active, choice, -1)
+                fixed = torch.nn.functional.one_hot(choice, V).bool()
+                allowed[:, i] = torch.where(active.unsqueeze(-1), fixed, allowed[:, i])
+            feasible = self.log_partition.detach()[index] > -float("inf")
+        return out.masked_fill(~feasible.unsqueeze(-1), -1).view(count, batch, n)
+
+    def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` best structures of each batch element, exactly, best first.
+
+        Lawler's (1972) partition scheme over constrained argmaxes: after the ``j``-th best
+        structure ``y`` (found under constraints), the rest of its subspace splits into one
+        subproblem per free position ``i``: positions before ``i`` keep ``y``'s choices, ``i``
+        must differ from ``y``'s. Each subproblem's best is a masked argmax of the same dynamic
+        program (Viterbi, Eisner, Chu-Liu-Edmonds), so the list is exact; ties are broken by the
+        argmax's own order. Cost: ``k`` batched argmax calls, each over up to ``n`` sub-problems
+        per batch element.
+
+        Returns:
+            ``scores [B, k]`` (``-inf`` where fewer than ``k`` structures exist) and structures
+            ``[B, k, n]`` (``-1`` padding, also for missing ones).
+        """
+        import heapq
+
+        if k < 1:
+            raise ValueError(f"kbest: k must be >= 1, got {k}")
+        batch, n = self.lengths.shape[0], self._num_positions()
+        V = self._num_choices()
+        device = self.lengths.device
+        lengths = self.lengths.tolist()
+        scores = torch.full((batch, k), -float("inf"), dtype=torch.float64)
+        structures = torch.full((batch, k, n), -1, dtype=torch.long)
+        heaps: list[list] = [[] for _ in range(batch)]
+        counter = 0
+        # sub-problems, solved together: sentences [M], first free positions [M], allowed [M, n, V]
+        todo = [(torch.arange(batch), torch.zeros(batch, dtype=torch.long),
+                 torch.ones(batch, n, V, dtype=torch.bool))]
+        pos = torch.arange(n)
+        for j in range(k):
+            if todo:
+                sents, firsts, allowed = (torch.cat(parts) for parts in zip(*todo))
+                crf = self._restricted(sents.to(device), allowed.to(device))
+                best, arg = crf.max.detach().double().cpu().tolist(), crf.argmax.cpu()
+                for m, b in enumerate(sents.tolist()):
+                    if best[m] > -float("inf"):
+                        heapq.heappush(heaps[b], (-best[m], counter, arg[m], int(firsts[m]),
+                                                  allowed[m]))
+                        counter += 1
+            todo = []
+            for b in range(batch):
+                if not heaps[b]:
+                    continue
+                neg, _, y, first, allowed = heapq.heappop(heaps[b])
+                scores[b, j], structures[b, j] = -neg, y
+                if j == k - 1 or first >= lengths[b]:
+                    continue
+                # Lawler: sub-problem i keeps y at first..i-1 and differs from it at i
+                at = torch.arange(first, lengths[b])  # [m]
+                keep = (pos >= first) & (pos < at.unsqueeze(1))  # [m, n]
+                onehot = torch.nn.functional.one_hot(y.clamp_min(0), V).bool()  # [n, V]
+                subs = torch.where(keep.unsqueeze(-1), onehot, allowed)  # [m, n, V]
+                subs[torch.arange(len(at)), at, y[at]] = False
+                todo.append((torch.full((len(at),), b), at, subs))
+        return scores.to(device), structures.to(device)
+
+
+def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from ``softmax(logits)`` (rows of ``-inf`` give 0) by the Gumbel-max trick."""
+    u = torch.rand(logits.shape, generator=generator, dtype=torch.float64, device=logits.device)
+    gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
+    return (logits + gumbel).argmax(-1)

@@ -105,8 +105,12 @@ class SpanAttention(AttentionFeature):
         b, n, _ = q.shape
         m = k.shape[1]
         theta = self.span_scores(q, k, scale).reshape(b * n, m, m)
-        mu = TreeCRF(theta, lengths.repeat_interleave(n)).marginals.view(b, n, m, m)
+        mu = self.span_marginals(theta, lengths.repeat_interleave(n)).view(b, n, m, m)
         return span_weights(mu, lengths)
+
+    def span_marginals(self, scores: Tensor, lengths: Tensor) -> Tensor:
+        """μ ``[K, m, m]`` of span scores ``[K, m, m]`` (one tree CRF per query) and lengths ``[K]``."""
+        return TreeCRF(scores, lengths).marginals
 
     def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
         who = "span attention"

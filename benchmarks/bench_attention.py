@@ -25,7 +25,7 @@ in the same run, then machine info.
 Segmentation, syntactic and span attention run three ways, only the CRF swapped: on
 ``synattn.structs`` with its default backend (compiled kernels on CPU when numba is installed), on
 its pure-PyTorch backend (``[synattn, torch]``), and, when ``torch_struct`` is importable, on
-torch- struct's ``LinearChainCRF`` / ``DependencyCRF`` / ``NonProjectiveDependencyCRF`` /
+torch-struct's ``LinearChainCRF`` / ``DependencyCRF`` / ``NonProjectiveDependencyCRF`` /
 ``TreeCRF``; the last column gives torch-struct's time over ours. Before timing, the layers on
 torch-struct are checked to give the same attention as ours. The batch has random trees and lengths
 between n/2 and n (padding mask on). Timings on a shared machine are noisy: the repeats are

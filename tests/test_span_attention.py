@@ -52,7 +52,8 @@ def brute_weights(theta: torch.Tensor, t: int, n: int) -> torch.Tensor:
 def test_weights_are_brute_force_and_other_heads_unchanged():
     attn, feature = layer()
     plain = MultiheadAttention(D, H).double()
-    plain.load_state_dict({k: v for k, v in attn.state_dict().items() if not k.startswith("features")})
+    plain.load_state_dict({k: v for k, v in attn.state_dict().items()
+                           if not k.startswith("features")})
     lengths = [5, 3, 1]
     x = torch.randn(3, 5, D, dtype=torch.float64)
     pad = torch.arange(5)[None, :] >= torch.tensor(lengths)[:, None]

@@ -50,7 +50,8 @@ def brute_force(scores: torch.Tensor, n: int):
 def random_batch(seed: int, lengths: list[int], scale: float = 1.0, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
     N = max(lengths)
-    return torch.randn(len(lengths), N, N, generator=gen, dtype=dtype) * scale, torch.tensor(lengths)
+    scores = torch.randn(len(lengths), N, N, generator=gen, dtype=dtype) * scale
+    return scores, torch.tensor(lengths)
 
 
 def crf_on(backend: str, scores, lengths):
@@ -67,7 +68,7 @@ batches = st.fixed_dictionaries({
 
 
 def test_bracketing_count_is_catalan():
-    assert [len(bracketings(0, n - 1)) for n in range(1, 8)] == [catalan(n - 1) for n in range(1, 8)]
+    assert [len(bracketings(0, n - 1)) for n in range(1, 8)] == [catalan(m) for m in range(7)]
     assert all(len(tree) == 2 * 6 - 1 for tree in bracketings(0, 5))
 
 
@@ -82,7 +83,8 @@ def test_matches_brute_force(backend, case):
         torch.testing.assert_close(log_z[b], ref_z, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(marginals[b], ref_mu, rtol=1e-9, atol=1e-10)
         torch.testing.assert_close(best[b], ref_best, rtol=1e-12, atol=1e-12)
-        assert tuple(chart_to_spans(argmax[b:b + 1])[0]) in {tuple(sorted(t)) for t in bracketings(0, n - 1)}
+        trees = {tuple(sorted(t)) for t in bracketings(0, n - 1)}
+        assert tuple(chart_to_spans(argmax[b:b + 1])[0]) in trees
         torch.testing.assert_close(TreeCRF(scores, lengths).score(argmax)[b], ref_best)
 
 

@@ -41,7 +41,8 @@ def test_span_layouts_by_hand():
                                                                                 [0.0, 2.0]]]
     # two labels with log-scores log 1 and log 2 on every span: the span score is log 3
     labelled = torch.stack((torch.zeros(1, 2, 2), torch.full((1, 2, 2), 2.0).log()), -1)
-    torch.testing.assert_close(convert.spans_from_torch_struct(labelled), torch.full((1, 2, 2), 3.0).log())
+    torch.testing.assert_close(convert.spans_from_torch_struct(labelled),
+                               torch.full((1, 2, 2), 3.0).log())
 
 
 def test_chain_layouts_by_hand():
@@ -69,7 +70,8 @@ def test_round_trips():
     assert torch.equal(convert.arcs_from_supar(convert.arcs_to_supar(arcs)), arcs)
     spans = randn(3, 4, 4)
     assert torch.equal(convert.spans_from_supar(convert.spans_to_supar(spans)), spans.triu())
-    torch.testing.assert_close(convert.spans_from_torch_struct(convert.spans_to_torch_struct(spans)), spans)
+    there = convert.spans_to_torch_struct(spans)
+    torch.testing.assert_close(convert.spans_from_torch_struct(there), spans)
     edge = randn(3, 4, 2, 2)
     assert torch.equal(convert.chain_from_torch_struct(convert.chain_to_torch_struct(edge)), edge)
     unary, trans = randn(3, 5, 3), randn(3, 3)
@@ -114,13 +116,15 @@ def test_against_torch_struct():
     torch_struct = pytest.importorskip("torch_struct")
     lengths = torch.tensor([5, 3])
     arcs = randn(2, 6, 6)
-    for ours_cls, theirs_cls in ((DependencyCRF, torch_struct.DependencyCRF),
-                                 (NonProjectiveDependencyCRF, torch_struct.NonProjectiveDependencyCRF)):
+    pairs = ((DependencyCRF, torch_struct.DependencyCRF),
+             (NonProjectiveDependencyCRF, torch_struct.NonProjectiveDependencyCRF))
+    for ours_cls, theirs_cls in pairs:
         x = convert.arcs_to_torch_struct(arcs).requires_grad_()
         theirs = theirs_cls(x, lengths=lengths, multiroot=True)
         ours = ours_cls(arcs, lengths, multiroot=True)
         tol = 1e-8 if ours_cls is DependencyCRF else 1e-3  # (its Matrix-Tree adds eps = 1e-5)
-        torch.testing.assert_close(theirs.partition.detach(), ours.log_partition, atol=tol, rtol=tol)
+        torch.testing.assert_close(theirs.partition.detach(), ours.log_partition,
+                                   atol=tol, rtol=tol)
         torch.testing.assert_close(convert.arcs_from_torch_struct(theirs.marginals.detach()),
                                    ours.marginals, atol=tol, rtol=tol)
     spans = randn(2, 5, 5, 3)

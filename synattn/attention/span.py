@@ -95,7 +95,7 @@ class SpanAttention(AttentionFeature):
         return f"both claim head {self.head}" if self.head in claimed else None
 
     def span_scores(self, q: Tensor, k: Tensor, scale: float) -> Tensor:
-        """θ_t(a, b) ``[batch_size, n, m, m]`` of one head's ``q [B, n, d_k]``, ``k [B, m, d_k]``."""
+        """θ_t(a, b) ``[B, n, m, m]`` of one head's ``q [B, n, d_k]`` and ``k [B, m, d_k]``."""
         start = torch.matmul(torch.matmul(q, self.start.to(q.dtype)), k.transpose(-1, -2))
         end = torch.matmul(torch.matmul(q, self.end.to(q.dtype)), k.transpose(-1, -2))
         return (start[..., :, None] + end[..., None, :]) * scale  # [B, n, m, m]
@@ -109,7 +109,7 @@ class SpanAttention(AttentionFeature):
         return span_weights(mu, lengths)
 
     def span_marginals(self, scores: Tensor, lengths: Tensor) -> Tensor:
-        """μ ``[K, m, m]`` of span scores ``[K, m, m]`` (one tree CRF per query) and lengths ``[K]``."""
+        """μ ``[K, m, m]`` of span scores ``[K, m, m]`` (a tree CRF per query), lengths ``[K]``."""
         return TreeCRF(scores, lengths).marginals
 
     def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:

@@ -41,7 +41,8 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
 from .backend import use_numba
-from .semiring import NEG, LogSemiring, MaxSemiring, Semiring, float_dtype, fp32_inside, serial_if_small
+from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, float_dtype, fp32_inside,
+                       serial_if_small)
 
 DEAD = NEG / 2
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
@@ -334,7 +335,7 @@ class TreeCRF:
 
     @fp32_inside
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``[n, batch_size, N, N]`` trees drawn from the CRF as 0/1 span charts (not differentiable).
+        """``[n, batch_size, N, N]`` trees drawn from the CRF as 0/1 span charts (no gradient).
 
         Top-down sampling on the inside chart: the whole sentence is a span of every tree; a
         chosen span ``(i, j)`` splits at ``k`` with probability
@@ -366,8 +367,10 @@ def sample_trees(scores: torch.Tensor, lengths: torch.Tensor, n: int,
         chosen[:, 0, :w, :N - w] |= pick
         chosen[:, 1, N - w:, w:] |= pick
     out[:, 0] = (chosen[:, 0, 0] | chosen[:, 1, N - 1]).to(sd.dtype)
-    charts = torch.stack([from_width_major(o) for o in out]) if n else scores.new_zeros(0, batch, N, N)
-    return _zero_dead(charts.reshape(-1, N, N), log_z.repeat(n), lengths.repeat(n)).view(n, batch, N, N)
+    charts = (torch.stack([from_width_major(o) for o in out]) if n
+              else scores.new_zeros(0, batch, N, N))
+    charts = _zero_dead(charts.reshape(-1, N, N), log_z.repeat(n), lengths.repeat(n))
+    return charts.view(n, batch, N, N)
 
 
 def chart_to_spans(chart: torch.Tensor) -> list[list[tuple[int, int]]]:

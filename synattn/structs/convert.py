@@ -85,7 +85,8 @@ def chain_from_torch_struct(log_potentials: torch.Tensor) -> torch.Tensor:
     return log_potentials.transpose(-1, -2).contiguous()
 
 
-def chain_to_supar(unary: torch.Tensor, transition: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def chain_to_supar(unary: torch.Tensor,
+                   transition: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``unary [B, n, C]``, ``transition [C, C]`` → supar's ``(scores [B, n, C], trans
     [C+1, C+1])`` with zero start and end transitions."""
     C = unary.shape[-1]

@@ -241,3 +241,22 @@ def test_bad_inputs_are_one_line_errors():
         TreeCRF(torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match="lengths"):
         TreeCRF(torch.zeros(2, 3, 3), torch.tensor([0, 3]))
+
+
+def test_distribution_edge_cases():
+    p_scores, lengths = random_batch(12, [4, 3, 2])
+    q_scores = p_scores.clone()
+    p_scores[2, 1, 1] = -INF  # p: no tree for sentence 2
+    q_scores[0, 0, 0] = -INF  # q: no tree for sentence 0
+    q_scores[1, 0, 1] = -INF  # q forbids a span p may use
+    p, q = TreeCRF(p_scores, lengths), TreeCRF(q_scores, lengths)
+    ce, kl = p.cross_entropy(q), p.kl(q)
+    assert torch.isposinf(ce[:2]).all() and ce[2] == 0 and torch.isposinf(kl[:2]).all()
+    assert p.entropy[2] == 0 and (p.entropy >= 0).all()
+    assert torch.isneginf(p.log_prob(p.argmax)[2]) and torch.isfinite(p.log_prob(p.argmax)[:2]).all()
+    assert torch.isneginf(q.log_prob(p.argmax)[0])
+    x = p_scores.clone().requires_grad_()
+    (g,) = torch.autograd.grad(TreeCRF(x, lengths).entropy.sum(), x)
+    assert torch.isfinite(g).all()
+    with pytest.raises(ValueError, match="same shape and lengths"):
+        p.cross_entropy(TreeCRF(q_scores, torch.tensor([4, 3, 1])))

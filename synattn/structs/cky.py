@@ -307,31 +307,49 @@ class TreeCRF:
         return torch.where(bad, float("-inf"), total)
 
     def log_prob(self, trees: torch.Tensor) -> torch.Tensor:
-        """``[..., batch_size]`` ``log p(tree)`` of 0/1 span charts ``[..., batch_size, N, N]``."""
-        return self.score(trees) - self.log_partition
+        """``[..., batch_size]`` ``log p(tree)`` of 0/1 span charts ``[..., batch_size, N, N]``;
+        ``-inf`` for a tree with a forbidden span or a sentence without a tree."""
+        score, log_z = self.score(trees), self.log_partition
+        alive = torch.isfinite(log_z)
+        out = score - torch.where(alive, log_z, 0.0)
+        return torch.where(alive & torch.isfinite(score), out, float("-inf"))
 
-    def _expected_score(self, scores: torch.Tensor, forbidden: torch.Tensor) -> torch.Tensor:
-        """``E_p[Σ_spans scores]`` under this CRF; ``-inf`` where p reaches a forbidden span."""
-        mu = self.marginals
-        total = (mu * scores).sum((-1, -2))
-        return torch.where(((mu > 0) & forbidden).any(-1).any(-1), float("-inf"), total)
+    def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``[(θ, μ)]``: span scores (``NEG`` where forbidden, 0 outside the sentences) and span
+        marginals, so that ``score(T) = Σ θ φ(T)`` and ``μ = E[φ(T)]``."""
+        return [(self.scores, self.marginals)]
+
+    def _inner(self, theta: torch.Tensor) -> torch.Tensor:
+        """``Σ θ μ`` over the allowed spans (forbidden ones have μ = 0 and are left out, so that
+        no gradient flows through ``NEG``)."""
+        return (torch.where(theta > NEG, theta, 0.0) * self.marginals).sum((-1, -2))
 
     @property
     def entropy(self) -> torch.Tensor:
-        """``[batch_size]`` ``H(p) = log Z - E_p[score]``; 0 for a sentence without a tree."""
-        alive = torch.isfinite(self.log_partition)
-        h = self.log_partition - self._expected_score(self.scores, self.forbidden)
-        return torch.where(alive, h, 0.0)
+        """``[batch_size]`` ``H(p) = log Z - <θ, μ>`` in nats; 0 for a sentence without a tree."""
+        log_z = self.log_partition
+        alive = torch.isfinite(log_z)
+        h = torch.where(alive, log_z, 0.0) - self._inner(self.scores)
+        return torch.where(alive, h.clamp_min(0.0), 0.0)
 
     def cross_entropy(self, other: "TreeCRF") -> torch.Tensor:
-        """``[batch_size]`` ``-E_p[log q(T)]`` for ``q = other`` (same shapes and lengths)."""
-        alive = torch.isfinite(self.log_partition)
-        h = other.log_partition - self._expected_score(other.scores, other.forbidden)
-        return torch.where(alive, h, 0.0)
+        """``[batch_size]`` ``H(p, q) = -E_p[log q(T)] = log Z_q - <θ_q, μ_p>`` for ``p = self``,
+        ``q = other`` (a TreeCRF of the same shape and lengths): ``+inf`` where ``p`` reaches a
+        span that ``q`` forbids or ``q`` has no tree, 0 where ``p`` has none."""
+        if not isinstance(other, TreeCRF) or other.scores.shape != self.scores.shape \
+                or not torch.equal(other.lengths, self.lengths):
+            raise ValueError("TreeCRF: cross_entropy/kl need another TreeCRF with the same shape "
+                             "and lengths")
+        log_zq = other.log_partition
+        h = torch.where(torch.isfinite(log_zq), log_zq, 0.0) - self._inner(other.scores)
+        lost = ((self.marginals > 0) & other.forbidden).flatten(1).any(1) | ~torch.isfinite(log_zq)
+        h = torch.where(lost, float("inf"), h)
+        return torch.where(torch.isfinite(self.log_partition), h, 0.0)
 
     def kl(self, other: "TreeCRF") -> torch.Tensor:
-        """``[batch_size]`` ``KL(p || q) = H(p, q) - H(p)`` for ``q = other``."""
-        return self.cross_entropy(other) - self.entropy
+        """``[batch_size]`` ``KL(p || q) = H(p, q) - H(p)`` for ``p = self``, ``q = other``."""
+        d = self.cross_entropy(other) - self.entropy
+        return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
 
     @fp32_inside
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:

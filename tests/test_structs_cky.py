@@ -131,7 +131,9 @@ def test_no_valid_tree_gives_minus_inf_and_zero_marginals(backend):
         crf = TreeCRF(x, lengths)
         assert torch.isneginf(crf.log_partition).all() and torch.isneginf(crf.max).all()
         assert crf.marginals.abs().sum() == 0 and crf.argmax.abs().sum() == 0
-        (g1,) = torch.autograd.grad(crf.log_partition.sum(), x, retain_graph=True)
+        (g1,) = torch.autograd.grad(-crf.log_partition.sum(), x, retain_graph=True)
+        assert not torch.isnan(torch.autograd.grad(crf.log_prob(crf.argmax).sum(), x,
+                                                   retain_graph=True)[0]).any()
         (g2,) = torch.autograd.grad((crf.marginals * torch.randn_like(x)).sum(), x)
         assert (g1 == 0).all() and (g2 == 0).all()
         assert (crf.entropy == 0).all()

@@ -229,15 +229,16 @@ class _CKYLogPartition(torch.autograd.Function):
             with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
                 return _dead_to_inf(cky_inside(sd, lengths)[0])
         log_z, mu = cky_marginals(scores, lengths, compiled=compiled)
-        ctx.save_for_backward(scores, lengths, mu)
+        ctx.save_for_backward(scores, lengths, mu, log_z)
         return log_z
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        scores, lengths, mu = ctx.saved_tensors
+        scores, lengths, mu, log_z = ctx.saved_tensors
         if torch.is_grad_enabled():
             mu = CKYMarginals.apply(scores, lengths)
-        return mu * torch.where(torch.isfinite(g), g, 0.0)[:, None, None], None
+        g = torch.where(torch.isfinite(log_z), g, 0.0)  # no tree: zero gradient, whatever g is
+        return mu * g[:, None, None], None
 
 
 class TreeCRF:

@@ -1,11 +1,14 @@
 """Benchmark ``synattn.structs`` against torch-struct 0.5 and supar 1.1.4 on the same inputs.
 
-For every case the same random scores go to all three libraries (converted to each one's layout);
-the script checks that the values agree, then prints median milliseconds and the speed-up of
-synattn over the faster of the two others. synattn runs twice: with its default backend (compiled
-kernels on CPU when numba is installed) and with its pure-PyTorch backend (column ``torch path``,
-the code that also runs on CUDA); the speed-up is that of the default backend. It ends with the peak memory of Eisner marginals at
-``(B, N) = (4, 160)``, each library measured in a fresh process.
+Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
+torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``) and the linear chain.
+For every case the same random scores go to all three libraries (converted to each one's layout
+by ``synattn.structs.convert``); the script checks that the values agree, then prints median
+milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
+with its default backend (compiled kernels on CPU when numba is installed) and with its
+pure-PyTorch backend (column ``torch path``, the code that also runs on CUDA); the speed-up is
+that of the default backend. It ends with the peak memory of Eisner marginals at
+``(B, N) = (4, 160)``, each library measured in a fresh process (not with ``--only cky``).
 
 The peer libraries are installed only for this script (never for the package or its tests)::
 

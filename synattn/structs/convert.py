@@ -104,7 +104,7 @@ def chain_from_supar(scores: torch.Tensor, trans: torch.Tensor,
     if lengths is None:
         lengths = torch.full((batch,), n, dtype=torch.long, device=scores.device)
     last = torch.arange(n, device=scores.device) == (lengths.to(scores.device) - 1)[:, None]
-    unary = scores + last[..., None] * trans[:C, C]
+    unary = scores + torch.where(last[..., None], trans[:C, C], 0.0)  # (-inf end scores stay)
     unary = torch.cat((unary[:, :1] + trans[C, :C], unary[:, 1:]), 1)
     return unary, trans[:C, :C].clone()
 

@@ -19,16 +19,19 @@ in the same run, then machine info.
 - Causal self-attention (baseline: plain causal): BET(SG) and BET(SF) (§4).
 - Cross-attention, target and source of length n (baseline: plain cross): segmentation attention
   and its sigmoid baseline (§5).
+- Span attention (a tree CRF per query, ``synattn.attention.span``), self-attention, up to
+  ``n = 64`` (``n = 32`` on torch-struct): it solves B·n CRFs of n words. Use ``--lengths 32 64``.
 
-Segmentation and syntactic attention run three ways, only the CRF swapped: on ``synattn.structs``
-with its default backend (compiled kernels on CPU when numba is installed), on its pure-PyTorch
-backend (``[synattn, torch]``), and, when ``torch_struct`` is importable, on torch-struct's
-``LinearChainCRF`` / ``DependencyCRF`` / ``NonProjectiveDependencyCRF``; the last column gives
-torch-struct's time over ours. Before timing, the layers on torch-struct are checked to give the
-same attention as ours. The batch has random trees and lengths between n/2 and n (padding mask
-on). Timings on a shared machine are noisy: the repeats are interleaved across variants so that
-load changes hit every variant alike (the CRF variants get ``--crf-repeats``); the median is the
-headline number, the minimum (least disturbed by other processes) is printed beside it.
+Segmentation, syntactic and span attention run three ways, only the CRF swapped: on
+``synattn.structs`` with its default backend (compiled kernels on CPU when numba is installed), on
+its pure-PyTorch backend (``[synattn, torch]``), and, when ``torch_struct`` is importable, on
+torch-struct's ``LinearChainCRF`` / ``DependencyCRF`` / ``NonProjectiveDependencyCRF`` /
+``TreeCRF``; the last column gives torch-struct's time over ours. Before timing, the layers on
+torch-struct are checked to give the same attention as ours. The batch has random trees and lengths
+between n/2 and n (padding mask on). Timings on a shared machine are noisy: the repeats are
+interleaved across variants so that load changes hit every variant alike (the CRF variants get
+``--crf-repeats``); the median is the headline number, the minimum (least disturbed by other
+processes) is printed beside it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from synattn.attention import (MultiheadAttention, RelativePositions, Specialize
                                SupervisedHead, SyntaxInputs, TreeRelations)
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
 from synattn.attention.constituent import ConstituentAttention, ConstituentState
+from synattn.attention.span import SpanAttention
 from synattn.attention.structured import SegmentationAttention, SyntacticAttention
 from synattn.structs.backend import use_backend
 from synattn.trees.relations import (batch_distance_labels, batch_syntax_hints,
@@ -159,6 +163,18 @@ class TorchStructSyntactic(SyntacticAttention):
         return out
 
 
+class TorchStructSpan(SpanAttention):
+    """Span marginals from torch-struct's TreeCRF (one label: ``[K, m, m, 1]``)."""
+
+    def span_marginals(self, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        upper = torch.ones(scores.shape[-1], scores.shape[-1], dtype=torch.bool).triu()
+        return torch_struct.TreeCRF(scores.unsqueeze(-1), lengths=lengths).marginals[..., 0] * upper
+
+
+SPAN_MAX_N = {"synattn": 64, "synattn, torch": 64, "torch-struct": 32}
+"""Span attention solves B·n tree CRFs of n words (O(B·n⁴)): its rows stop at these lengths
+(torch-struct's at n = 32: at 64 one step takes minutes and gigabytes)."""
+
 Spec = tuple[str, str, Callable[[], nn.Module]]
 """(attention kind: self / causal / cross, CRF backend or "", constructor)."""
 
@@ -193,17 +209,20 @@ def structured_variants(d: int, h: int) -> dict[str, Spec]:
         "sigmoid (seg. baseline)": ("cross", "", lambda: MultiheadAttention(
             d, h, features=[SegmentationAttention(h, "sigmoid")])),
     }
-    backends = [("synattn", SegmentationAttention, SyntacticAttention),
-                ("synattn, torch", SegmentationAttention, SyntacticAttention)]
+    backends = [("synattn", SegmentationAttention, SyntacticAttention, SpanAttention),
+                ("synattn, torch", SegmentationAttention, SyntacticAttention, SpanAttention)]
     if torch_struct is not None:
-        backends.append(("torch-struct", TorchStructSegmentation, TorchStructSyntactic))
-    for backend, seg, syn in backends:
+        backends.append(("torch-struct", TorchStructSegmentation, TorchStructSyntactic,
+                         TorchStructSpan))
+    for backend, seg, syn, span in backends:
         out[f"segmentation [{backend}]"] = ("cross", backend, lambda seg=seg: MultiheadAttention(
             d, h, features=[seg(h)]))
         out[f"syntactic proj. [{backend}]"] = ("self", backend, lambda syn=syn: MultiheadAttention(
             d, h, features=[syn(d, tree="projective")]))
         out[f"syntactic non-proj. [{backend}]"] = ("self", backend, lambda syn=syn: MultiheadAttention(
             d, h, features=[syn(d, tree="nonprojective", multiroot=True)]))
+        out[f"span [{backend}]"] = ("self", backend, lambda span=span: MultiheadAttention(
+            d, h, features=[span(d // h)]))
     return out
 
 
@@ -223,7 +242,8 @@ def check(d: int, h: int) -> None:
         return
     x, source = torch.randn(3, 6, d), torch.randn(3, 7, d)
     pairs = [(SegmentationAttention(h), TorchStructSegmentation(h), "cross"),
-             (SyntacticAttention(d, tree="projective"), TorchStructSyntactic(d, tree="projective"), "self")]
+             (SyntacticAttention(d, tree="projective"), TorchStructSyntactic(d, tree="projective"), "self"),
+             (SpanAttention(d // h), TorchStructSpan(d // h), "self")]
     for ours, theirs, kind in pairs:
         with torch.no_grad():
             for param in ours.parameters():  # leave the zero initialisation
@@ -292,12 +312,14 @@ def main() -> None:
                 kind, backend = specs[name][:2]
                 if backend and rep >= args.warmup + args.crf_repeats:
                     continue
+                if name.startswith("span") and n > SPAN_MAX_N[backend]:
+                    continue
                 module.zero_grad(set_to_none=True)
                 seconds = step(module, kind, backend, x, source, pad, syntax)
                 if rep >= args.warmup:
                     times[name].append(seconds)
-        medians = {name: statistics.median(values) for name, values in times.items()}
-        lows = {name: min(values) for name, values in times.items()}
+        medians = {name: statistics.median(values) for name, values in times.items() if values}
+        lows = {name: min(values) for name, values in times.items() if values}
         print(f"\nn = {n} (lengths {lengths.min()}..{lengths.max()})")
         print(f"{'variant':<38}{'median ms':>11}{'vs plain':>10}{'min ms':>9}{'vs plain':>10}"
               f"{'torch-struct / ours':>21}")

@@ -1,11 +1,14 @@
 """Benchmark ``synattn.structs`` against torch-struct 0.5 and supar 1.1.4 on the same inputs.
 
-For every case the same random scores go to all three libraries (converted to each one's layout);
-the script checks that the values agree, then prints median milliseconds and the speed-up of
-synattn over the faster of the two others. synattn runs twice: with its default backend (compiled
-kernels on CPU when numba is installed) and with its pure-PyTorch backend (column ``torch path``,
-the code that also runs on CUDA); the speed-up is that of the default backend. It ends with the peak memory of Eisner marginals at
-``(B, N) = (4, 160)``, each library measured in a fresh process.
+Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
+torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``) and the linear chain.
+For every case the same random scores go to all three libraries (converted to each one's layout
+by ``synattn.structs.convert``); the script checks that the values agree, then prints median
+milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
+with its default backend (compiled kernels on CPU when numba is installed) and with its
+pure-PyTorch backend (column ``torch path``, the code that also runs on CUDA); the speed-up is
+that of the default backend. It ends with the peak memory of Eisner marginals at
+``(B, N) = (4, 160)``, each library measured in a fresh process (not with ``--only cky``).
 
 The peer libraries are installed only for this script (never for the package or its tests)::
 
@@ -13,7 +16,7 @@ The peer libraries are installed only for this script (never for the package or 
 
 Run (``--quick`` takes fewer repetitions)::
 
-    python benchmarks/bench_structs.py [--threads 2] [--quick]
+    python benchmarks/bench_structs.py [--threads 2] [--quick] [--only cky]
 
 Notes: torch-struct's Matrix-Tree adds ``eps = 1e-5`` to every arc weight, so its values differ
 from the exact ones by up to ~1e-2; under torch 2.13 its ``DependencyCRF.partition`` needs inputs
@@ -34,11 +37,13 @@ from typing import Callable
 
 import torch
 
-from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
+from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
+from synattn.structs import convert
 from synattn.structs.backend import use_backend
 from machine import cpu_name
 
 EISNER_SIZES = [(32, 20), (32, 40), (16, 80), (4, 160)]
+CKY_SIZES = [(32, 20), (16, 40), (4, 80)]
 CHAIN_SIZES = [(32, C, N) for C in (2, 16) for N in (50, 200)]
 GUARD_N = 150  # peers' Matrix-Tree from this length on runs in a child process
 GUARD_SECONDS = 60
@@ -78,24 +83,8 @@ def max_diff(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Layout conversions (ours: scores[b, h, d], ROOT = 0).
+# The libraries on the same inputs (layouts: synattn.structs.convert).
 # ---------------------------------------------------------------------------------------------
-
-def to_torch_struct(scores: torch.Tensor) -> torch.Tensor:
-    """``[B, N, N]`` head→child over words with ROOT scores on the diagonal."""
-    out = scores[:, 1:, 1:].clone()
-    out.diagonal(dim1=1, dim2=2).copy_(scores[:, 0, 1:])
-    return out
-
-
-def from_torch_struct(marginals: torch.Tensor) -> torch.Tensor:
-    batch, N, _ = marginals.shape
-    out = marginals.new_zeros(batch, N + 1, N + 1)
-    out[:, 1:, 1:] = marginals
-    out[:, 0, 1:] = marginals.diagonal(dim1=1, dim2=2)
-    out[:, 1:, 1:].diagonal(dim1=1, dim2=2).zero_()
-    return out
-
 
 def on_torch_path(fns):
     """The same functions run with synattn's pure-PyTorch backend."""
@@ -125,7 +114,7 @@ def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
     if lib == "torch-struct":
         import torch_struct
         cls = torch_struct.DependencyCRF if kind == "eisner" else torch_struct.NonProjectiveDependencyCRF
-        ts_scores = to_torch_struct(scores)
+        ts_scores = convert.arcs_to_torch_struct(scores)
 
         def part():
             x = ts_scores.clone().requires_grad_()
@@ -133,17 +122,57 @@ def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
 
         def marg():
             x = ts_scores.clone().requires_grad_()
-            return from_torch_struct(cls(x, lengths=lengths, multiroot=True).marginals.detach())
+            marginals = cls(x, lengths=lengths, multiroot=True).marginals.detach()
+            return convert.arcs_from_torch_struct(marginals)
         return part, marg
     from supar.structs import DependencyCRF as SuparDep, MatrixTree
     cls = SuparDep if kind == "eisner" else MatrixTree
-    dep_head = scores.transpose(1, 2).contiguous()  # supar: scores[b, dependent, head]
+    dep_head = convert.arcs_to_supar(scores)  # supar: scores[b, dependent, head]
 
     def part():
         return cls(dep_head.clone(), lengths, multiroot=True).log_partition.detach()
 
     def marg():
-        return cls(dep_head.clone(), lengths, multiroot=True).marginals.detach().transpose(1, 2)
+        marginals = cls(dep_head.clone(), lengths, multiroot=True).marginals.detach()
+        return convert.arcs_from_supar(marginals)
+    return part, marg
+
+
+def span_fns(lib: str, scores: torch.Tensor, lengths: torch.Tensor):
+    """``(partition_fn, marginals_fn)`` of the constituency CRFs (CKY), ours-layout results."""
+    if lib == "torch path":
+        return on_torch_path(span_fns("synattn", scores, lengths))
+    if lib == "synattn":
+        def part():
+            with torch.no_grad():
+                return TreeCRF(scores, lengths).log_partition
+
+        def marg():
+            with torch.no_grad():
+                return TreeCRF(scores, lengths).marginals
+        return part, marg
+    if lib == "torch-struct":
+        import torch_struct
+        ts_scores = convert.spans_to_torch_struct(scores)  # [B, N, N, 1]
+
+        def part():
+            x = ts_scores.clone().requires_grad_()
+            return torch_struct.TreeCRF(x, lengths=lengths).partition.detach()
+
+        def marg():
+            x = ts_scores.clone().requires_grad_()
+            mu = torch_struct.TreeCRF(x, lengths=lengths).marginals.detach()
+            return convert.span_marginals_from_torch_struct(mu)
+        return part, marg
+    from supar.structs import ConstituencyCRF
+    fenceposts = convert.spans_to_supar(scores)  # [B, N+1, N+1]
+
+    def part():
+        return ConstituencyCRF(fenceposts.clone().requires_grad_(), lengths).log_partition.detach()
+
+    def marg():
+        x = fenceposts.clone().requires_grad_()
+        return convert.spans_from_supar(ConstituencyCRF(x, lengths).marginals.detach())
     return part, marg
 
 
@@ -293,6 +322,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
+    parser.add_argument("--only", choices=("cky",), help="only the constituency (CKY) rows")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     reps = 4 if args.quick else 8
@@ -303,7 +333,8 @@ def main() -> None:
     print(f"{'case':<34} | {'synattn':>9} | {'torch path':>12} | {'torch-struct':>12} | {'supar':>12} "
           "| speed-up | max |difference| from synattn (log Z, marginals)")
 
-    for kind, label in (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree")):
+    trees = () if args.only else (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree"))
+    for kind, label in trees:
         for batch, n in EISNER_SIZES:
             gen = torch.Generator().manual_seed(batch * 1000 + n)
             scores = torch.randn(batch, n + 1, n + 1, generator=gen)
@@ -332,7 +363,24 @@ def main() -> None:
             row(f"{label} partition B={batch} N={n}", ours[0], times["part"], diffs["part"])
             row(f"{label} marginals B={batch} N={n}", ours[1], times["marg"], diffs["marg"])
 
-    for batch, C, n in CHAIN_SIZES:
+    for batch, n in CKY_SIZES:
+        gen = torch.Generator().manual_seed(7 * 1000 + n)
+        scores = torch.randn(batch, n, n, generator=gen)
+        lengths = torch.randint(max(1, n // 2), n + 1, (batch,), generator=gen)
+        lengths[0] = n
+        fns = {lib: span_fns(lib, scores, lengths) for lib in ["synattn", "torch path", *peers]}
+        values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
+        times, diffs = {"part": {}, "marg": {}}, {"part": {}, "marg": {}}
+        for lib in ["torch path", *peers]:
+            diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
+            diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1])
+        for which, index in (("part", 0), ("marg", 1)):
+            times[which] = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+        ours = (times["part"].pop("synattn"), times["marg"].pop("synattn"))
+        row(f"CKY partition B={batch} N={n}", ours[0], times["part"], diffs["part"])
+        row(f"CKY marginals B={batch} N={n}", ours[1], times["marg"], diffs["marg"])
+
+    for batch, C, n in ([] if args.only else CHAIN_SIZES):
         gen = torch.Generator().manual_seed(C * 1000 + n)
         unary = torch.randn(batch, n, C, generator=gen)
         trans = torch.randn(C, C, generator=gen)
@@ -351,6 +399,8 @@ def main() -> None:
         row(f"chain partition B={batch} C={C} N={n}", ours[0], times["part"], diffs["part"])
         row(f"chain marginals B={batch} C={C} N={n}", ours[1], times["marg"], diffs["marg"])
 
+    if args.only:
+        return
     print("\n# peak resident memory of Eisner marginals, B=4 N=160 (MiB above the state before, "
           "fresh process each)")
     for lib in ["synattn", "torch path", *peers]:

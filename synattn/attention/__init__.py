@@ -7,7 +7,8 @@ head (:class:`SupervisedHead`). Features of seeds 002–004 (METHODS §3–§5):
 constituent attention (:class:`ConstituentAttention`, a-values threaded through a stack by a
 :class:`ConstituentState`), Bird-Eye attention (:class:`SyntaxGuidedPointer` for BET(SG),
 :class:`BirdEyeReweighting` for BET(SF)) and structured attention
-(:class:`SegmentationAttention`, :class:`SyntacticAttention`).
+(:class:`SegmentationAttention`, :class:`SyntacticAttention`, and :class:`SpanAttention` over a
+constituency tree CRF).
 """
 
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, pointer_loss
@@ -19,6 +20,7 @@ from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
 from synattn.attention.relative import (RelativeEmbedding, RelativePositions, TreeRelations,
                                         label_logits, label_values, sequential_labels)
+from synattn.attention.span import SpanAttention
 from synattn.attention.specialized import SpecializedHeads
 from synattn.attention.structured import (SEGMENTATION_MODES, TREE_KINDS, ArcScorer,
                                           SegmentationAttention, SyntacticAttention)
@@ -28,8 +30,8 @@ __all__ = [
     "IGNORE_INDEX", "SEGMENTATION_MODES", "TREE_KINDS", "ArcScorer", "AttentionContext",
     "AttentionExtras", "AttentionFeature", "BirdEyeReweighting", "ConstituentAttention",
     "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
-    "SegmentationAttention", "SpecializedHeads", "SupervisedHead", "SyntacticAttention",
-    "SyntaxGuidedPointer", "SyntaxInputs", "TreeRelations", "attention_mask", "bidirectional_keys",
-    "check_compatible", "constituent_prior", "label_logits", "label_values", "padding_keys",
-    "pointer_loss", "sequential_labels",
+    "SegmentationAttention", "SpanAttention", "SpecializedHeads", "SupervisedHead",
+    "SyntacticAttention", "SyntaxGuidedPointer", "SyntaxInputs", "TreeRelations", "attention_mask",
+    "bidirectional_keys", "check_compatible", "constituent_prior", "label_logits", "label_values",
+    "padding_keys", "pointer_loss", "sequential_labels",
 ]

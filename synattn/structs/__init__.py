@@ -1,4 +1,4 @@
-"""Differentiable dynamic programs on tensors: chains and dependency trees.
+"""Differentiable dynamic programs on tensors: chains, dependency trees and constituency trees.
 
 - :class:`LinearChainCRF`: forward-backward and Viterbi; node marginals backpropagate in the
   signed log-space semifield (Kim et al. 2017) on the PyTorch path, as a covariance of
@@ -6,6 +6,9 @@
 - :class:`DependencyCRF`: projective trees by Eisner's algorithm with an explicit outside pass.
 - :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
   Chu-Liu-Edmonds.
+- :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
+  inside-outside; :mod:`synattn.structs.convert` maps score layouts to and from torch-struct
+  and supar.
 
 Arc scores are ``scores[b, h, d]`` for head ``h`` → dependent ``d`` with ROOT at index 0 (see
 :mod:`synattn.structs.arc_scores`). Every class takes per-sentence ``lengths`` and runs its
@@ -14,11 +17,13 @@ tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers
 """
 
 from .chain import ChainMarginals, LinearChainCRF
+from .cky import CKYMarginals, TreeCRF
 from .eisner import DependencyCRF
 from .matrix_tree import NonProjectiveDependencyCRF
 from .semiring import NEG, LogSemiring, MaxSemiring
 
 __all__ = [
+    "CKYMarginals",
     "ChainMarginals",
     "DependencyCRF",
     "LinearChainCRF",
@@ -26,4 +31,5 @@ __all__ = [
     "MaxSemiring",
     "NEG",
     "NonProjectiveDependencyCRF",
+    "TreeCRF",
 ]

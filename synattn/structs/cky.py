@@ -1,0 +1,407 @@
+"""Constituency tree CRF: CKY inside-outside over binary bracketings (span scores, no labels).
+
+**Layout.** ``scores[b, i, j]`` (``i <= j``) is the log-score of the span of words ``i..j``
+*inclusive* (0-based) of sentence ``b``, tensor ``[batch_size, N, N]``. A tree over ``n`` words
+is a binary bracketing: its ``2n - 1`` spans are the ``n`` one-word spans, the whole sentence
+``(0, n-1)`` and ``n - 2`` others, nested or disjoint. Its score is the sum of its spans' scores,
+so the one-word spans and the whole-sentence span (in every tree) only shift ``log Z``; they are
+included as in torch-struct's ``TreeCRF``. Entries with ``i > j`` or ``j >= lengths[b]`` are
+ignored (they may hold anything, even NaN). A span scored ``-inf`` (or ``<= NEG = -1e9``) is
+forbidden (constrained parsing); a sentence with no tree of allowed spans has ``log Z = -inf``,
+zero marginals and zero gradients. Marginals, best trees and samples use the same layout as 0/1
+(or probability) charts ``[..., batch_size, N, N]``. :mod:`synattn.structs.convert` maps the
+layout to torch-struct's ``[B, N, N, NT]`` and supar's fencepost ``[B, N+1, N+1]``.
+
+**Recursion** (Cocke–Kasami–Younger; Baker 1979 for inside-outside; Stern et al. 2017 and Zhang
+et al. 2020 for span-based CRF parsers)::
+
+    beta(i, i) = s(i, i)
+    beta(i, j) = s(i, j) + S(i, j),    S(i, j) = logsumexp_{i <= k < j} beta(i, k) + beta(k+1, j)
+
+and ``log Z = beta(0, n-1)``. The outside pass is its adjoint, written out (widths in decreasing
+order): ``O(B·N²)`` memory. The marginals' backward is the Hessian-vector product of ``log Z``
+computed as a forward-mode derivative of inside-outside, as for Eisner (see
+:mod:`synattn.structs.eisner`).
+
+**Charts** (PyTorch path): ``K [2, N, N, B]``, width-major with the batch innermost:
+``K[0, w, i] = beta(i, i+w)`` by span start and ``K[1, N-1-w, j] = beta(j-w, j)`` by span end
+with reversed width, so that for one width ``w`` the terms of all splits and starts are the two
+slices ``K[0, :w, :N-w] + K[1, N-w:, w:]`` ``[w, N-w, B]``, reduced over the first dimension. One
+Python iteration per width. On CPU tensors the same passes run as compiled numba kernels
+(:mod:`synattn.structs._cky_kernels`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import cached_property
+
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
+
+from .backend import use_numba
+from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, float_dtype, fp32_inside,
+                       serial_if_small)
+
+DEAD = NEG / 2
+"""A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers.
+# ---------------------------------------------------------------------------------------------
+
+def _diagonals(x: torch.Tensor) -> torch.Tensor:
+    """View ``[B, N(w), N(i)]`` of ``x [B, N, 2N]`` with ``[b, w, i] = x[b, i, i+w]``."""
+    batch, N = x.shape[0], x.shape[1]
+    return x.as_strided((batch, N, N), (2 * N * N, 1, 2 * N + 1), x.storage_offset())
+
+
+def to_width_major(scores: torch.Tensor) -> torch.Tensor:
+    """``[B, N, N]`` span scores → ``[N(w), N(i), B]`` with ``[w, i] = scores[:, i, i+w]``."""
+    N = scores.shape[-1]
+    return _diagonals(F.pad(scores, (0, N))).permute(1, 2, 0).contiguous()
+
+
+def from_width_major(sd: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`to_width_major` (entries past the chart, ``i + w >= N``, are dropped)."""
+    N, batch = sd.shape[0], sd.shape[-1]
+    out = sd.new_zeros(batch, N, 2 * N)
+    _diagonals(out).copy_(sd.permute(2, 0, 1))
+    return out[:, :, :N]
+
+
+def span_mask(lengths: torch.Tensor, N: int) -> torch.Tensor:
+    """``[batch_size, N, N]`` True at the spans ``i <= j < lengths[b]`` of each sentence."""
+    pos = torch.arange(N, device=lengths.device)
+    inside = pos < lengths.unsqueeze(-1)  # [B, N]
+    return (pos[:, None] <= pos[None, :]) & inside.unsqueeze(1) & inside.unsqueeze(2)
+
+
+def check_span_scores(scores: torch.Tensor,
+                      lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate span scores and lengths.
+
+    Returns:
+        Scores in float32/float64 with ignored entries set to 0 and forbidden ones (``<= NEG``,
+        ``-inf`` included) set to ``NEG`` (with zero gradient), and long lengths on their device.
+    """
+    if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 1:
+        raise ValueError(f"span scores must be [B, N, N] with N >= 1, got {tuple(scores.shape)}")
+    batch, N, _ = scores.shape
+    if lengths is None:
+        lengths = torch.full((batch,), N, dtype=torch.long, device=scores.device)
+    lengths = torch.as_tensor(lengths, device=scores.device).long()
+    if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > N).any()):
+        raise ValueError(f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}")
+    scores = scores.to(float_dtype(scores))
+    scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(()))
+    return scores.clamp_min(NEG), lengths
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch path: inside and outside passes.
+# ---------------------------------------------------------------------------------------------
+
+def cky_inside(sd: torch.Tensor, lengths: torch.Tensor, semiring: Semiring = LogSemiring
+               ) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """Inside pass over width-major scores ``sd [N, N, B]`` (autograd and forward-mode AD work).
+
+    Returns:
+        ``log_z [B]`` (or the best score), the chart ``K [2, N, N, B]`` and the split sums
+        ``S`` ``[N-w, B]`` per width ``w`` (index 0 unused), which :func:`cky_outside` needs.
+    """
+    N, _, batch = sd.shape
+    K = torch.full((2, N, N, batch), NEG, dtype=sd.dtype, device=sd.device)
+    K[0, 0] = sd[0]
+    K[1, N - 1] = sd[0]
+    sums = [sd.new_zeros(0)]
+    for w in range(1, N):
+        S = semiring.sum(K[0, :w, :N - w] + K[1, N - w:, w:], 0, overwrite=True)  # [N-w, B]
+        sums.append(S)
+        beta = S + sd[w, :N - w]
+        K[0, w, :N - w] = beta
+        K[1, N - 1 - w, w:] = beta
+    log_z = K[0, lengths - 1, 0, torch.arange(batch, device=sd.device)]
+    return log_z, K, sums
+
+
+def cky_outside(sd: torch.Tensor, lengths: torch.Tensor, K: torch.Tensor, sums: list,
+                semiring: Semiring = LogSemiring) -> torch.Tensor:
+    """Adjoint of :func:`cky_inside`: ``d log_z / d sd`` ``[N, N, B]`` (width-major span
+    marginals with the log semiring, the best tree's spans as 0/1 with the max semiring)."""
+    N, _, batch = sd.shape
+    gK = torch.zeros_like(K)
+    grad = torch.zeros_like(sd)
+    gK[0, lengths - 1, 0, torch.arange(batch, device=sd.device)] = 1.0
+    for w in range(N - 1, 0, -1):
+        g = gK[0, w, :N - w] + gK[1, N - 1 - w, w:]  # [N-w, B]
+        grad[w, :N - w] = g
+        t = K[0, :w, :N - w] + K[1, N - w:, w:]  # [w, N-w, B]
+        semiring.backward_(t, sums[w], g, 0)
+        gK[0, :w, :N - w] += t
+        gK[1, N - w:, w:] += t
+    grad[0] = gK[0, 0] + gK[1, N - 1]
+    return grad
+
+
+def _kernels():
+    """The compiled kernels (imported on first use: ``import synattn`` never needs numba)."""
+    from . import _cky_kernels
+
+    return _cky_kernels
+
+
+def _step_elements(N: int, batch: int) -> int:
+    return (N // 2) ** 2 * batch
+
+
+def cky_marginals(scores: torch.Tensor, lengths: torch.Tensor, semiring: Semiring = LogSemiring,
+                  compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log_z [B]`` and ``d log_z / d scores [B, N, N]`` for checked scores (inside + outside).
+
+    Sentences without a valid tree get ``log_z = -inf`` and zero marginals.
+    """
+    if compiled:
+        log_z, mu = _kernels().marginals(scores, lengths, viterbi=semiring is MaxSemiring)
+    else:
+        sd = to_width_major(scores)
+        with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
+            log_z, K, sums = cky_inside(sd, lengths, semiring)
+            mu = from_width_major(cky_outside(sd, lengths, K, sums, semiring))
+    return _dead_to_inf(log_z), _zero_dead(mu, log_z, lengths)
+
+
+def _dead_to_inf(log_z: torch.Tensor) -> torch.Tensor:
+    return torch.where(log_z < DEAD, float("-inf"), log_z)
+
+
+def _zero_dead(x: torch.Tensor, log_z: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``x [B, N, N]`` with 0 outside each sentence's spans and in sentences without a tree."""
+    keep = span_mask(lengths, x.shape[-1]) & (log_z >= DEAD)[:, None, None]
+    return torch.where(keep, x, 0.0)
+
+
+class CKYMarginals(torch.autograd.Function):
+    """Span marginals; backward is the Hessian-vector product of ``log Z`` by forward-mode AD
+    (``O(B·N²)`` memory), or autograd throughout when a third derivative is asked for."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        ctx.compiled = use_numba(scores)
+        log_z, mu = cky_marginals(scores, lengths, compiled=ctx.compiled)
+        ctx.save_for_backward(scores, lengths, log_z)
+        return mu
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        scores, lengths, log_z = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            with torch.enable_grad():
+                x = scores.detach().requires_grad_()
+                inner = cky_inside(to_width_major(x), lengths)[0]
+                (mu,) = torch.autograd.grad(inner.sum(), x, create_graph=True)
+            out = torch.autograd.grad(mu, x, g, create_graph=True)[0]
+        elif ctx.compiled:
+            out = _kernels().marginals_jvp(scores, lengths, g)
+        else:
+            with fwAD.dual_level(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                dual = fwAD.make_dual(scores, g.to(scores.dtype))
+                sd = to_width_major(dual)
+                _, K, sums = cky_inside(sd, lengths)
+                mu = from_width_major(cky_outside(sd, lengths, K, sums))
+                out = fwAD.unpack_dual(mu).tangent
+        return _zero_dead(out, log_z, lengths), None
+
+
+class _CKYLogPartition(torch.autograd.Function):
+    """``log Z`` whose backward is the outside pass (the marginals)."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        compiled = use_numba(scores)
+        if not ctx.needs_input_grad[0]:
+            if compiled:
+                return _dead_to_inf(_kernels().log_partition(scores, lengths))
+            sd = to_width_major(scores)
+            with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
+                return _dead_to_inf(cky_inside(sd, lengths)[0])
+        log_z, mu = cky_marginals(scores, lengths, compiled=compiled)
+        ctx.save_for_backward(scores, lengths, mu, log_z)
+        return log_z
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        scores, lengths, mu, log_z = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            mu = CKYMarginals.apply(scores, lengths)
+        g = torch.where(torch.isfinite(log_z), g, 0.0)  # no tree: zero gradient, whatever g is
+        return mu * g[:, None, None], None
+
+
+class TreeCRF:
+    """Binary constituency trees (unlabelled bracketings) with span scores, by CKY.
+
+    Args:
+        scores: ``[batch_size, N, N]`` span log-scores, ``scores[b, i, j]`` for words ``i..j``
+            (inclusive, ``i <= j``); ``-inf`` forbids a span. Entries with ``i > j`` or past a
+            sentence's length are ignored.
+        lengths: ``[batch_size]`` number of words in ``1..N``; default all ``N``.
+
+    Example:
+        >>> crf = TreeCRF(torch.randn(2, 5, 5), torch.tensor([5, 3]))
+        >>> crf.marginals.shape     # p(span (i, j) in the tree), 0 outside each sentence
+        torch.Size([2, 5, 5])
+        >>> crf.argmax.sum((1, 2))  # 2n - 1 spans per tree
+        tensor([9., 5.])
+
+    Results are float32 for half inputs (the dynamic program runs in float32 or float64, also
+    under autocast). Distribution methods: ``log_prob``, ``entropy``, ``cross_entropy``, ``kl``,
+    ``sample``.
+    """
+
+    def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None):
+        self.scores, self.lengths = check_span_scores(scores, lengths)
+
+    @cached_property
+    @fp32_inside
+    def log_partition(self) -> torch.Tensor:
+        """``[batch_size]`` log-sum of the scores of all trees; ``-inf`` if none is allowed."""
+        return _CKYLogPartition.apply(self.scores, self.lengths)
+
+    @cached_property
+    @fp32_inside
+    def marginals(self) -> torch.Tensor:
+        """``[batch_size, N, N]`` span marginals ``p((i, j) in tree)``; differentiable."""
+        return CKYMarginals.apply(self.scores, self.lengths)
+
+    @cached_property
+    @fp32_inside
+    def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            return cky_marginals(self.scores, self.lengths, MaxSemiring,
+                                 compiled=use_numba(self.scores))
+
+    @property
+    def max(self) -> torch.Tensor:
+        """``[batch_size]`` score of the best tree (``-inf`` if none); not differentiable."""
+        return self._best[0]
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """``[batch_size, N, N]`` the best tree's spans as 0/1 (all 0 if there is no tree)."""
+        return self._best[1]
+
+    @cached_property
+    def forbidden(self) -> torch.Tensor:
+        """``[batch_size, N, N]`` True at the forbidden spans of each sentence."""
+        return (self.scores <= NEG) & span_mask(self.lengths, self.scores.shape[-1])
+
+    def score(self, trees: torch.Tensor) -> torch.Tensor:
+        """``[..., batch_size]`` score of trees given as 0/1 span charts ``[..., batch_size, N, N]``
+        (``-inf`` for a tree with a forbidden span; entries outside the sentences are ignored)."""
+        trees = trees.to(self.scores.dtype) * span_mask(self.lengths, self.scores.shape[-1])
+        total = (trees * self.scores).sum((-1, -2))
+        bad = ((trees > 0) & self.forbidden).any(-1).any(-1)
+        return torch.where(bad, float("-inf"), total)
+
+    def log_prob(self, trees: torch.Tensor) -> torch.Tensor:
+        """``[..., batch_size]`` ``log p(tree)`` of 0/1 span charts ``[..., batch_size, N, N]``;
+        ``-inf`` for a tree with a forbidden span or a sentence without a tree."""
+        score, log_z = self.score(trees), self.log_partition
+        alive = torch.isfinite(log_z)
+        out = score - torch.where(alive, log_z, 0.0)
+        return torch.where(alive & torch.isfinite(score), out, float("-inf"))
+
+    def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``[(θ, μ)]``: span scores (``NEG`` where forbidden, 0 outside the sentences) and span
+        marginals, so that ``score(T) = Σ θ φ(T)`` and ``μ = E[φ(T)]``."""
+        return [(self.scores, self.marginals)]
+
+    def _inner(self, theta: torch.Tensor) -> torch.Tensor:
+        """``Σ θ μ`` over the allowed spans (forbidden ones have μ = 0 and are left out, so that
+        no gradient flows through ``NEG``)."""
+        return (torch.where(theta > NEG, theta, 0.0) * self.marginals).sum((-1, -2))
+
+    @property
+    def entropy(self) -> torch.Tensor:
+        """``[batch_size]`` ``H(p) = log Z - <θ, μ>`` in nats; 0 for a sentence without a tree."""
+        log_z = self.log_partition
+        alive = torch.isfinite(log_z)
+        h = torch.where(alive, log_z, 0.0) - self._inner(self.scores)
+        return torch.where(alive, h.clamp_min(0.0), 0.0)
+
+    def cross_entropy(self, other: "TreeCRF") -> torch.Tensor:
+        """``[batch_size]`` ``H(p, q) = -E_p[log q(T)] = log Z_q - <θ_q, μ_p>`` for ``p = self``,
+        ``q = other`` (a TreeCRF of the same shape and lengths): ``+inf`` where ``p`` reaches a
+        span that ``q`` forbids or ``q`` has no tree, 0 where ``p`` has none."""
+        if not isinstance(other, TreeCRF) or other.scores.shape != self.scores.shape \
+                or not torch.equal(other.lengths, self.lengths):
+            raise ValueError("TreeCRF: cross_entropy/kl need another TreeCRF with the same shape "
+                             "and lengths")
+        log_zq = other.log_partition
+        h = torch.where(torch.isfinite(log_zq), log_zq, 0.0) - self._inner(other.scores)
+        lost = ((self.marginals > 0) & other.forbidden).flatten(1).any(1) | ~torch.isfinite(log_zq)
+        h = torch.where(lost, float("inf"), h)
+        return torch.where(torch.isfinite(self.log_partition), h, 0.0)
+
+    def kl(self, other: "TreeCRF") -> torch.Tensor:
+        """``[batch_size]`` ``KL(p || q) = H(p, q) - H(p)`` for ``p = self``, ``q = other``."""
+        d = self.cross_entropy(other) - self.entropy
+        return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
+
+    @fp32_inside
+    def sample(self, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[n, batch_size, N, N]`` trees drawn from the CRF as 0/1 span charts (no gradient).
+
+        Top-down sampling on the inside chart: the whole sentence is a span of every tree; a
+        chosen span ``(i, j)`` splits at ``k`` with probability
+        ``exp(beta(i, k) + beta(k+1, j) - S(i, j))`` (Gumbel-max, widths in decreasing order).
+        Sentences without a tree give all-zero charts.
+        """
+        with torch.no_grad():
+            return sample_trees(self.scores, self.lengths, n, generator)
+
+
+def sample_trees(scores: torch.Tensor, lengths: torch.Tensor, n: int,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """See :meth:`TreeCRF.sample` (checked scores, no autograd)."""
+    sd = to_width_major(scores)
+    N, _, batch = sd.shape
+    log_z, K, _ = cky_inside(sd, lengths)
+    chosen = torch.zeros((n, 2, N, N, batch), dtype=torch.bool, device=sd.device)
+    chosen[:, 0, lengths - 1, 0, torch.arange(batch, device=sd.device)] = True
+    out = torch.zeros((n, N, N, batch), dtype=sd.dtype, device=sd.device)
+    for w in range(N - 1, 0, -1):
+        sel = chosen[:, 0, w, :N - w] | chosen[:, 1, N - 1 - w, w:]  # [n, N-w, B]
+        out[:, w, :N - w] = sel.to(sd.dtype)
+        t = (K[0, :w, :N - w] + K[1, N - w:, w:]).unsqueeze(0)  # [1, w, N-w, B]
+        u = torch.rand((n, *t.shape[1:]), generator=generator, dtype=sd.dtype, device=sd.device)
+        gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(sd.dtype).tiny)))
+        split = (t + gumbel).argmax(1, keepdim=True)  # [n, 1, N-w, B]
+        pick = torch.zeros((n, w, N - w, batch), dtype=torch.bool, device=sd.device)
+        pick.scatter_(1, split, sel.unsqueeze(1))
+        chosen[:, 0, :w, :N - w] |= pick
+        chosen[:, 1, N - w:, w:] |= pick
+    out[:, 0] = (chosen[:, 0, 0] | chosen[:, 1, N - 1]).to(sd.dtype)
+    charts = (torch.stack([from_width_major(o) for o in out]) if n
+              else scores.new_zeros(0, batch, N, N))
+    charts = _zero_dead(charts.reshape(-1, N, N), log_z.repeat(n), lengths.repeat(n))
+    return charts.view(n, batch, N, N)
+
+
+def chart_to_spans(chart: torch.Tensor) -> list[list[tuple[int, int]]]:
+    """0/1 span charts ``[batch_size, N, N]`` → per sentence the spans ``(i, j)``, sorted."""
+    return [[(int(i), int(j)) for i, j in torch.nonzero(c > 0.5).tolist()] for c in chart]
+
+
+def spans_to_chart(spans: list[list[tuple[int, int]]], N: int,
+                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Per-sentence lists of inclusive spans ``(i, j)`` → 0/1 charts ``[batch_size, N, N]``."""
+    chart = torch.zeros(len(spans), N, N, dtype=dtype)
+    for b, sentence in enumerate(spans):
+        for i, j in sentence:
+            chart[b, i, j] = 1
+    return chart

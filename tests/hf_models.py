@@ -46,3 +46,25 @@ def t5():
 MODELS = {"bert": bert, "roberta": roberta, "gpt2": gpt2, "bart": bart, "t5": t5}
 INPUT_SIDE = {"bert": "encoder", "roberta": "encoder", "gpt2": "decoder", "bart": "encoder",
               "t5": "encoder"}
+
+
+SENTENCES = ["the cat sat on the mat", "a dog barked loudly at the mailman",
+             "she reads old books", "colourless green ideas sleep furiously"]
+
+
+def wordpiece_tokenizer(vocab_size: int = 60):
+    """A BERT-style fast tokenizer ([CLS] ... [SEP]) trained on a few sentences: most words
+    split into several pieces."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(SENTENCES, trainers.WordPieceTrainer(vocab_size=vocab_size,
+                                                                  special_tokens=specials))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    from tokenizers import decoders
+    tok.decoder = decoders.WordPiece()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]")

@@ -120,6 +120,7 @@ def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
         module.__dict__[SITE_ATTRIBUTE] = runner  # a plain attribute: not a child module
         if runner.reads_hidden:
             module.register_forward_pre_hook(_capture_hidden(site.key), with_kwargs=True)
+    holder.train(model.training)  # new modules follow the model's train/eval mode
     model.add_module("synattn", holder)
     model.config.synattn = specs
     model.register_forward_pre_hook(_start_call, with_kwargs=True)

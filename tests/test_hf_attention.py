@@ -184,3 +184,18 @@ def test_unknown_syntax_input_is_an_error():
     sh.attach(model, [{"feature": "supervised_head"}])
     with pytest.raises(ValueError, match="unknown syntax input"):
         model(**inputs("bert"), syntax_heads=HEADS)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5"])
+def test_output_attentions_equal_the_eager_models(name):
+    plain, other = pair(name)
+    plain.set_attn_implementation("eager")
+    sh.attach(other, [])
+    kw = inputs(name)
+    a = plain(**kw, output_attentions=True)
+    b = other(**kw, output_attentions=True)
+    key = "encoder_attentions" if name == "t5" else "attentions"
+    assert len(a[key]) == len(b[key]) == 2
+    for x, y in zip(a[key], b[key]):
+        torch.testing.assert_close(x, y)
+    torch.testing.assert_close(a.logits, b.logits)

@@ -57,12 +57,15 @@ class SynattnCall:
         head_log_probs: ``[batch_size, n, m]`` log-distributions of the supervised heads, by
             ``"<site>.<name>"``.
         hidden: the input hidden states of the attention modules whose features read them.
+        need_weights: the model was asked for its attention probabilities
+            (``output_attentions``; some models do not pass that flag down to the attention).
     """
 
     syntax: dict[str, SyntaxInputs] = field(default_factory=dict)
     losses: dict[str, Tensor] = field(default_factory=dict)
     head_log_probs: dict[str, Tensor] = field(default_factory=dict)
     hidden: dict[str, Tensor] = field(default_factory=dict)
+    need_weights: bool = False
 
 
 class SiteAttention(nn.Module):
@@ -140,7 +143,7 @@ class SiteAttention(nn.Module):
         try:
             for feature in self.features:
                 ctx.q, ctx.k = feature.queries_keys(ctx)
-            need_weights = bool(kwargs.get("output_attentions", False))
+            need_weights = bool(kwargs.get("output_attentions", False)) or call.need_weights
             if need_weights or any(f.needs_probs for f in self.features):
                 mixed = self._explicit(ctx, need_weights)
             else:
@@ -170,10 +173,35 @@ def synattn_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
                       scaling: float | None = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
     """The ``"synattn"`` attention function (signature of ``transformers.AttentionInterface``)."""
     site = module.__dict__.get(SITE_ATTRIBUTE)
-    if site is None or len(site.features) == 0:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
-    return site.attend(module, query, key, value, attention_mask, dropout, scaling, kwargs)
+    if site is not None and len(site.features) > 0:
+        return site.attend(module, query, key, value, attention_mask, dropout, scaling, kwargs)
+    call = kwargs.get("synattn_call")
+    if kwargs.get("output_attentions", False) or (call is not None and call.need_weights):
+        return _plain_with_weights(module, query, key, value, attention_mask, dropout, scaling,
+                                   kwargs.get("position_bias"))
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                  scaling=scaling, **kwargs)
+
+
+def _plain_with_weights(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                        mask: Tensor | None, dropout: float, scaling: float | None,
+                        position_bias: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Plain attention that also returns its probabilities (``output_attentions=True``)."""
+    h, n, m = query.shape[1], query.shape[2], key.shape[2]
+    if key.shape[1] != h:
+        key, value = repeat_kv(key, h // key.shape[1]), repeat_kv(value, h // value.shape[1])
+    causal = bool(getattr(module, "is_causal", False))
+    allowed, extra = _allowed(mask, causal, n, m, m - n if causal else 0, query.device)
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    logits = torch.matmul(query, key.transpose(-1, -2)) * scale  # [B, H, n, m]
+    for term in (extra, position_bias):
+        if term is not None:
+            logits = logits + term
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, torch.finfo(logits.dtype).min)
+    probs = torch.softmax(logits, dim=-1)
+    dropped = nn.functional.dropout(probs, dropout, training=module.training and dropout > 0)
+    return torch.matmul(dropped, value).transpose(1, 2).contiguous(), probs  # [B, n, H, d_k]
 
 
 AttentionInterface.register(IMPLEMENTATION, synattn_attention)

@@ -159,7 +159,10 @@ def syntax_from_inputs(inputs: dict[str, Any], input_side: str) -> dict[str, Syn
 
 def _start_call(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if kwargs.get("synattn_call") is None:
-        kwargs["synattn_call"] = SynattnCall(syntax_from_inputs(kwargs, model.synattn.input_side))
+        need = kwargs.get("output_attentions")
+        need = getattr(model.config, "output_attentions", False) if need is None else need
+        kwargs["synattn_call"] = SynattnCall(syntax_from_inputs(kwargs, model.synattn.input_side),
+                                             need_weights=bool(need))
     return args, kwargs
 
 

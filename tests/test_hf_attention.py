@@ -113,6 +113,7 @@ def test_supervised_head_loss_is_the_mean_nll_of_the_gold_heads():
     nll = -log_probs.gather(-1, targets.clamp(min=0)[..., None])[..., 0][valid].mean()
     torch.testing.assert_close(out.synattn_losses["encoder_1.parse"], 2.0 * nll)
     assert out.loss is not None  # no labels: the loss is the auxiliary loss
+    assert out["loss"] is out.loss and out.to_tuple()[0] is out.loss  # where Trainer reads it
     labels = torch.zeros(2, 6, dtype=torch.long)
     with_labels = model(**inputs("bert"), labels=labels, syntax_head_targets=targets)
     plain_loss = model(**inputs("bert"), labels=labels).loss
@@ -131,6 +132,19 @@ def test_decoder_features_stay_causal():
     b = model(**changed, **syntax_kwargs()).logits
     torch.testing.assert_close(a[0, :-1], b[0, :-1])
     assert not torch.allclose(a[0, -1], b[0, -1])
+
+
+def test_causal_supervised_head_leaves_out_targets_to_the_right():
+    torch.manual_seed(0)
+    model = gpt2().eval()
+    sh.attach(model, [{"feature": "supervised_head", "side": "decoder", "layers": [0]}])
+    right = torch.arange(1, 7).clamp(max=5).expand(2, 6)  # t -> t + 1 (the last: itself)
+    out = model(**inputs("gpt2"), syntax_head_targets=right)
+    log_probs = out.synattn_head_log_probs["decoder_0.parse"]
+    right_of_diagonal = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    assert (log_probs[:, right_of_diagonal] < -1e30).all()  # never attended
+    expected = -log_probs[0, 5, 5]  # only the last position of the full row has an attendable target
+    torch.testing.assert_close(out.synattn_losses["decoder_0.parse"], expected)
 
 
 def test_gradients_reach_the_model_and_the_added_weights():
@@ -152,6 +166,7 @@ def test_remaining_features_run_where_the_architecture_allows():
         {"feature": "specialized_heads", "side": "encoder", "layers": [0], "num_labels": 5, "heads": [1]},
         {"feature": "syntactic", "side": "encoder", "layers": [1], "head": 3, "arc_dim": 8},
         {"feature": "pointer", "side": "decoder", "layers": [1]},
+        {"feature": "relative_positions", "side": "decoder", "layers": [1], "max_relative": 3},
         {"feature": "bird_eye_reweighting", "side": "decoder", "layers": [0]},
         {"feature": "segmentation", "side": "cross", "layers": [1], "mode": "structured"},
     ])

@@ -66,7 +66,7 @@ def piece_heads(heads: Sequence[int], word_ids: Sequence[int | None]) -> np.ndar
 
     Example:
         >>> piece_heads([2, 0], [None, 0, 0, 1, None]).tolist()  # [CLS] a ##b c [SEP]
-        [-1, 2, 4, 0, -1]
+        [-1, 3, 4, 0, -1]
     """
     heads = np.asarray(heads, dtype=np.int64)
     real = np.array([t for t, w in enumerate(word_ids) if w is not None], dtype=np.int64)

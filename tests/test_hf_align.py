@@ -142,3 +142,28 @@ def test_word_attachment_reads_the_final_pieces():
     wrong = gold.copy()
     wrong[3] = 1
     assert word_attachment(wrong, word_ids, heads) == (1, 2)
+
+
+def test_byte_level_pieces_train_a_gpt2_pointer_loss():
+    from hf_models import byte_bpe_tokenizer, gpt2
+
+    import synattn.hf as sh
+    tokenizer = byte_bpe_tokenizer()
+    tokenizer.padding_side = "left"
+    trees = [("colourless green ideas sleep furiously".split(), [3, 3, 4, 0, 4]),
+             ("she reads".split(), [2, 0])]
+    encoder = SyntaxEncoder(["hints", "head_targets"])
+    items = tokenize_trees(tokenizer, trees, encoder)
+    word_ids = tokenizer(trees[0][0], is_split_into_words=True).word_ids()
+    assert None not in word_ids and len(word_ids) > 5  # no special tokens; words split
+    full = piece_heads(trees[0][1], word_ids)
+    assert items[0]["syntax_hints"].tolist() == syntax_hints(full).tolist()[:-1] + [-100]
+    batch = SyntaxCollator(tokenizer, encoder, lm_labels=True)(items)
+    torch.manual_seed(0)
+    model = gpt2().train()
+    model.resize_token_embeddings(len(tokenizer))
+    sh.attach(model, [{"feature": "pointer", "side": "decoder", "layers": [1]},
+                      {"feature": "supervised_head", "side": "decoder", "layers": [0]}])
+    out = model(**batch)
+    assert set(out.synattn_losses) == {"decoder_1.pointer", "decoder_0.parse"}
+    assert torch.isfinite(out.loss)

@@ -41,7 +41,8 @@ class SynattnModule(nn.Module):
         input_side: the side of ``input_ids``: ``"encoder"``, or ``"decoder"`` for a
             decoder-only model.
         last_call: the :class:`SynattnCall` of the latest forward (its losses and head
-            distributions), also for models called with ``return_dict=False``.
+            distributions), also for models called with ``return_dict=False``; it keeps them
+            (and, until the next forward, the autograd graph behind the losses) alive.
     """
 
     def __init__(self, input_side: str):
@@ -168,6 +169,7 @@ def _start_call(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dic
 
 def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
     call: SynattnCall = kwargs["synattn_call"]
+    call.hidden.clear()  # not kept beyond the forward
     model.synattn.last_call = call
     if not isinstance(output, ModelOutput):
         return output

@@ -1,0 +1,257 @@
+"""Syntax for a fast tokenizer's pieces: dependency trees + ``word_ids()`` → ``syntax_*`` inputs.
+
+A sentence's words are tokenized with ``is_split_into_words=True``; ``encoding.word_ids()`` gives
+each token's word (None for special tokens). The word tree is projected onto the pieces by the
+rules of :func:`synattn.trees.project_to_subwords` (a non-final piece hangs from the next piece,
+a word's final piece from the first piece of its head word, a root word's final piece from ROOT),
+then placed at the pieces' positions in the token sequence.
+
+Special tokens ([CLS], [SEP], <s>, </s>, BOS/EOS) and padding are outside the tree: they attach to
+nothing, get the extra ``outside`` relation label (index ``len(vocab)``, after ``<far>``) in every
+pair they take part in, the label id 0 (``<outside>``) in ``pos``/``deprel``, and
+``IGNORE_INDEX`` (−100) as head target and syntax hint, so no loss reads them. A sentence cut by
+truncation keeps its first words; an arc to a cut word becomes an arc to ROOT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from synattn.attention.inputs import IGNORE_INDEX
+from synattn.errors import InputError
+from synattn.hf.features import relation_labels
+from synattn.trees.dependency import DependencyTree
+from synattn.trees.relations import batch_relation_labels, head_targets, syntax_hints
+from synattn.trees.subword import project_to_subwords
+
+OUTSIDE, UNKNOWN = "<outside>", "<unk>"
+PAIR_FIELDS = ("tree_dist", "traversal")
+
+
+def as_tree(sentence: Any) -> DependencyTree:
+    """A :class:`DependencyTree` from a tree, a spaCy ``Doc``/``Span`` or ``(words, heads)``.
+
+    ``heads`` are 1-based, 0 = ROOT (CoNLL-U). A spaCy token whose head is itself is a root.
+    """
+    if isinstance(sentence, DependencyTree):
+        return sentence
+    if hasattr(sentence, "vocab") and hasattr(sentence, "__iter__") and not isinstance(sentence, (tuple, list)):
+        tokens = list(sentence)  # spaCy Doc or Span
+        start = tokens[0].i if tokens else 0
+        heads = [0 if t.head.i == t.i else t.head.i - start + 1 for t in tokens]
+        return DependencyTree([t.text for t in tokens], np.array(heads, dtype=np.int64),
+                              [t.dep_ or "_" for t in tokens], [t.pos_ or "_" for t in tokens])
+    if isinstance(sentence, (tuple, list)) and len(sentence) == 2:
+        words, heads = sentence
+        return DependencyTree(list(words), np.asarray(heads, dtype=np.int64))
+    raise InputError(f"cannot read a dependency tree from {type(sentence).__name__}; give a "
+                     "DependencyTree, a spaCy Doc or (words, heads)")
+
+
+def piece_heads(heads: Sequence[int], word_ids: Sequence[int | None]) -> np.ndarray:
+    """Heads of a token sequence from word heads and ``word_ids()``.
+
+    Args:
+        heads: ``[n]`` 1-based word heads, 0 = ROOT.
+        word_ids: ``[T]`` the word of each token (None: special token), as given by
+            ``encoding.word_ids()`` of a fast tokenizer.
+
+    Returns:
+        ``[T]`` int64: 1-based position of each token's head in the token sequence, 0 = ROOT,
+        −1 for special tokens (outside the tree).
+
+    Example:
+        >>> piece_heads([2, 0], [None, 0, 0, 1, None]).tolist()  # [CLS] a ##b c [SEP]
+        [-1, 3, 4, 0, -1]
+    """
+    heads = np.asarray(heads, dtype=np.int64)
+    real = np.array([t for t, w in enumerate(word_ids) if w is not None], dtype=np.int64)
+    words = np.array([word_ids[t] for t in real], dtype=np.int64)
+    out = np.full(len(word_ids), -1, dtype=np.int64)
+    if len(real) == 0:
+        return out
+    if (np.diff(words) < 0).any() or (np.diff(words) > 1).any() or words[0] != 0:
+        gap = sorted(set(range(int(words.max()) + 1)) - set(words.tolist()))
+        raise InputError("the tokens' word ids must run 0, 1, 2, ... in order with every word "
+                         f"present (missing or out of order: {gap or 'order'}); tokenize one "
+                         "sentence with is_split_into_words=True")
+    kept = int(words[-1]) + 1  # words beyond it were cut by truncation
+    if kept > len(heads):
+        raise InputError(f"the tokens cover {kept} words but the tree has {len(heads)}")
+    word_heads = np.where(heads[:kept] > kept, 0, heads[:kept])  # arcs to cut words go to ROOT
+    pieces = np.bincount(words, minlength=kept)
+    sub = project_to_subwords(word_heads, pieces)  # [m] 1-based over the real pieces
+    out[real] = np.where(sub > 0, real[np.maximum(sub - 1, 0)] + 1, 0)
+    return out
+
+
+def label_vocab(trees: Iterable[DependencyTree], column: str) -> list[str]:
+    """``["<outside>", "<unk>", ...sorted labels]`` of a tree column (``"upos"``, ``"deprels"``)."""
+    labels = sorted({label for tree in trees for label in getattr(tree, column)})
+    return [OUTSIDE, UNKNOWN] + [x for x in labels if x not in (OUTSIDE, UNKNOWN)]
+
+
+class SyntaxEncoder:
+    """Computes the syntax fields of one tokenized sentence.
+
+    Args:
+        fields: which ``SyntaxInputs`` fields to compute (``tree_dist``, ``traversal``,
+            ``head_targets``, ``hints``, ``pos``, ``deprel``).
+        max_distance: largest tree distance with its own label (as the ``tree_relations``
+            feature's option of the same name).
+        max_traversal: longest traversal path with its own label.
+        pos_vocab: labels of ``pos`` (from :func:`label_vocab` of the ``upos`` column).
+        deprel_vocab: labels of ``deprel`` (from :func:`label_vocab` of ``deprels``).
+    """
+
+    def __init__(self, fields: Sequence[str] = ("head_targets",), max_distance: int = 8,
+                 max_traversal: int = 4, pos_vocab: Sequence[str] | None = None,
+                 deprel_vocab: Sequence[str] | None = None):
+        known = ("tree_dist", "traversal", "head_targets", "hints", "pos", "deprel")
+        unknown = [f for f in fields if f not in known]
+        if unknown:
+            raise ValueError(f"unknown syntax field(s) {unknown}; use some of {list(known)}")
+        self.fields = tuple(fields)
+        self.max_distance, self.max_traversal = max_distance, max_traversal
+        self.vocabs = {"pos": list(pos_vocab or []), "deprel": list(deprel_vocab or [])}
+        for name in ("pos", "deprel"):
+            if name in self.fields and not self.vocabs[name]:
+                raise ValueError(f"syntax field {name!r} needs {name}_vocab (see label_vocab)")
+        self._index = {k: {label: i for i, label in enumerate(v)} for k, v in self.vocabs.items()}
+
+    def outside(self, field: str) -> int:
+        """The ``outside`` label of a pair field (special tokens and padding)."""
+        return relation_labels(field, self.max_distance, self.max_traversal) - 1
+
+    def encode(self, sentence: Any, word_ids: Sequence[int | None]) -> dict[str, np.ndarray]:
+        """Returns the fields (numpy, ``[T]`` or ``[T, T]``) of one sentence's tokens."""
+        tree = as_tree(sentence)
+        full = piece_heads(tree.heads, word_ids)  # [T], -1 at special tokens
+        real = np.flatnonzero(full >= 0)
+        t = len(word_ids)
+        out: dict[str, np.ndarray] = {}
+        if "head_targets" in self.fields:
+            targets = np.full(t, IGNORE_INDEX, dtype=np.int64)
+            targets[real] = head_targets(np.where(full < 0, 0, full))[real]
+            out["head_targets"] = targets
+        if "hints" in self.fields:
+            hints = syntax_hints(np.where(full < 0, 0, full))  # special tokens: roots of their own
+            following = np.append(full[1:] >= 0, False)  # the next token is a piece of a word
+            out["hints"] = np.where((full >= 0) & following, hints, IGNORE_INDEX)
+        pair = [f for f in PAIR_FIELDS if f in self.fields]
+        if pair:
+            sub = full[real]
+            sub = np.where(sub > 0, np.searchsorted(real, sub - 1) + 1, 0)[None]  # over real pieces
+            dist, trav = batch_relation_labels(sub, None, self.max_distance, self.max_traversal)
+            for name, labels in (("tree_dist", dist), ("traversal", trav)):
+                if name in pair:
+                    grid = np.full((t, t), self.outside(name), dtype=np.int16)
+                    grid[np.ix_(real, real)] = labels[0]
+                    out[name] = grid
+        for name, column in (("pos", tree.upos), ("deprel", tree.deprels)):
+            if name in self.fields:
+                index = self._index[name]
+                ids = np.zeros(t, dtype=np.int64)
+                word = [w for w in word_ids if w is not None]
+                ids[real] = [index.get(column[w], 1) for w in word]
+                out[name] = ids
+        return out
+
+
+def tokenize_trees(tokenizer: Any, sentences: Iterable[Any], encoder: SyntaxEncoder,
+                   prefix: str = "syntax_", **tokenizer_kwargs: Any) -> list[dict[str, Any]]:
+    """Tokenizes sentences given as trees and adds their ``syntax_*`` fields.
+
+    Args:
+        tokenizer: a fast tokenizer (``word_ids()`` is needed); for byte-level BPE (GPT-2,
+            RoBERTa) create it with ``add_prefix_space=True``.
+        sentences: trees, spaCy docs or ``(words, heads)``.
+        encoder: which fields to compute.
+        prefix: ``"syntax_"`` for ``input_ids``, ``"decoder_syntax_"`` for ``decoder_input_ids``.
+        **tokenizer_kwargs: e.g. ``truncation=True, max_length=128``.
+
+    Returns:
+        One dict per sentence: the tokenizer's fields plus ``<prefix><field>`` numpy arrays.
+    """
+    out = []
+    for sentence in sentences:
+        tree = as_tree(sentence)
+        encoding = tokenizer(tree.words, is_split_into_words=True, **tokenizer_kwargs)
+        item = dict(encoding)
+        item.update({prefix + k: v for k, v in encoder.encode(tree, encoding.word_ids()).items()})
+        out.append(item)
+    return out
+
+
+class SyntaxCollator:
+    """Pads a list of :func:`tokenize_trees` items into a batch (a dict of tensors).
+
+    Token fields are padded by ``tokenizer.pad`` (its ``padding_side``); the syntax fields the
+    same way: head targets and hints with −100 (and shifted by the padding when it is on the
+    left), ``pos``/``deprel`` with 0, pair fields with their ``outside`` label. A token-level
+    ``labels`` list is padded with −100; ``lm_labels=True`` adds ``labels`` = ``input_ids``
+    with −100 at padding (language modelling).
+    """
+
+    def __init__(self, tokenizer: Any, encoder: SyntaxEncoder, lm_labels: bool = False):
+        self.tokenizer, self.encoder, self.lm_labels = tokenizer, encoder, lm_labels
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        syntax_keys = [k for k in items[0] if "syntax_" in k]
+        tokens = [{k: v for k, v in item.items() if k not in syntax_keys and k != "labels"}
+                  for item in items]
+        batch = dict(self.tokenizer.pad(tokens, return_tensors="pt"))
+        t = batch["input_ids"].shape[1]
+        left = self.tokenizer.padding_side == "left"
+        lengths = [len(item["input_ids"]) for item in items]
+        offsets = [t - n if left else 0 for n in lengths]
+        if "labels" in items[0]:
+            batch["labels"] = self._pad1(items, "labels", IGNORE_INDEX, offsets, t)
+        if self.lm_labels:
+            batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)
+        for key in syntax_keys:
+            field = key.split("syntax_", 1)[1]
+            if field in PAIR_FIELDS:
+                fill = self.encoder.outside(field)
+                dtype = torch.int8 if fill < 127 else torch.int16
+                grid = torch.full((len(items), t, t), fill, dtype=dtype)
+                for b, (item, off) in enumerate(zip(items, offsets)):
+                    n = lengths[b]
+                    grid[b, off:off + n, off:off + n] = torch.as_tensor(np.asarray(item[key]), dtype=dtype)
+                batch[key] = grid
+            else:
+                pad = IGNORE_INDEX if field in ("head_targets", "hints") else 0
+                values = self._pad1(items, key, pad, offsets, t)
+                if field in ("head_targets", "hints"):
+                    shift = torch.tensor(offsets)[:, None]
+                    values = torch.where(values >= 0, values + shift, values)
+                batch[key] = values
+        return batch
+
+    @staticmethod
+    def _pad1(items: list[dict[str, Any]], key: str, pad: int, offsets: list[int],
+              t: int) -> torch.Tensor:
+        out = torch.full((len(items), t), pad, dtype=torch.long)
+        for b, (item, off) in enumerate(zip(items, offsets)):
+            values = torch.as_tensor(np.asarray(item[key]), dtype=torch.long)
+            out[b, off:off + len(values)] = values
+        return out
+
+
+def word_attachment(predicted: Sequence[int], word_ids: Sequence[int | None],
+                    heads: Sequence[int]) -> tuple[int, int]:
+    """(correct, total) unlabeled attachments of one sentence's words from a supervised head.
+
+    A word's head is read at its final piece, whose target is the first piece of its head word
+    (itself for a root word): ``predicted[t]`` is the position the head attends most at token t.
+    """
+    full = piece_heads(heads, word_ids)
+    targets = head_targets(np.where(full < 0, 0, full))
+    finals = [t for t, w in enumerate(word_ids)
+              if w is not None and (t + 1 == len(word_ids) or word_ids[t + 1] != w)]
+    correct = sum(int(predicted[t]) == int(targets[t]) for t in finals)
+    return correct, len(finals)

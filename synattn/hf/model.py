@@ -1,0 +1,226 @@
+"""Attaching synattn features to a ``transformers`` model, and loading a model that has them.
+
+:func:`attach` adds one submodule, ``model.synattn`` (:class:`SynattnModule`), holding the added
+parameters under their own names (``synattn.encoder_2.features.0.key_table``): the model's own
+weights keep theirs. It writes the features into ``model.config.synattn`` (so that
+``save_pretrained`` saves them in ``config.json`` and the added weights in the same safetensors
+file as the model's) and switches the model to the ``"synattn"`` attention implementation.
+
+Two forward hooks of the model (PyTorch's own extension points) carry one forward's state:
+
+- before: the ``syntax_*`` (and ``decoder_syntax_*``) inputs of the batch become one
+  :class:`~synattn.hf.attention.SynattnCall`, passed as keyword ``synattn_call``; the model's
+  forward hands it down to the attention function;
+- after: the auxiliary losses are added to ``outputs.loss`` (or become it when the model computed
+  no loss) and exposed as ``outputs.synattn_losses``; the supervised heads' log-distributions as
+  ``outputs.synattn_head_log_probs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers.utils import ModelOutput
+
+from synattn.attention.inputs import SyntaxInputs
+from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
+from synattn.hf.features import FEATURES, SIDES, normalize_specs, spec_options
+from synattn.hf.sites import find_sites
+
+SYNTAX_FIELDS = ("tree_dist", "traversal", "pos", "deprel", "head_targets", "hints")
+"""Names of the syntax inputs: ``syntax_<field>`` (the syntax of ``input_ids``) and
+``decoder_syntax_<field>`` (of ``decoder_input_ids``)."""
+
+
+class SynattnModule(nn.Module):
+    """The added parameters of a model, one :class:`SiteAttention` per attention with features.
+
+    Attributes:
+        input_side: the side of ``input_ids``: ``"encoder"``, or ``"decoder"`` for a
+            decoder-only model.
+        last_call: the :class:`SynattnCall` of the latest forward (its losses and head
+            distributions), also for models called with ``return_dict=False``; it keeps them
+            (and, until the next forward, the autograd graph behind the losses) alive.
+    """
+
+    def __init__(self, input_side: str):
+        super().__init__()
+        self.input_side = input_side
+        self.last_call: SynattnCall | None = None
+
+    def sites(self) -> dict[str, SiteAttention]:
+        """The attention sites with features, by key (``"encoder_0"``)."""
+        return {name: child for name, child in self.named_children()
+                if isinstance(child, SiteAttention)}
+
+    def constituent_links(self) -> Tensor:
+        """The Tree Transformer link probabilities ``[batch_size, layers, n − 1]`` of the latest
+        forward (for :func:`synattn.trees.induce.induce_trees`)."""
+        for site in self.sites().values():
+            for feature in site.features:
+                if getattr(feature, "state", None) is not None:
+                    return feature.state.stack()
+        raise ValueError("this model has no constituent feature")
+
+
+def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
+    """Adds synattn features to a loaded ``transformers`` model, in place.
+
+    Args:
+        model: a BERT/RoBERTa, GPT-2, BART or T5 model (any task head).
+        features: feature specs (see :mod:`synattn.hf.features`), e.g.
+            ``[{"feature": "supervised_head", "layers": [1], "head": 0}]``; an empty list
+            attaches nothing (the model computes exactly what it computed before).
+
+    Returns:
+        ``model.synattn``.
+
+    Example:
+        >>> from transformers import BertConfig, BertModel
+        >>> model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2,
+        ...                              num_attention_heads=4, intermediate_size=64))
+        >>> _ = attach(model, [{"feature": "supervised_head", "layers": [1]}])
+        >>> [name for name, _ in model.synattn.named_parameters()]
+        ['encoder_1.features.0.bilinear', 'encoder_1.features.0.key_bias']
+    """
+    if "synattn" in model._modules:
+        raise ValueError(f"{type(model).__name__} already has synattn features")
+    specs = normalize_specs(features)
+    sites = find_sites(model)
+    by_side: dict[str, dict[int, Any]] = {side: {} for side in SIDES}
+    for name, module, site in sites:
+        by_side[site.side][site.layer] = (name, module, site)
+    input_side = "encoder" if by_side["encoder"] else "decoder"
+    holder = SynattnModule(input_side)
+    shared: dict[str, dict[str, Any]] = {side: {} for side in SIDES}
+    chosen: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = {}
+    for i, spec in enumerate(specs):
+        side, available = spec["side"], by_side[spec["side"]]
+        if not available:
+            raise ValueError(f"synattn feature #{i} ({spec['feature']}): {type(model).__name__} "
+                             f"has no {side} attention")
+        layers = sorted(available) if spec["layers"] is None else spec["layers"]
+        missing = [x for x in layers if x not in available]
+        if missing:
+            raise ValueError(f"synattn feature #{i} ({spec['feature']}): {side} layer(s) {missing} "
+                             f"do not exist; the model has {side} layers 0..{max(available)}")
+        for layer in layers:
+            chosen.setdefault((side, layer), []).append((i, spec))
+    parameter = next(model.parameters(), None)
+    for (side, layer) in sorted(chosen, key=lambda k: (SIDES.index(k[0]), k[1])):
+        name, module, site = by_side[side][layer]
+        kinds = [FEATURES[spec["feature"]] for _, spec in chosen[(side, layer)]]
+        built = [kind.build(site, spec_options(spec), shared[side])
+                 for kind, (_, spec) in zip(kinds, chosen[(side, layer)])]
+        runner = SiteAttention(site, built, any(kind.reads_hidden for kind in kinds))
+        if parameter is not None and parameter.device.type != "meta":
+            runner.to(device=parameter.device, dtype=parameter.dtype)
+        holder.add_module(site.key, runner)
+        module.__dict__[SITE_ATTRIBUTE] = runner  # a plain attribute: not a child module
+        if runner.reads_hidden:
+            module.register_forward_pre_hook(_capture_hidden(site.key), with_kwargs=True)
+    holder.train(model.training)  # new modules follow the model's train/eval mode
+    model.add_module("synattn", holder)
+    model.config.synattn = specs
+    model.register_forward_pre_hook(_start_call, with_kwargs=True)
+    model.register_forward_hook(_finish_call, with_kwargs=True)
+    if model.config._attn_implementation != IMPLEMENTATION:
+        model.set_attn_implementation(IMPLEMENTATION)
+    return holder
+
+
+def _capture_hidden(key: str):
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        call = kwargs.get("synattn_call")
+        if call is not None:
+            call.hidden[key] = args[0] if args else kwargs["hidden_states"]
+    return hook
+
+
+def syntax_from_inputs(inputs: dict[str, Any], input_side: str) -> dict[str, SyntaxInputs]:
+    """Pops the ``syntax_*`` / ``decoder_syntax_*`` entries of ``inputs``; returns them by side.
+
+    Raises:
+        ValueError: an entry starts with ``syntax_`` or ``decoder_syntax_`` but names no field.
+    """
+    syntax = {}
+    for prefix, side in (("syntax_", input_side), ("decoder_syntax_", "decoder")):
+        keys = [k for k in inputs if k.startswith(prefix)]
+        unknown = [k for k in keys if k[len(prefix):] not in SYNTAX_FIELDS]
+        if unknown:
+            raise ValueError(f"unknown syntax input(s) {unknown}; use {prefix}<field> with field "
+                             f"one of {list(SYNTAX_FIELDS)}")
+        if keys:
+            values = {k[len(prefix):]: inputs.pop(k) for k in keys}
+            syntax[side] = SyntaxInputs(**{k: v for k, v in values.items() if v is not None})
+    return syntax
+
+
+def _start_call(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if kwargs.get("synattn_call") is None:
+        need = kwargs.get("output_attentions")
+        need = getattr(model.config, "output_attentions", False) if need is None else need
+        kwargs["synattn_call"] = SynattnCall(syntax_from_inputs(kwargs, model.synattn.input_side),
+                                             need_weights=bool(need))
+    return args, kwargs
+
+
+def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+    call: SynattnCall = kwargs["synattn_call"]
+    call.hidden.clear()  # not kept beyond the forward
+    model.synattn.last_call = call
+    if not isinstance(output, ModelOutput):
+        return output
+    if call.losses:
+        total = torch.stack([loss.float() for loss in call.losses.values()]).sum()
+        if output.get("loss") is not None:
+            output["loss"] = output["loss"] + total.to(output["loss"].dtype)
+        elif "loss" in output.__dataclass_fields__:
+            output = type(output)(**{**dict(output), "loss": total})  # loss stays the first field
+    output.synattn_losses = call.losses
+    output.synattn_head_log_probs = call.head_log_probs
+    return output
+
+
+_WITH_FEATURES: dict[type, type] = {}
+
+
+def with_features(cls: type) -> type:
+    """A subclass of the ``transformers`` model class ``cls`` whose ``__init__`` attaches the
+    features named in ``config.synattn``, so that ``from_pretrained`` finds every saved weight a
+    home (same class name and module, so saved configs name ``cls``)."""
+    if cls not in _WITH_FEATURES:
+        def __init__(self: nn.Module, config: Any, *args: Any, **kwargs: Any) -> None:
+            cls.__init__(self, config, *args, **kwargs)
+            specs = getattr(config, "synattn", None)
+            if specs is not None:
+                attach(self, specs)
+
+        _WITH_FEATURES[cls] = type(cls.__name__, (cls,), {
+            "__init__": __init__, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return _WITH_FEATURES[cls]
+
+
+def from_pretrained(cls: type, path: str, **kwargs: Any) -> Any:
+    """Loads a model saved with synattn features (``model.save_pretrained(path)``).
+
+    Args:
+        cls: the model class (``BertForTokenClassification``) or an auto class
+            (``AutoModelForTokenClassification``).
+        path: a local directory or hub name (any argument ``cls.from_pretrained`` accepts).
+        **kwargs: passed to ``from_pretrained`` (``output_loading_info=True`` reports missing and
+            unexpected keys, the synattn weights included).
+
+    A checkpoint without ``synattn`` in its config loads as the plain model.
+    """
+    from transformers import AutoConfig
+
+    config = kwargs.pop("config", None) or AutoConfig.from_pretrained(path)
+    if hasattr(cls, "_model_mapping"):  # an auto class: the concrete class of this config
+        cls = cls._model_mapping[type(config)]
+    if getattr(config, "synattn", None) is None:
+        return cls.from_pretrained(path, config=config, **kwargs)
+    kwargs.setdefault("attn_implementation", IMPLEMENTATION)
+    return with_features(cls).from_pretrained(path, config=config, **kwargs)

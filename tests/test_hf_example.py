@@ -1,0 +1,57 @@
+"""The example script fine-tunes a tiny random model with a supervised head on a tiny CoNLL-U."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_models import bert, wordpiece_tokenizer
+
+import synattn.hf as sh
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "hf_supervised_head.py"
+
+CONLLU = """\
+# sent_id = 1
+1\tthe\tthe\tDET\t_\t_\t2\tdet\t_\t_
+2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_
+3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_
+4\ton\ton\tADP\t_\t_\t6\tcase\t_\t_
+5\tthe\tthe\tDET\t_\t_\t6\tdet\t_\t_
+6\tmat\tmat\tNOUN\t_\t_\t3\tobl\t_\t_
+
+# sent_id = 2
+1\tshe\tshe\tPRON\t_\t_\t2\tnsubj\t_\t_
+2\treads\tread\tVERB\t_\t_\t0\troot\t_\t_
+3\told\told\tADJ\t_\t_\t4\tamod\t_\t_
+4\tbooks\tbook\tNOUN\t_\t_\t2\tobj\t_\t_
+
+"""
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("hf_supervised_head", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_fine_tunes_and_reports_uas(tmp_path, capsys):
+    torch.manual_seed(0)
+    bert().save_pretrained(tmp_path / "tiny")
+    wordpiece_tokenizer().save_pretrained(tmp_path / "tiny")
+    data = tmp_path / "toy.conllu"
+    data.write_text(CONLLU, encoding="utf-8")
+    result = load_script().main([
+        "--model", str(tmp_path / "tiny"), "--train", str(data), "--dev", str(data),
+        "--layer", "1", "--head", "2", "--epochs", "2", "--batch-size", "2", "--lr", "1e-3",
+        "--output", str(tmp_path / "out")])
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert [row["epoch"] for row in lines] == [1, 2]
+    assert 0.0 <= result["uas"] <= 1.0 and result["uas"] == lines[-1]["dev_uas"]
+    model, info = sh.from_pretrained(
+        __import__("transformers").AutoModel, tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert list(model.synattn.sites()) == ["encoder_1"]

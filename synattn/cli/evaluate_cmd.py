@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from synattn.cli.options import positive_int
 from synattn.evaluate.runner import evaluate_run, load_run
 from synattn.io import atomic_write
 
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint directory")
     p.add_argument("--split", default="test", help="split of the prepared dataset (default test)")
     p.add_argument("--data", help="prepared dataset folder (default: the run's)")
-    p.add_argument("--beam", type=int, help="beam size (default: the run's eval.beam)")
+    p.add_argument("--beam", type=positive_int, help="beam size (default: the run's eval.beam)")
     p.add_argument("--no-translate", action="store_true", help="skip translation (no BLEU)")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--hypotheses", help="also write the translations here")

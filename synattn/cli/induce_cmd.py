@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
+from synattn.cli.options import float_in, nonnegative_int, positive_int
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.errors import InputError
 from synattn.io import atomic_write
@@ -45,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--split", help="a split of the run's prepared dataset")
     p.add_argument("-o", "--output", help="trees, one per line (default: standard output)")
     p.add_argument("--gold", help="gold bracketed trees, one per sentence: print bracket F1")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random-tree baseline")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random-tree baseline")
     p.add_argument("--json", help="also write the F1 scores as JSON here")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="empty or non-UTF-8 input lines: stop (default) or leave them out (empty output lines)")
@@ -55,11 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """``--threshold``, ``--min-layer``, ``--batch-size`` (shared with ``synattn viz``)."""
-    p.add_argument("--threshold", type=float, default=0.8,
+    p.add_argument("--threshold", type=float_in(0.0, 1.0), default=0.8,
                    help="a split point whose link exceeds it is not trusted at that layer (0.8)")
-    p.add_argument("--min-layer", type=int, default=3,
+    p.add_argument("--min-layer", type=positive_int, default=3,
                    help="lowest layer decoding goes down to, counted from 1 at the bottom (3)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
 
 
 def source_request(model) -> SyntaxRequest:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from synattn.cli.options import positive_int
 from synattn.trees.conllu_io import read_conllu
 from synattn.trees.stats import treebank_statistics
 
@@ -14,8 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("conllu", help="CoNLL-U file")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="what to do with a malformed sentence (default: stop with file and line)")
-    p.add_argument("--max-distance", type=int, default=8, help="tree-distance label clip")
-    p.add_argument("--max-traversal", type=int, default=4, help="traversal label clip")
+    p.add_argument("--max-distance", type=positive_int, default=8, help="tree-distance label clip")
+    p.add_argument("--max-traversal", type=positive_int, default=4, help="traversal label clip")
     p.add_argument("--plot", help="also write label histograms to this PNG")
     p.set_defaults(func=run)
 

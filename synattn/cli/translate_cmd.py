@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
+from synattn.cli.options import finite_float, positive_int
 from synattn.generate.translate import Translator
 
 
@@ -24,9 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("-i", "--input", help="text file, one sentence per line")
     source.add_argument("--split", help="translate a split of the run's prepared dataset")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
-    p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's eval.beam; 1 = greedy)")
-    p.add_argument("--length-penalty", type=float, default=None, help="length normalisation exponent")
-    p.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
+    p.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the run's eval.beam; 1 = greedy)")
+    p.add_argument("--length-penalty", type=finite_float, default=None, help="length normalisation exponent")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="sentences per batch")
     p.add_argument("--pretokenized", action="store_true",
                    help="input tokens are separated by whitespace (else the parser tokenises raw text "
                         "when the encoder reads trees)")

@@ -26,6 +26,7 @@ import torch
 
 from synattn.cli.common import Sentences, add_run_arguments, load
 from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
+from synattn.cli.options import nonnegative_int
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.data.subwords import BOS
 from synattn.errors import InputError
@@ -41,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("-i", "--input", help="text file, one sentence per line, words separated by spaces")
     source.add_argument("--split", help="a split of the run's prepared dataset")
-    p.add_argument("--index", type=int, default=0, help="which sentence (0-based; default 0)")
+    p.add_argument("--index", type=nonnegative_int, default=0, help="which sentence (0-based; default 0)")
     p.add_argument("-o", "--output", required=True, help="folder for the PNG files")
-    p.add_argument("--layers", type=int, nargs="+", help="only these layers (0-based; default all)")
+    p.add_argument("--layers", type=nonnegative_int, nargs="+", help="only these layers (0-based; default all)")
     p.add_argument("--parse", action="store_true",
                    help="parse text input with the dataset's spaCy pipeline to draw its dependency arcs "
                         "(automatic when the model reads source trees)")

@@ -6,7 +6,12 @@ it (gradients are synchronised once, on the last batch), then the gradients are 
 total ``sample_size`` of the update over all processes, clipped, and AdamW steps with the
 inverse-sqrt schedule.
 
-Determinism: the epoch's batch list depends only on ``(seed, epoch)``
+One writer: rank 0 holds a lock on the run directory while it trains
+(:class:`synattn.locks.FolderLock`); a second ``train`` of the same directory stops with an error
+naming the holder.
+
+Determinism: the initial weights come from ``train.seed`` (``synattn train`` seeds torch before
+building the model), the epoch's batch list depends only on ``(seed, epoch)``
 (:func:`synattn.data.batching.token_batches`), and torch's global generator is re-seeded from
 ``(seed, update, rank, batch)`` before every batch (dropout, masking). A checkpoint stores the
 update count, the epoch, the number of the epoch's batches consumed, optimizer and scheduler
@@ -34,8 +39,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from synattn.data.batching import Batch, collate, token_batches
-from synattn.errors import InputError
+from synattn.errors import InputError, RunFailure, SynattnError
 from synattn.io import atomic_write
+from synattn.locks import FolderLock
 from synattn.train.checkpoint import (CHECKPOINTS, load_checkpoint, resolve_checkpoint, rng_state,
                                       save_checkpoint, set_rng_state)
 from synattn.train.config import BATCH_ORDER_KEYS, TrainConfig
@@ -114,7 +120,7 @@ class Trainer:
         self.request = task.syntax_request()
         self.lengths = np.asarray(train_data.lengths())
         if len(self.lengths) == 0:
-            raise ValueError("the training data is empty")
+            raise InputError("the training data is empty", str(getattr(train_data, "folder", "<train data>")))
         self.step, self.epoch, self.batches_done = 0, 1, 0
         self.best_valid_loss: float | None = None
         self.elapsed = 0.0  # training seconds over every resumed part of the run
@@ -149,8 +155,13 @@ class Trainer:
         """Writes a checkpoint of the current update (rank 0; others return None)."""
         if not self.dist.is_main:
             return None
-        return save_checkpoint(self.run_dir / CHECKPOINTS, self.step, self.model, self.state_dict(),
-                               is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
+        try:
+            return save_checkpoint(self.run_dir / CHECKPOINTS, self.step, self.model, self.state_dict(),
+                                   is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
+        except RuntimeError as err:  # torch.save reports a failed write (e.g. a full disk) this way
+            raise RunFailure(f"{self.run_dir / CHECKPOINTS}: cannot write the checkpoint of update {self.step} "
+                             f"({' '.join(str(err).split())[:200]}); is the disk full? The last complete "
+                             f"checkpoint is kept: free space and resume") from None
 
     def _resume(self, resume: bool) -> bool:
         found = resolve_checkpoint(self.run_dir / CHECKPOINTS)
@@ -159,7 +170,14 @@ class Trainer:
         if not resume:
             raise InputError("this run directory already has checkpoints: resume it or choose another "
                              "directory", str(self.run_dir))
-        self.load_state_dict(load_checkpoint(found, self.model))
+        try:
+            state = load_checkpoint(found, self.model)
+        except (SynattnError, OSError, MemoryError):
+            raise
+        except Exception as err:  # a damaged file: safetensors, zip or unpickling errors
+            raise InputError(f"cannot read this checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]}); "
+                             f"delete it to resume from the one before", str(found)) from None
+        self.load_state_dict(state)
         logger.info("resumed from %s (update %d, epoch %d, batch %d)", found, self.step, self.epoch,
                     self.batches_done)
         return True
@@ -277,8 +295,23 @@ class Trainer:
         Returns:
             How the run ended.
         """
-        c, world = self.config, self.dist.world_size
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(self.run_dir, "run directory")
+        failure = None
+        if self.dist.is_main:  # rank 0 writes the run directory; the other ranks write nothing there
+            try:
+                lock.acquire()
+            except RunFailure as err:
+                failure = err
+        if self.dist.main_says(failure is not None):  # every process stops when rank 0 has no lock
+            raise failure or RunFailure(f"{self.run_dir}: rank 0 could not lock the run directory")
+        try:
+            return self._train(resume)
+        finally:
+            lock.release()
+
+    def _train(self, resume: bool) -> TrainResult:
+        c, world = self.config, self.dist.world_size
         resumed = self._resume(resume)
         self._write_config()
         self._log = RunLog(self.run_dir, self.dist.is_main, c.tensorboard, self.step if resumed else None)

@@ -172,9 +172,11 @@ class Trainer:
                              "directory", str(self.run_dir))
         try:
             state = load_checkpoint(found, self.model)
-        except (SynattnError, OSError, MemoryError):
+        except (SynattnError, MemoryError):
             raise
-        except Exception as err:  # a damaged file: safetensors, zip or unpickling errors
+        except Exception as err:
+            if isinstance(err, OSError) and err.filename:  # the file system's error: says which file
+                raise  # a damaged file: safetensors, zip or unpickling errors
             raise InputError(f"cannot read this checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]}); "
                              f"delete it to resume from the one before", str(found)) from None
         self.load_state_dict(state)

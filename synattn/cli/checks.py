@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 from pathlib import Path
 
 from synattn.cli.options import positive_int
+from synattn.data.validate import check_dataset, check_manifest
 from synattn.errors import InputError, UsageError
 
 DEFAULT_MAX_LEN = 1024
@@ -21,22 +21,6 @@ def add_max_len_argument(p: argparse.ArgumentParser) -> None:
                         f"one stops the command, or is left out with --on-error skip")
 
 
-def read_manifest(data: Path, option: str = "--data") -> dict:
-    """The manifest of a prepared dataset folder, or an error naming the option and the folder."""
-    try:
-        manifest = json.loads((Path(data) / "manifest.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"not a prepared dataset (no manifest.json; {option})", str(data)) from None
-    except ValueError as err:
-        raise InputError(f"manifest.json is not valid JSON ({err})", str(data)) from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("spm"), dict):
-        raise InputError("manifest.json is not a synattn manifest", str(data))
-    for name in manifest["spm"].values():  # file names inside the folder, nothing else
-        if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
-            raise InputError(f"manifest.json names a file outside the folder: {name!r}", str(data))
-    return manifest
-
-
 def _digest(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -44,14 +28,15 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def check_vocabulary(model, trained_on: str | Path, data: str | Path) -> None:
-    """Refuse a dataset folder whose vocabulary is not the one ``model`` was trained with.
+def check_vocabulary(model, trained_on: str | Path, data: str | Path, split: str | None = None) -> None:
+    """Refuse a damaged dataset folder (:func:`synattn.data.validate.check_dataset`, with the
+    arrays of ``split`` when given), or one whose vocabulary is not the one ``model`` was trained with.
 
     The sentencepiece models of ``data`` must be byte-identical to those of ``trained_on`` (the
     run's dataset) when that folder still exists; the vocabulary sizes must match the model's.
     """
     data, trained_on = Path(data), Path(trained_on)
-    manifest = read_manifest(data)
+    manifest = check_dataset(data, split)
     config = model.config
     sizes = {"src": getattr(config, "src_vocab_size", getattr(config, "vocab_size", None)),
              "tgt": getattr(config, "tgt_vocab_size", None)}
@@ -68,7 +53,7 @@ def check_vocabulary(model, trained_on: str | Path, data: str | Path) -> None:
     if data.resolve() == trained_on.resolve() or not (trained_on / "manifest.json").is_file():
         return
     try:
-        theirs = read_manifest(trained_on)
+        theirs = check_manifest(trained_on)
     except InputError:
         return
     for side, name in manifest["spm"].items():

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, exp, checkpoint = load_run(args.run, args.checkpoint)
-    check_vocabulary(model, exp.data, args.data or exp.data)
+    check_vocabulary(model, exp.data, args.data or exp.data, args.split)
     print(f"evaluating {checkpoint}", file=sys.stderr)
     result = evaluate_run(model, exp, args.split, data=args.data, beam=args.beam,
                           translate=not args.no_translate)

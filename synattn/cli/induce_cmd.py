@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     model, exp, data = load(args)
     check_constituent(model, args.run)
     min_layer = resolve_min_layer(model, args.min_layer)
-    check_vocabulary(model, exp.data, data)
+    check_vocabulary(model, exp.data, data, args.split)
     if args.split:
         sentences = Sentences.from_split(data, args.split)
     else:

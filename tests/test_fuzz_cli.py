@@ -76,16 +76,16 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 def sandbox(protected: Path):
     """A fresh working directory; afterwards, ``protected`` and the sandbox's parent are unchanged."""
     before = _digest(protected)
-    parent = Path(tempfile.gettempdir())
-    with tempfile.TemporaryDirectory(prefix="synattn-fuzz-") as folder:
-        listing = set(os.listdir(parent))
+    with tempfile.TemporaryDirectory(prefix="synattn-fuzz-") as outer:
+        folder = Path(outer) / "box"  # the working directory; its parent must stay as it is
+        folder.mkdir()
         cwd = os.getcwd()
         os.chdir(folder)
         try:
-            yield Path(folder)
+            yield folder
         finally:
             os.chdir(cwd)
-        assert {n for n in set(os.listdir(parent)) - listing if not n.startswith(("tmp", "pymp-"))} == set()
+        assert os.listdir(outer) == ["box"]
     assert _digest(protected) == before
 
 

@@ -62,6 +62,10 @@ def batch_seed(seed: int, stream: int, step: int, rank: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, stream, step, rank, index]).generate_state(1)[0])
 
 
+class NonFiniteGradient(RunFailure, FloatingPointError):
+    """The gradients of an update are not finite (the run diverged, or its weights are damaged)."""
+
+
 @dataclass
 class TrainResult:
     """How a call to :meth:`Trainer.train` ended.
@@ -246,7 +250,7 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.grad is not None], clip))
         if not math.isfinite(grad_norm):
-            raise FloatingPointError(f"the gradient norm is {grad_norm} at update {self.step + 1} "
+            raise NonFiniteGradient(f"the gradient norm is {grad_norm} at update {self.step + 1} "
                                      f"(lower lr, or set clip_norm)")
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from synattn.cli.options import positive_int
 from synattn.data.corpora import BIBLE_TRANSLATIONS, SPLITS, load_bible_pairs, load_ptb_lm
 from synattn.io import atomic_write
 
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="l", help="Bible target translation code (default l = Segond 1910)")
     p.add_argument("--splits", nargs="+", default=None,
                    help=f"splits to write (bible: {', '.join(SPLITS)}; ptb: train valid test; default all)")
-    p.add_argument("--limit", type=int, default=None, help="at most this many sentences per split")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most this many sentences per split")
     p.set_defaults(func=run)
 
 

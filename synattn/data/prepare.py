@@ -14,6 +14,11 @@ Re-running with the same settings finds the manifest and does nothing; parsed tr
 under ``OUT/cache`` by a hash of their text and parser, so changing e.g. the vocabulary size does not
 parse again. Arrays are written into ``OUT/.building`` and moved into place before the manifest,
 which is written last: a folder without a manifest is never taken as prepared.
+
+Safety: ``OUT`` must be new, empty, or a folder ``prepare`` made (it writes ``OUT/.synattn-dataset``
+first); anything else is refused unless ``force``. Split names are plain folder names, so nothing
+is written outside ``OUT``. One ``prepare`` at a time writes into ``OUT``
+(:class:`synattn.locks.FolderLock`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import hashlib
 import json
 import logging
 import platform
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,8 +38,9 @@ from synattn import __version__
 from synattn.data.indexed import write_field
 from synattn.data.subwords import segment_words, train_sentencepiece
 from synattn.data.text import SkipReport, read_lines
-from synattn.errors import DataError
+from synattn.errors import DataError, UsageError
 from synattn.io import atomic_write
+from synattn.locks import LOCK_NAME, FolderLock
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
 from synattn.trees.dependency import DependencyTree
@@ -42,6 +49,22 @@ from synattn.trees.subword import project_to_subwords
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"
+MARKER = ".synattn-dataset"  # written first: the folder is (being made into) a prepared dataset
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_RESERVED = {"cache"}
+
+
+def check_split_name(split: str, option: str = "split") -> str:
+    """``split`` if it is a plain folder name (letters, digits, ``_``, ``-``; not ``cache``).
+
+    Raises:
+        UsageError: a name with a path separator, ``..``, a leading dot or another character
+            that could make a split's folder land outside the dataset folder.
+    """
+    if not isinstance(split, str) or not _SPLIT_NAME.fullmatch(split) or split in _RESERVED:
+        raise UsageError(f"{option}: split name {split!r} is not allowed (use letters, digits, '_' and '-', "
+                         f"e.g. train, dev, test; 'cache' is reserved)")
+    return split
 
 
 @dataclass
@@ -128,9 +151,9 @@ def _load_text(cfg: PrepareConfig) -> dict[str, dict[str, Side]]:
             out[split] = {"src": Side([" ".join(t.words) for t in trees], list(range(1, len(trees) + 1)),
                                       path, trees)}
     else:
-        raise ValueError("nothing to prepare: give a corpus, file prefixes or source treebanks")
+        raise UsageError("nothing to prepare: give a corpus, file prefixes or source treebanks")
     if "train" not in out:
-        raise ValueError("a training split is required")
+        raise UsageError(f"a training split is required (got {', '.join(out) or 'none'})")
     return out
 
 
@@ -222,16 +245,77 @@ def prepare(cfg: PrepareConfig, force: bool = False) -> Path:
         MissingDependencyError: a corpus package or spaCy model is missing.
     """
     out = Path(cfg.out)
+    _check_config(cfg)
+    check_output_folder(out, force)
+    with FolderLock(out, "prepared dataset"):
+        return _prepare_locked(cfg, out, force)
+
+
+def _check_config(cfg: PrepareConfig) -> None:
+    for option, names in (("--train/--dev/--test", cfg.prefixes), ("--src-trees", cfg.src_trees)):
+        for split in names:
+            check_split_name(split, option)
+    if cfg.prefixes and cfg.src_trees and set(cfg.src_trees) - set(cfg.prefixes):
+        extra = ", ".join(sorted(set(cfg.src_trees) - set(cfg.prefixes)))
+        raise UsageError(f"--src-trees: split(s) {extra} have no text file (--train/--dev/--test)")
+    for option, value, low in (("--vocab-size", cfg.vocab_size, 8), ("--max-words", cfg.max_words, 1),
+                               ("--limit", cfg.limit, 1)):
+        if value is not None and value < low:
+            raise UsageError(f"{option} {value}: must be at least {low}")
+
+
+def is_prepared_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a folder ``prepare`` made (finished, or interrupted)."""
+    if (folder / MARKER).is_file():
+        return True
+    try:  # made before the marker existed: a manifest of synattn's
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and {"synattn", "splits", "spm"} <= set(manifest)
+
+
+def check_output_folder(out: Path, force: bool = False) -> None:
+    """Refuse to write into ``out`` unless it is new, empty or a prepared dataset (or ``force``).
+
+    Raises:
+        UsageError: ``out`` is a file, or a folder with other content and ``force`` is off.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out}: exists and is not a folder")
+    if not out.is_dir() or is_prepared_folder(out):
+        return
+    content = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
+    if not content:
+        return
+    if not force:
+        shown = ", ".join(content[:3]) + (", ..." if len(content) > 3 else "")
+        raise UsageError(f"-o {out}: the folder exists and is not a prepared dataset (it holds {shown}); "
+                         f"choose a new folder, or add --force to write the dataset into it (its "
+                         f"split subfolders would be replaced)")
+    logger.warning("%s is not a prepared dataset; writing into it anyway (--force)", out)
+
+
+def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
     key = _hash(asdict(cfg), __version__)
     manifest_path = out / MANIFEST
     if manifest_path.exists() and not force:
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("key") == key:
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except ValueError:
+            manifest = {}
+        if isinstance(manifest, dict) and manifest.get("key") == key:
             logger.info("%s is already prepared with these settings", out)
             return out
+    if not (out / MARKER).is_file():
+        with atomic_write(out / MARKER) as f:
+            f.write("a dataset folder of 'synattn prepare'\n")
     (out / "cache").mkdir(parents=True, exist_ok=True)
     manifest_path.unlink(missing_ok=True)  # from here on the folder is not "prepared"
     data = _load_text(cfg)
+    for split, by_side in data.items():
+        if not by_side["src"].lines:
+            raise DataError(f"split {split} has no sentences", by_side["src"].path)
     sides = ("src",) if cfg.monolingual else ("src", "tgt")
     for split, by_side in data.items():
         if by_side["src"].trees is None and cfg.parse_source:
@@ -246,7 +330,11 @@ def prepare(cfg: PrepareConfig, force: bool = False) -> Path:
         name = names[side]
         if name not in models:
             text = [" ".join(w) for s in sides if names[s] == name for w in data["train"][s].words()]
-            models[name] = train_sentencepiece(text, out / f"spm.{name}.model", cfg.vocab_size)
+            try:
+                models[name] = train_sentencepiece(text, out / f"spm.{name}.model", cfg.vocab_size)
+            except RuntimeError as err:  # sentencepiece's own checks, e.g. a too small vocabulary
+                raise DataError(f"sentencepiece cannot train on it: {' '.join(str(err).split())}",
+                                data["train"]["src" if name != "tgt" else "tgt"].path) from None
 
     trees_of = {s: data["train"][s].trees for s in sides}  # label vocabularies come from train only
     labels: dict[str, list[str]] = {}

@@ -51,6 +51,8 @@ def read_lines(path: str | Path, *, on_error: str = "raise", max_words: int | No
     out: list[tuple[int, str]] = []
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark is no text
+                raw = raw[3:]
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:

@@ -20,6 +20,7 @@ import yaml
 
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
 from synattn.evaluate.attachment import word_predictions
+from synattn.errors import InputError, SynattnError
 from synattn.evaluate.translation import perplexity, translation_scores
 from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
@@ -33,14 +34,35 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
     """The model of a run directory's ``best``/``last`` checkpoint (or a checkpoint path) and its
     experiment config (from the run's ``config.yaml``)."""
     run = Path(run)
-    checkpoint = resolve_checkpoint(run, which) if which in ("best", "last") else Path(which)
-    if checkpoint is None or not checkpoint.exists():
-        raise FileNotFoundError(f"{run} has no {which} checkpoint")
-    model = PretrainedModel.from_pretrained(checkpoint)
+    if not run.is_dir():
+        raise InputError("not a run directory of 'synattn train' (no such folder)", str(run))
     config_path = run / "config.yaml"
-    if not config_path.exists():
-        raise FileNotFoundError(f"{config_path} is missing: is {run} a run directory of 'synattn train'?")
-    exp = ExperimentConfig.from_dict(yaml.safe_load(config_path.read_text())["experiment"])
+    if not config_path.is_file():
+        raise InputError("config.yaml is missing: not a run directory of 'synattn train'", str(run))
+    if which in ("best", "last"):
+        checkpoint = resolve_checkpoint(run, which)
+        if checkpoint is None and which == "best":  # a run that never validated has no best
+            checkpoint = resolve_checkpoint(run, "last")
+    else:
+        checkpoint = Path(which)
+    if checkpoint is None or not checkpoint.is_dir():
+        raise InputError(f"no {which} checkpoint (--checkpoint)", str(checkpoint or run))
+    try:
+        model = PretrainedModel.from_pretrained(checkpoint)
+    except (SynattnError, MemoryError):
+        raise
+    except Exception as err:
+        if isinstance(err, OSError) and err.filename:  # the file system's error: says which file
+            raise  # a damaged file: safetensors or JSON errors
+        raise InputError(f"cannot read the checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]})",
+                         str(checkpoint)) from None
+    try:
+        exp = ExperimentConfig.from_dict(yaml.safe_load(config_path.read_text(encoding="utf-8"))["experiment"])
+    except (SynattnError, OSError):
+        raise
+    except Exception as err:  # YAML errors, a missing section, wrong types
+        raise InputError(f"not a config.yaml of 'synattn train' ({type(err).__name__}: "
+                         f"{' '.join(str(err).split())[:200]})", str(config_path)) from None
     return model, exp, checkpoint
 
 
@@ -99,7 +121,10 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         max_tokens: batch size of the teacher-forced passes.
         show_progress: progress bars.
     """
-    dataset = PreparedDataset(data or exp.data, split)
+    try:
+        dataset = PreparedDataset(data or exp.data, split)
+    except (FileNotFoundError, KeyError) as err:
+        raise InputError(str(err).strip('"'), str(data or exp.data)) from None
     model.eval()
     task = task_for(model, label_smoothing=0.0)
     request = task.syntax_request()

@@ -61,7 +61,7 @@ def list_checkpoints(folder: str | Path) -> list[Path]:
 def _read_pointer(folder: Path, which: str) -> Path | None:
     try:
         name = (folder / which).read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeDecodeError):  # a damaged pointer is no pointer
         return None
     target = folder / name
     return target if _NAME.fullmatch(name) and target.is_dir() else None

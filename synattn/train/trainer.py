@@ -6,7 +6,12 @@ it (gradients are synchronised once, on the last batch), then the gradients are 
 total ``sample_size`` of the update over all processes, clipped, and AdamW steps with the
 inverse-sqrt schedule.
 
-Determinism: the epoch's batch list depends only on ``(seed, epoch)``
+One writer: rank 0 holds a lock on the run directory while it trains
+(:class:`synattn.locks.FolderLock`); a second ``train`` of the same directory stops with an error
+naming the holder.
+
+Determinism: the initial weights come from ``train.seed`` (``synattn train`` seeds torch before
+building the model), the epoch's batch list depends only on ``(seed, epoch)``
 (:func:`synattn.data.batching.token_batches`), and torch's global generator is re-seeded from
 ``(seed, update, rank, batch)`` before every batch (dropout, masking). A checkpoint stores the
 update count, the epoch, the number of the epoch's batches consumed, optimizer and scheduler
@@ -34,8 +39,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from synattn.data.batching import Batch, collate, token_batches
-from synattn.errors import InputError
+from synattn.errors import InputError, RunFailure, SynattnError
 from synattn.io import atomic_write
+from synattn.locks import FolderLock
 from synattn.train.checkpoint import (CHECKPOINTS, load_checkpoint, resolve_checkpoint, rng_state,
                                       save_checkpoint, set_rng_state)
 from synattn.train.config import BATCH_ORDER_KEYS, HIGHER_IS_BETTER, TrainConfig
@@ -54,6 +60,10 @@ _TRAIN, _VALID = 1, 2  # tags of the seed streams
 def batch_seed(seed: int, stream: int, step: int, rank: int, index: int) -> int:
     """The seed of torch's generator before batch ``index`` of update ``step`` on ``rank``."""
     return int(np.random.SeedSequence([seed, stream, step, rank, index]).generate_state(1)[0])
+
+
+class NonFiniteGradient(RunFailure, FloatingPointError):
+    """The gradients of an update are not finite (the run diverged, or its weights are damaged)."""
 
 
 @dataclass
@@ -113,7 +123,7 @@ class Trainer:
         self.request = task.syntax_request()
         self.lengths = np.asarray(train_data.lengths())
         if len(self.lengths) == 0:
-            raise ValueError("the training data is empty")
+            raise InputError("the training data is empty", str(getattr(train_data, "folder", "<train data>")))
         self.elapsed, self._started = 0.0, None  # training seconds over every resumed part of the run
         self.optimizer, self.scheduler = build_optimizer(self.model, config, self._budget_progress())
         self.step, self.epoch, self.batches_done = 0, 1, 0
@@ -166,8 +176,15 @@ class Trainer:
         """Writes a checkpoint of the current update (rank 0; others return None)."""
         if not self.dist.is_main:
             return None
-        return save_checkpoint(self.run_dir / CHECKPOINTS, self.step, self.model, self.state_dict(),
-                               is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
+        try:
+            return save_checkpoint(self.run_dir / CHECKPOINTS, self.step, self.model, self.state_dict(),
+                                   is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
+        except (SynattnError, OSError):
+            raise
+        except Exception as err:  # torch.save and safetensors report a failed write (a full disk) this way
+            raise RunFailure(f"{self.run_dir / CHECKPOINTS}: cannot write the checkpoint of update {self.step} "
+                             f"({' '.join(str(err).split())[:200]}); is the disk full? The last complete "
+                             f"checkpoint is kept: free space and resume") from None
 
     def _resume(self, resume: bool) -> bool:
         found = resolve_checkpoint(self.run_dir / CHECKPOINTS)
@@ -176,7 +193,16 @@ class Trainer:
         if not resume:
             raise InputError("this run directory already has checkpoints: resume it or choose another "
                              "directory", str(self.run_dir))
-        self.load_state_dict(load_checkpoint(found, self.model))
+        try:
+            state = load_checkpoint(found, self.model)
+        except (SynattnError, MemoryError):
+            raise
+        except Exception as err:  # a damaged file: safetensors, zip or unpickling errors
+            if isinstance(err, OSError) and err.filename:  # the file system's error: says which file
+                raise
+            raise InputError(f"cannot read this checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]}); "
+                             f"delete it to resume from the one before", str(found)) from None
+        self.load_state_dict(state)
         logger.info("resumed from %s (update %d, epoch %d, batch %d)", found, self.step, self.epoch,
                     self.batches_done)
         return True
@@ -224,7 +250,7 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.grad is not None], clip))
         if not math.isfinite(grad_norm):
-            raise FloatingPointError(f"the gradient norm is {grad_norm} at update {self.step + 1} "
+            raise NonFiniteGradient(f"the gradient norm is {grad_norm} at update {self.step + 1} "
                                      f"(lower lr, or set clip_norm)")
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
@@ -301,8 +327,23 @@ class Trainer:
         Returns:
             How the run ended.
         """
-        c, world = self.config, self.dist.world_size
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(self.run_dir, "run directory")
+        failure = None
+        if self.dist.is_main:  # rank 0 writes the run directory; the other ranks write nothing there
+            try:
+                lock.acquire()
+            except RunFailure as err:
+                failure = err
+        if self.dist.main_says(failure is not None):  # every process stops when rank 0 has no lock
+            raise failure or RunFailure(f"{self.run_dir}: rank 0 could not lock the run directory")
+        try:
+            return self._train(resume)
+        finally:
+            lock.release()
+
+    def _train(self, resume: bool) -> TrainResult:
+        c, world = self.config, self.dist.world_size
         resumed = self._resume(resume)
         self._write_config()
         self._log = RunLog(self.run_dir, self.dist.is_main, c.tensorboard, self.step if resumed else None)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from synattn.errors import InputError
 from synattn.trees.dependency import DependencyTree
 from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, distance_vocab, traversal_vocab
 
@@ -130,7 +131,7 @@ def treebank_statistics(trees: Sequence[DependencyTree], max_distance: int = 8,
                         max_traversal: int = 4) -> TreebankStats:
     """Statistics of a treebank: lengths, roots, projectivity, labels, relation label histograms."""
     if not trees:
-        raise ValueError("no trees to summarise")
+        raise InputError("no trees to summarise (the treebank is empty)")
     heads = [np.asarray(t.heads) for t in trees]
     lengths = np.array([len(h) for h in heads])
     arcs: Counter = Counter()

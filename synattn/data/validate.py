@@ -1,0 +1,158 @@
+"""Checking a prepared dataset folder before a command reads it: a damaged or hand-edited
+``manifest.json``, ``labels.json``, sentencepiece model or array is an :class:`InputError` naming the
+file and the problem, instead of an exception deep inside numpy, sentencepiece or torch.
+
+The checks are vectorised (one pass over each array of the split); they do not re-derive the
+trees, only that every stored index is inside its range (ids below the vocabulary size, heads
+inside their sentence, labels inside their vocabulary).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from synattn.errors import InputError
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path.name} is missing: not a prepared dataset (run 'synattn prepare')",
+                         str(path.parent)) from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{what} is not valid JSON ({' '.join(str(err).split())[:120]}); prepare the "
+                         f"dataset again", str(path)) from None
+
+
+def check_manifest(folder: str | Path) -> dict:
+    """The manifest of ``folder``, checked: splits, sides, sentencepiece file names, sizes."""
+    folder = Path(folder)
+    path = folder / "manifest.json"
+    manifest = _json(path, "the manifest")
+
+    def bad(cause: str):
+        return InputError(f"{cause}; prepare the dataset again", str(path))
+
+    if not isinstance(manifest, dict):
+        raise bad("the manifest is not a JSON object")
+    sides = manifest.get("sides")
+    if not isinstance(sides, list) or "src" not in sides or not set(sides) <= {"src", "tgt"}:
+        raise bad(f"'sides' must be [\"src\"] or [\"src\", \"tgt\"], got {sides!r}")
+    for key in ("splits", "spm", "vocab_size"):
+        if not isinstance(manifest.get(key), dict):
+            raise bad(f"'{key}' must be an object, got {manifest.get(key)!r}")
+    for split, sizes in manifest["splits"].items():
+        if not _FILE_NAME.fullmatch(split) or split.startswith(".") or not isinstance(sizes, dict):
+            raise bad(f"split {split!r} is not a plain folder name with its sizes")
+    for side in sides:
+        name, size = manifest["spm"].get(side), manifest["vocab_size"].get(side)
+        if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
+            raise bad(f"spm.{side} must be a file name inside the folder, got {name!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise bad(f"vocab_size.{side} must be a positive integer, got {size!r}")
+    return manifest
+
+
+def check_labels(folder: str | Path) -> dict[str, list[str]]:
+    """``labels.json`` of ``folder`` (an empty dict when absent), checked."""
+    path = Path(folder) / "labels.json"
+    if not path.exists():
+        return {}
+    labels = _json(path, "labels.json")
+    if not isinstance(labels, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                               for v in labels.values()):
+        raise InputError("labels.json must map names to lists of labels; prepare the dataset again", str(path))
+    return labels
+
+
+def load_sentencepiece(folder: str | Path, manifest: dict, side: str):
+    """The side's sentencepiece model, checked against the manifest's vocabulary size."""
+    import sentencepiece as spm
+
+    path = Path(folder) / manifest["spm"][side]
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as err:
+        raise InputError(f"cannot load this sentencepiece model ({' '.join(str(err).split())[:120]})",
+                         str(path)) from None
+    if sp.get_piece_size() != manifest["vocab_size"][side]:
+        raise InputError(f"the model has {sp.get_piece_size()} pieces, the manifest says "
+                         f"{manifest['vocab_size'][side]}", str(path))
+    return sp
+
+
+def check_split(folder: str | Path, split: str, manifest: dict | None = None) -> None:
+    """Every array of ``split``: loadable, of one sentence count, every index inside its range."""
+    from synattn.data.indexed import IndexedField
+
+    folder = Path(folder)
+    manifest = manifest or check_manifest(folder)
+    if split not in manifest["splits"]:
+        raise InputError(f"has no split {split!r} (has {', '.join(manifest['splits']) or 'none'})", str(folder))
+    labels = check_labels(folder)
+    fields = {}
+    for path in sorted((folder / split).glob("*.data.npy")):
+        name = path.name[: -len(".data.npy")]
+        try:
+            fields[name] = IndexedField(folder / split, name)
+        except Exception as err:  # numpy reports a damaged header as ValueError, EOFError, TokenError...
+            raise InputError(f"array {name} cannot be read ({' '.join(str(err).split())[:120]})",
+                             str(folder / split)) from None
+    where = str(folder / split)
+    for side in manifest["sides"]:
+        for name in (f"{side}_ids", f"{side}_word"):
+            if name not in fields:
+                raise InputError(f"array {name} is missing", where)
+    count = len(fields["src_ids"])
+    expected = manifest["splits"][split].get("sentences")
+    if isinstance(expected, int) and expected != count:
+        raise InputError(f"{count} sentences in the arrays, {expected} in the manifest", where)
+    for name, field in fields.items():
+        side, kind = name.split("_", 1) if "_" in name else (name, "")
+        reference = fields.get(f"{side}_ids")
+        if len(field) != count or (reference is not None and not np.array_equal(field.offsets, reference.offsets)):
+            raise InputError(f"array {name} does not line up with {side}_ids", where)
+        data = np.asarray(field.data)
+        if data.dtype.kind not in "iu" or (len(data) and data.min() < 0):
+            raise InputError(f"array {name} holds values that are not indices", where)
+        if not len(data):
+            continue
+        lengths = np.repeat(field.lengths, field.lengths)
+        limit = {"ids": manifest["vocab_size"].get(side, 0), "upos": len(labels.get(f"{side}_upos", [])),
+                 "deprel": len(labels.get(f"{side}_deprels", []))}.get(kind)
+        if kind == "heads":
+            limit_ok = bool((data <= lengths).all())
+        elif kind == "word":
+            limit_ok = bool((data < lengths).all())
+        else:
+            limit_ok = limit is None or bool(data.max() < limit)
+        if not limit_ok:
+            raise InputError(f"array {name} holds an index outside its range (damaged dataset?)", where)
+    for side in manifest["sides"]:
+        path = folder / split / f"{side}.txt"
+        if path.exists():
+            try:
+                lines = path.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as err:
+                raise InputError(f"not valid UTF-8 ({err.reason})", str(path)) from None
+            if len(lines) != count:
+                raise InputError(f"{len(lines)} lines for {count} sentences", str(path))
+
+
+def check_dataset(folder: str | Path, split: str | None = None) -> dict:
+    """The checked manifest of ``folder`` after checking its labels, sentencepiece models and
+    (when given) the arrays of ``split``."""
+    manifest = check_manifest(folder)
+    check_labels(folder)
+    for side in manifest["sides"]:
+        load_sentencepiece(folder, manifest, side)
+    if split is not None:
+        check_split(folder, split, manifest)
+    return manifest

@@ -1,0 +1,115 @@
+"""One writer per folder: an advisory lock on run directories and prepared-dataset folders.
+
+The lock is ``fcntl.flock`` on the file ``.synattn.lock`` inside the folder, which records the
+holder (process id, host, start time, command) for the error message a second writer gets. The
+operating system releases a flock when its process ends, however it ends (``kill -9`` included),
+so a lock file left behind by a crashed process is not a held lock: the next writer simply takes
+it. The file itself is never deleted (deleting it would let two processes lock two different
+files of the same name).
+
+Where ``fcntl`` does not exist (Windows) the lock does nothing.
+
+Example:
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder, FolderLock(folder, "run directory"):
+    ...     pass  # only this process writes into the folder here
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from synattn.errors import RunFailure
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+LOCK_NAME = ".synattn.lock"
+
+
+def holder_of(folder: str | Path) -> dict | None:
+    """What the lock file of ``folder`` says about its last holder (None when unreadable)."""
+    try:
+        return json.loads((Path(folder) / LOCK_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _describe(holder: dict | None) -> str:
+    if not holder:
+        return "another process"
+    started = holder.get("started")
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
+    return (f"process {holder.get('pid', '?')} on {holder.get('host', '?')} since {since} "
+            f"({holder.get('command', '?')})")
+
+
+class FolderLock:
+    """An exclusive, non-blocking lock on ``folder`` (created when missing).
+
+    Args:
+        folder: the folder to lock.
+        what: what the folder is, for the error message (``"run directory"``).
+
+    Raises:
+        RunFailure: (on :meth:`acquire`) another process holds the lock; the message names it.
+    """
+
+    def __init__(self, folder: str | Path, what: str = "folder"):
+        self.folder, self.what = Path(folder), what
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> FolderLock:
+        if self._fd is not None or fcntl is None:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunFailure(f"{self.folder}: this {self.what} is in use by {_describe(holder_of(self.folder))}; "
+                             f"wait for it to finish or stop it (a lock left by a process that died is "
+                             f"taken over automatically)") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                "command": " ".join(["synattn", *sys.argv[1:]])[:200]}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        except OSError:  # the holder's description is a courtesy; the flock is the lock
+            pass
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

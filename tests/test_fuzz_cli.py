@@ -1,0 +1,221 @@
+"""Fuzzing the ``synattn`` command in-process: hypothesis-generated argument lists, damaged
+checkpoints and damaged dataset files. The only acceptable outcomes are success or a one-line
+error (exit 1 or 2, no traceback), and no file outside the command's output touched.
+
+Every example runs in a fresh sandbox folder (the working directory): outputs are named inside
+it; inputs are the shared tiny runs and dataset (``tiny_runs``), which must stay byte-identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from synattn.cli.main import build_parser, main
+
+COMMANDS = ("translate", "evaluate", "induce", "viz", "stats", "prepare")
+OUTPUTS = {"-o", "--output", "--out", "--json", "--hypotheses", "--out-prefix", "--plot"}
+SKIPPED = {"--help", "-h", "--corpus"}  # --corpus reads a whole built-in corpus: too slow here
+NUMBERS = ["-5", "0", "1", "2", "3", "7", "1000000", "nan", "inf", "-inf", "abc", "1e3", "0.5", "-0", ""]
+SPLITS = ["train", "test", "dev", "nosuch", "../x", "cache", "a/b", ".h", "train=x"]
+SANDBOX_OUT = ["out", "out.txt", "sub/dir/out.txt", "sub/", ".", "x.json", "x.png"]
+CASES = {"argv": 0, "checkpoint": 0, "dataset": 0}
+# Examples per fuzzer: a handful by default (the suite stays fast); SYNATTN_FUZZ_EXAMPLES=500 for a
+# deep run. No shrinking: a failing example is printed as found (shrinking CLI runs takes minutes).
+SCALE = int(os.environ.get("SYNATTN_FUZZ_EXAMPLES", "0")) or None
+FUZZ = dict(deadline=None, suppress_health_check=list(HealthCheck),
+            phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+
+def _options(command: str) -> list[tuple[str, bool]]:
+    """(option, takes a value) of a subcommand."""
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    out = []
+    for action in sub.choices[command]._actions:
+        for option in action.option_strings:
+            if option not in SKIPPED:
+                out.append((option, action.nargs != 0))
+    return out
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".synattn.lock"}
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """Runs ``synattn argv`` in-process; returns (exit status, stderr) after checking the outcome."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse: a usage error (2)
+            code = exit_.code
+    text = err.getvalue()
+    assert "Traceback" not in text, text
+    assert code in (0, 1, 2), (argv, code, text)
+    if code:
+        last = text.strip().splitlines()[-1] if text.strip() else ""
+        assert last.startswith(f"synattn {argv[0]}: error: "), (argv, text)
+        assert len([line for line in text.splitlines() if ": error: " in line]) == 1, text
+    return code, text
+
+
+@contextlib.contextmanager
+def sandbox(protected: Path):
+    """A fresh working directory; afterwards, ``protected`` and the sandbox's parent are unchanged."""
+    before = _digest(protected)
+    with tempfile.TemporaryDirectory(prefix="synattn-fuzz-") as outer:
+        folder = Path(outer) / "box"  # the working directory; its parent must stay as it is
+        folder.mkdir()
+        cwd = os.getcwd()
+        os.chdir(folder)
+        try:
+            yield folder
+        finally:
+            os.chdir(cwd)
+        assert os.listdir(outer) == ["box"]
+    assert _digest(protected) == before
+
+
+@st.composite
+def argv_of(draw, tiny: Path):
+    command = draw(st.sampled_from(COMMANDS))
+    files = [str(tiny / n) for n in ("in.txt", "data", "mt", "mlm", "other", "data/manifest.json",
+                                     "mt/checkpoints/ckpt_000002", "mt/config.yaml", "test")]
+    anything = st.sampled_from(files + NUMBERS + SPLITS + ["missing.txt", "../escape", "-", "/dev/null"])
+    run = st.sampled_from([str(tiny / "mt")] * 4 + [str(tiny / "mlm"), str(tiny / "data"), "nowhere"])
+    argv = [command]
+    if command in ("translate", "evaluate", "induce", "viz"):
+        argv += ["--run", draw(run)]
+        if command != "evaluate":
+            argv += draw(st.sampled_from([["-i", str(tiny / "in.txt")], ["--split", draw(st.sampled_from(SPLITS))],
+                                          ["-i", draw(anything)]]))
+        if command == "viz":
+            argv += ["-o", draw(st.sampled_from(SANDBOX_OUT))]
+        if command == "translate":
+            argv += ["--beam", draw(st.sampled_from(["1", "2", "0", "-1", "50"]))]
+        if command == "evaluate":
+            argv += ["--no-translate"] if draw(st.booleans()) else ["--beam", "1"]
+    elif command == "stats":
+        argv += [draw(st.sampled_from([str(tiny / "in.txt"), "missing.conllu", str(tiny / "data"), "/dev/null"]))]
+    elif command == "prepare":
+        argv += ["-o", draw(st.sampled_from(SANDBOX_OUT)), "--no-parse-source", "--vocab-size", "40"]
+        argv += draw(st.sampled_from([["--train", str(tiny / "train")], ["--train", str(tiny / "test"),
+                                      "--dev", draw(anything)], ["--src-trees", f"{draw(st.sampled_from(SPLITS))}=x"],
+                                      ["--train", str(tiny / "train") + ".tsv"]]))
+    for option, takes_value in draw(st.lists(st.sampled_from(_options(command)), max_size=3)):
+        argv.append(option)
+        if takes_value:
+            argv.append(draw(st.sampled_from(SANDBOX_OUT) if option in OUTPUTS else anything))
+    return argv
+
+
+@settings(max_examples=SCALE or 25, **FUZZ)
+@given(data=st.data())
+def test_fuzz_argument_lists(tiny_runs, data):
+    argv = data.draw(argv_of(tiny_runs))
+    with sandbox(tiny_runs):
+        run_cli(argv)
+    CASES["argv"] += 1
+
+
+def _damage(data: bytes, how: str, position: float, seed: int) -> bytes:
+    rng = __import__("random").Random(seed)
+    cut = int(len(data) * position)
+    if how == "truncate":
+        return data[:cut]
+    if how == "zero":
+        return b""
+    if how == "zeros":
+        return bytes(len(data))
+    if how == "random":
+        return bytes(rng.randrange(256) for _ in range(max(len(data), 1)))
+    if how == "flip":
+        out = bytearray(data)
+        for _ in range(8):
+            if out:
+                k = rng.randrange(len(out))
+                out[k] ^= 1 << rng.randrange(8)
+        return bytes(out)
+    return data + bytes(rng.randrange(256) for _ in range(64))  # "append"
+
+
+DAMAGE = st.sampled_from(["truncate", "zero", "zeros", "random", "flip", "append"])
+
+
+@settings(max_examples=SCALE or 8, **FUZZ)
+@given(name=st.sampled_from(["model.safetensors", "state.pt", "config.json", "../last", "../../config.yaml"]),
+       how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16), resume=st.integers(0, 3))
+def test_fuzz_damaged_checkpoints(tiny_runs, name, how, position, seed, resume):
+    with sandbox(tiny_runs) as box:
+        run = box / "run"
+        shutil.copytree(tiny_runs / "mt", run)
+        path = (run / "checkpoints" / "ckpt_000002" / name).resolve()
+        path.write_bytes(_damage(path.read_bytes(), how, position, seed))
+        run_cli(["translate", "--run", str(run), "-i", str(tiny_runs / "in.txt"), "--beam", "1", "-o", "t.txt"])
+        run_cli(["evaluate", "--run", str(run), "--split", "test", "--no-translate"])
+        if resume == 0:  # a quarter of the cases: resuming costs a training step
+            config = yaml.safe_load((tiny_runs / "mt" / "config.yaml").read_text())["experiment"]
+            config["train"]["max_steps"] = 3
+            (box / "exp.yaml").write_text(yaml.safe_dump(config))
+            run_cli(["train", "--config", "exp.yaml", "--run-dir", str(run), "--resume"])
+    CASES["checkpoint"] += 1
+
+
+def _mutate_json(data: bytes, seed: int) -> bytes:
+    rng = __import__("random").Random(seed)
+    obj = json.loads(data)
+    keys = list(obj)
+    if not keys:
+        return rng.choice([b"[", b"[]", b'{"src_upos": 3}', b'{"src_upos": [1, 2]}'])
+    key = rng.choice(keys)
+    choice = rng.randrange(4)
+    if choice == 0:
+        del obj[key]
+    elif choice == 1:
+        obj[key] = rng.choice([None, 0, -1, "x", [], {}, "../../etc/passwd", {"src": "../x"}])
+    elif choice == 2 and isinstance(obj[key], dict) and obj[key]:
+        sub = rng.choice(list(obj[key]))
+        obj[key][sub] = rng.choice([None, -1, "../x", [1], "nosuch.model"])
+    else:
+        return b"[" + data
+    return json.dumps(obj).encode()
+
+
+@settings(max_examples=SCALE or 10, **FUZZ)
+@given(name=st.sampled_from(["manifest.json", "manifest.json", "labels.json", "spm.src.model", "test/src_ids.data.npy",
+                             "test/src_ids.offsets.npy", "test/tgt_word.data.npy", "test/tgt.txt", ".synattn-dataset"]),
+       how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16))
+def test_fuzz_damaged_datasets(tiny_runs, name, how, position, seed):
+    with sandbox(tiny_runs) as box:
+        data = box / "data"
+        shutil.copytree(tiny_runs / "data", data)
+        path = data / name
+        raw = path.read_bytes()
+        path.write_bytes(_mutate_json(raw, seed) if name.endswith(".json") and seed % 2 else
+                         _damage(raw, how, position, seed))
+        run_cli(["evaluate", "--run", str(tiny_runs / "mt"), "--data", str(data), "--split", "test",
+                 "--no-translate"])
+        run_cli(["translate", "--run", str(tiny_runs / "mt"), "--data", str(data), "--split", "test",
+                 "--beam", "1", "-o", "t.txt"])
+        run_cli(["prepare", "--train", str(tiny_runs / "train"), "--no-parse-source", "--vocab-size", "40",
+                 "-o", str(data)])
+    CASES["dataset"] += 1
+
+
+def test_fuzz_case_counts():
+    """Runs last in this module: how many cases the fuzzers tried (shown with -rP)."""
+    print(f"fuzz cases: {CASES} = {sum(CASES.values())}")
+    assert sum(CASES.values()) >= 0

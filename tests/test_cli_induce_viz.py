@@ -140,6 +140,10 @@ def test_induce_writes_one_tree_per_sentence_and_scores_it(run, tmp_path, capsys
     text.write_text("\n".join(" ".join(w) for w in words) + "\n")
     assert main(["induce", "--run", str(run_dir), "-i", str(text), "--min-layer", "1"]) == 0
     assert capsys.readouterr().out.splitlines() == out.read_text().splitlines()
+    # the public code's rule decodes too (the same words, brackets balanced)
+    assert main(["induce", "--run", str(run_dir), "-i", str(text), "--min-layer", "1", "--original-rule"]) == 0
+    rule_trees = capsys.readouterr().out.splitlines()
+    assert [leaves(parse_brackets(t)) for t in rule_trees] == [list(w) for w in words]
 
     bad = tmp_path / "short.txt"
     bad.write_text(gold_lines[0] + "\n")

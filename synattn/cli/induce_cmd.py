@@ -56,12 +56,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
-    """``--threshold``, ``--min-layer``, ``--batch-size``, ``--max-len`` (shared with ``synattn viz``)."""
+    """``--threshold``, ``--min-layer``, ``--original-rule``, ``--batch-size``, ``--max-len`` (shared with
+    ``synattn viz``)."""
     p.add_argument("--threshold", type=float_in(0.0, 1.0), default=0.8,
                    help="a split point whose link exceeds it is not trusted at that layer (0.8)")
     p.add_argument("--min-layer", type=positive_int, default=None,
                    help="lowest layer decoding goes down to, counted from 1 at the bottom (default 3, "
                         "or the top layer of a shallower encoder)")
+    p.add_argument("--original-rule", action="store_true",
+                   help="also the public Tree Transformer code's rule: after a split, a part whose links all "
+                        "exceed 0.7 is decoded one layer lower (off: the paper's decoding)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     add_max_len_argument(p)
 
@@ -137,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error)
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")
-    trees = induce_sentences(model, sentences, args.threshold, min_layer, args.batch_size)
+    trees = induce_sentences(model, sentences, args.threshold, min_layer, args.batch_size,
+                             descend_above=0.7 if args.original_rule else None)
     write_aligned(args.output, sentences.total, sentences.numbers, [to_brackets(t) for t in trees])
     if args.gold:
         gold = read_brackets(args.gold)

@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
             written.append(plot_attention(layers[layer], labels, out_dir / f"{stack}_layer{layer}.png",
                                           heads=heads, title=f"{stack} layer {layer} ({exp.task})"))
     if getattr(getattr(model.config, "encoder", None), "constituent", False):
-        (tree,) = induce_sentences(model, sentences, args.threshold, min_layer)
+        (tree,) = induce_sentences(model, sentences, args.threshold, min_layer,
+                                   descend_above=0.7 if args.original_rule else None)
         written.append(plot_constituency(tree, out_dir / "tree.png", title="Tree Transformer induced tree"))
     for path in written:
         print(path)

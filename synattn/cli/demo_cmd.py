@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synattn.cli.options import positive_int
+from synattn.cli.options import positive_float, positive_int
 from synattn.data.prepare import PrepareConfig, prepare
 
 BASE = {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre",
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="outputs/demo", help="output folder (default outputs/demo)")
     p.add_argument("--pairs", type=positive_int, default=20000, help="training verse pairs (default 20000)")
-    p.add_argument("--minutes", type=float, default=5.0, help="training minutes per model (default 5)")
+    p.add_argument("--minutes", type=positive_float, default=5.0, help="training minutes per model (default 5)")
     p.add_argument("--test-sentences", type=positive_int, default=300, help="test verses translated (default 300)")
     p.add_argument("--vocab-size", type=positive_int, default=6000, help="sentencepiece vocabulary per side")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")

@@ -50,6 +50,14 @@ def float_in(low: float, high: float):
     return parse
 
 
+def positive_float(text: str) -> float:
+    """A finite float above 0 (e.g. minutes of a budget)."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def finite_float(text: str) -> float:
     """Any finite float."""
     try:

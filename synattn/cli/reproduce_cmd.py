@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from synattn.cli.options import positive_float, positive_int
 from synattn.errors import UsageError
 
 
@@ -33,31 +34,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         s = studies.add_parser(name, help=study.title, description=f"{study.title}.\n\n{study.question}",
                                formatter_class=argparse.RawDescriptionHelpFormatter)
         s.add_argument("-o", "--out", help=f"results folder (default outputs/reproduce/{name})")
-        s.add_argument("--seeds", type=_positive_int, default=study.seeds,
+        s.add_argument("--seeds", type=positive_int, default=study.seeds,
                        help=f"seeds per arm (default {study.seeds})")
-        s.add_argument("--minutes", type=_positive_float, default=study.minutes,
+        s.add_argument("--minutes", type=positive_float, default=study.minutes,
                        help=f"training minutes per run (default {study.minutes:g})")
         s.add_argument("--arms", nargs="+", metavar="ARM", choices=[a.name for a in study.arms],
                        help=f"only these arms (default all: {', '.join(a.name for a in study.arms)}); "
                             f"the baseline {study.arms[0].name} is always run")
         s.add_argument("--toy", action="store_true", help="tiny data, model and budget (a smoke test)")
-        s.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's)")
+        s.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
         study.add_arguments(s)
     p.set_defaults(func=run)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -176,7 +176,9 @@ class ExperimentConfig:
             from synattn.train.tasks import syntax_request_for
 
             syntax_request_for(config)
-        except ConfigError:
+        except ConfigError as err:
+            if str(err).startswith("unknown key"):
+                raise ConfigError(f"{err} (task {self.task} builds a {config_cls.__name__})") from None
             raise
         except ValueError as err:
             raise ConfigError(f"model: {err}") from None
@@ -206,6 +208,11 @@ class ExperimentConfig:
             labels = json.loads(labels_path.read_text(encoding="utf-8")) if labels_path.exists() else {}
         except (ValueError, OSError) as err:
             raise ConfigError(f"data: cannot read {manifest_path.name} of {folder}: {err}") from None
+        spm = manifest.get("spm", {})
+        if self.model.get("share_embeddings") and spm.get("src") != spm.get("tgt"):
+            raise ConfigError(f"model.share_embeddings=true needs one vocabulary for both sides, but data "
+                              f"{folder} has separate tokenizers ({spm.get('src')}, {spm.get('tgt')}); "
+                              "prepare it with --joint-vocab")
         config = self.model_config(manifest, labels)
         trees = manifest.get("trees", {})
         request = syntax_request_for(config)
@@ -216,11 +223,6 @@ class ExperimentConfig:
                 how = "--parse-target" if side == "tgt" else "the source parsed (without --no-parse-source)"
                 raise ConfigError(f"the model needs {', '.join(sorted(wanted))} from {side} trees, but data "
                                   f"{folder} has no {side} trees (prepare it with {how})")
-        spm = manifest.get("spm", {})
-        if self.model.get("share_embeddings") and spm.get("src") != spm.get("tgt"):
-            raise ConfigError(f"model.share_embeddings=true needs one vocabulary for both sides, but data "
-                              f"{folder} has separate tokenizers ({spm.get('src')}, {spm.get('tgt')}); "
-                              "prepare it with --joint-vocab")
         return manifest, labels
 
 

@@ -32,7 +32,7 @@ from synattn import __version__
 from synattn.data.indexed import write_field
 from synattn.data.subwords import segment_words, train_sentencepiece
 from synattn.data.text import SkipReport, read_lines
-from synattn.errors import DataError
+from synattn.errors import DataError, UsageError
 from synattn.io import atomic_write
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
@@ -90,6 +90,20 @@ class Side:
 
     def words(self) -> list[list[str]]:
         return [t.words for t in self.trees] if self.trees is not None else [s.split() for s in self.lines]
+
+
+def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, force: bool) -> None:
+    """A prepared folder is not changed under the runs trained on it: preparing it again with other
+    settings would retrain its tokenizers (runs keep copies and refuse a changed dataset, see
+    :mod:`synattn.runs`). Raises :class:`UsageError` naming the changed settings unless ``force``."""
+    if force:
+        return
+    old = manifest.get("config", {})
+    changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in asdict(cfg).items() if old.get(k) != v]
+    raise UsageError(f"{out} is already prepared with other settings ({', '.join(changed) or 'another version'}); "
+                     "preparing it again would retrain its tokenizers under the runs trained on it: prepare "
+                     "into a new folder (-o NEW_FOLDER), or replace it with --force (runs trained on it will "
+                     "then refuse it)")
 
 
 def _hash(*parts: object) -> str:
@@ -161,7 +175,7 @@ def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
     """Read ``PREFIX.SRC``/``PREFIX.TGT`` (or a TSV) keeping only lines good on both sides."""
     reports = SkipReport(), SkipReport()
     if prefix.endswith(".tsv"):
-        rows = read_lines(prefix, on_error=cfg.on_error, report=reports[0])
+        rows = read_lines(prefix, on_error=cfg.on_error, report=reports[0], keep_tabs=True)
         src, tgt, bad = [], [], []
         for number, text in rows:
             parts = text.split("\t") if "\t" in text else None
@@ -229,6 +243,7 @@ def prepare(cfg: PrepareConfig, force: bool = False) -> Path:
         if manifest.get("key") == key:
             logger.info("%s is already prepared with these settings", out)
             return out
+        refuse_changing_prepared(out, manifest, cfg, force)
     (out / "cache").mkdir(parents=True, exist_ok=True)
     manifest_path.unlink(missing_ok=True)  # from here on the folder is not "prepared"
     data = _load_text(cfg)

@@ -31,16 +31,28 @@ from synattn.trees.metrics import attachment_scores
 
 def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, ExperimentConfig, Path]:
     """The model of a run directory's ``best``/``last`` checkpoint (or a checkpoint path) and its
-    experiment config (from the run's ``config.yaml``)."""
+    experiment config (from the run's ``config.yaml``; ``exp.run`` is set to the run directory, so
+    that :func:`evaluate_run` checks the dataset against the run's fingerprint).
+
+    Raises:
+        InputError: no such checkpoint, or no ``config.yaml`` in the run.
+    """
+    from synattn.errors import InputError
+    from synattn.models.config_io import config_error
+
     run = Path(run)
     checkpoint = resolve_checkpoint(run, which) if which in ("best", "last") else Path(which)
     if checkpoint is None or not checkpoint.exists():
-        raise FileNotFoundError(f"{run} has no {which} checkpoint")
+        raise InputError(f"no {which} checkpoint (is it a run directory of 'synattn train'?)", str(run))
     model = PretrainedModel.from_pretrained(checkpoint)
     config_path = run / "config.yaml"
     if not config_path.exists():
-        raise FileNotFoundError(f"{config_path} is missing: is {run} a run directory of 'synattn train'?")
-    exp = ExperimentConfig.from_dict(yaml.safe_load(config_path.read_text())["experiment"])
+        raise InputError("config.yaml is missing: is this a run directory of 'synattn train'?", str(run))
+    try:
+        exp = ExperimentConfig.from_dict(yaml.safe_load(config_path.read_text())["experiment"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise config_error(err, str(config_path)) from None
+    exp.run = run
     return model, exp, checkpoint
 
 
@@ -99,6 +111,10 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         max_tokens: batch size of the teacher-forced passes.
         show_progress: progress bars.
     """
+    if getattr(exp, "run", None) is not None:
+        from synattn.runs import check_dataset
+
+        check_dataset(exp.run, data or exp.data)
     dataset = PreparedDataset(data or exp.data, split)
     model.eval()
     task = task_for(model, label_smoothing=0.0)

@@ -134,7 +134,7 @@ class ExperimentConfig:
             exp = cls.from_dict(merged)
         except ConfigError as err:
             raise config_error(err, _culprit(cls, raw, where, overrides, data, err)) from None
-        exp.sources = {"file": where, "overrides": list(overrides), "data": data}
+        exp.sources = {"file": where, "overrides": list(overrides), "data": data, "raw": raw}
         return exp
 
     def blame(self, err: Exception) -> ConfigFileError:
@@ -149,6 +149,13 @@ class ExperimentConfig:
             return config_error(err, "override " + ", ".join(named))
         if message.startswith("data") and sources["data"] is not None:
             return config_error(err, "--data")
+        if overrides:  # the file alone (with --data) passes: the overrides together made the mistake
+            try:
+                type(self).from_sections(sources["raw"], sources["file"], (), sources["data"]).check_data()
+            except ConfigError:
+                pass
+            else:
+                return config_error(err, "override " + ", ".join(overrides))
         return config_error(err, sources["file"])
 
     def model_config(self, manifest: dict, labels: dict[str, list[str]]):

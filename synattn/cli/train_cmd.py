@@ -103,8 +103,8 @@ def _prepare_run_dir(run_dir: Path, exp: ExperimentConfig, resume: bool) -> None
 
 def run(args: argparse.Namespace) -> int:
     exp, run_dir = load_experiment(args)
-    model = build_model(exp)
     _prepare_run_dir(run_dir, exp, args.resume)
+    model = build_model(exp)
     train = PreparedDataset(exp.data, "train")
     dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None
     metrics = bleu_hook(model, exp, dev) if exp.task == "mt" and dev is not None and exp.eval.bleu_sentences else None

@@ -101,6 +101,14 @@ class ExperimentConfig:
         if not self.data.strip():
             raise ConfigError("data: expected the folder of a prepared dataset, got an empty string")
         self.model_config(*_PLACEHOLDER)
+        metrics = {"loss", "task_loss", "nll_loss", "ppl"}
+        if self.task == "mt" and self.eval.bleu_sentences > 0:
+            metrics |= {"bleu", "chrf"}
+        name = self.train.best_metric
+        if name not in metrics and not name.startswith("aux/"):
+            raise ConfigError(f"train.best_metric={name!r} is not a validation metric of this experiment "
+                              f"(it has {', '.join(sorted(metrics))} and aux/<loss>; bleu and chrf need task mt "
+                              "and eval.bleu_sentences > 0)")
 
     @classmethod
     def from_dict(cls, data: dict) -> ExperimentConfig:

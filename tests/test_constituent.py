@@ -185,3 +185,28 @@ def test_single_word_and_rejections():
     later, _ = make_layer(2, ConstituentState())
     with pytest.raises(ValueError, match="layer 1"):
         later(x)
+
+
+def test_original_code_diagonal_of_the_prior_by_hand():
+    """The public Tree Transformer code puts 1e-9 on C's diagonal; the rest of C is unchanged."""
+    a = torch.tensor([[0.5, 0.2, 0.0]], dtype=torch.float64)
+    valid = torch.tensor([[True, True, True, False]])
+    paper = constituent_prior(a, valid)
+    original = constituent_prior(a, valid, diagonal=1e-9)
+    expected = [[1e-9, 0.5, 0.1, 0.0], [0.5, 1e-9, 0.2, 0.0], [0.1, 0.2, 1e-9, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    for row, want in zip(original[0].tolist(), expected):
+        assert row == pytest.approx(want, abs=1e-15)
+    off = ~torch.eye(4, dtype=torch.bool)
+    assert torch.equal(original[0][off], paper[0][off]) and paper[0, 0, 0] == 1.0 and paper[0, 3, 3] == 0.0
+
+
+def test_original_diagonal_reaches_the_layer_from_the_model_config():
+    from synattn.models import MaskedLM, MaskedLMConfig, StackConfig
+    config = MaskedLMConfig(vocab_size=20, d_model=16, heads=2, ffn_dim=32,
+                            encoder=StackConfig(layers=2, constituent=True, constituent_diagonal=1e-9))
+    model = MaskedLM(config)
+    features = [f for module in model.modules() if isinstance(f := module, ConstituentAttention)]
+    assert len(features) == 2 and all(f.diagonal == 1e-9 for f in features)
+    with pytest.raises(ValueError, match=r"encoder\.constituent_diagonal=0\.5, but encoder\.constituent is off"):
+        MaskedLMConfig(vocab_size=20, d_model=16, heads=2, ffn_dim=32,
+                       encoder=StackConfig(layers=2, constituent_diagonal=0.5))

@@ -119,3 +119,17 @@ def test_errors():
         induced_spans(np.zeros((1, 2)), min_layer=0)
     with pytest.raises(InputError):
         induce_trees(np.zeros((2, 1, 3)), [5, 2])
+
+
+def test_public_code_rule_sends_a_part_with_strong_links_one_layer_down():
+    """Worked by hand: after the top-layer split at link 1, part (2, 5) has links 0.75 and 0.85 at
+    the top. The paper's rule keeps decoding it there (split at 0.75 -> (3, 5)); the public code,
+    all links > 0.7, decodes it one layer lower, where link 3 (0.2) is the split (-> (2, 4))."""
+    a = np.array([[0.5, 0.9, 0.95, 0.2],     # layer 1 (bottom)
+                  [0.9, 0.3, 0.75, 0.85]])   # layer 2 (top)
+    paper = induced_spans(a, threshold=0.8, min_layer=1)
+    original = induced_spans(a, threshold=0.8, min_layer=1, descend_above=0.7)
+    assert paper == {(0, 5), (0, 2), (2, 5), (3, 5)}
+    assert original == {(0, 5), (0, 2), (2, 5), (2, 4)}
+    # never below the minimum layer: with min_layer = 2 the rule has nowhere to go
+    assert induced_spans(a, 0.8, min_layer=2, descend_above=0.7) == induced_spans(a, 0.8, min_layer=2)

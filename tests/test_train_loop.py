@@ -69,8 +69,8 @@ def test_run_directory_logs_hook_and_best_pointer(tmp_path):
     assert saved["model"] == {"d": 16} and TrainConfig.from_dict(saved["train"]) == trainer.config
     valid = read_log(tmp_path, "valid")
     assert [r["epoch"] for r in valid] == [1, 2, 3, 4] and [r["bleu"] for r in valid] == [10, 20, 30, 40]
-    best = min(valid, key=lambda r: r["loss"])
-    assert result.best_valid_loss == best["loss"] and valid[-1]["best_loss"] == best["loss"]
+    best = min(valid, key=lambda r: r["task_loss"])
+    assert result.best_valid_loss == best["task_loss"] and valid[-1]["best_task_loss"] == best["task_loss"]
     assert resolve_checkpoint(tmp_path, "best").name == f"ckpt_{best['step']:06d}"
     assert resolve_checkpoint(tmp_path).name == f"ckpt_{result.step:06d}"
     train = read_log(tmp_path, "train")

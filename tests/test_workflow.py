@@ -134,7 +134,7 @@ def test_max_epochs_message_names_the_epoch_trained(tmp_path, data, capsys):
     config = _config(tmp_path, data, train={**TRAIN, "max_steps": None, "max_epochs": 1, "max_tokens": 2000},
                      eval={"bleu_sentences": 0})
     assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 0
-    assert "stopped by max_epochs at step 1 (epoch 1)" in capsys.readouterr().err
+    assert "stopped by max_epochs at step 1 (epoch 1)" in capsys.readouterr().err  # not "(epoch 2)"
 
 
 def test_resume_with_a_changed_model_is_one_line(tmp_path, data, capsys):
@@ -202,7 +202,11 @@ def test_experiment_from_dict_checks_every_section():
                          ({"task": "mt", "data": "x", "train": {"lr": 0}}, "train.lr=0 must be positive"),
                          ({"task": "mt"}, "missing key 'data'"),
                          ({"task": "mlm", "data": "x", "model": {"mask_id": -1}}, "mask_id=-1 is out of range"),
-                         ({"task": "mt", "data": "", "model": {}}, "data: expected the folder")]:
+                         ({"task": "mt", "data": "", "model": {}}, "data: expected the folder"),
+                         ({"task": "lm", "data": "x", "train": {"best_metric": "bleu"}},
+                          "train.best_metric='bleu' is not a validation metric"),
+                         ({"task": "mt", "data": "x", "train": {"best_metric": "chrf"}, "eval": {"bleu_sentences": 0}},
+                          "bleu and chrf need")]:
         with pytest.raises(ConfigError, match=message):
             ExperimentConfig.from_dict(bad)
 

@@ -17,8 +17,9 @@ Choices we made: q_i · k_j is parametrised directly as the bilinear form x_i M 
 projections with biases (the terms that depend on i alone cancel in the softmax over i's
 neighbours) at half the cost: one d × d matmul per token instead of two. The neighbour scores
 read the attention's query input ``x`` (the output of the block's LayerNorm in a pre-LN block,
-the previous block's normalised output in a post-LN one), with no LayerNorm of their own; C_ii = 1 (the public code's near-zero diagonal is a bug and is
-not offered); â is clipped to at most 1 so that C ∈ [0, 1] also in float64; edges touching
+the previous block's normalised output in a post-LN one), with no LayerNorm of their own; C_ii = 1,
+the empty product (the public code's C has 1e-9 on its diagonal, so a word hardly attends to
+itself there; ``diagonal=1e-9`` reproduces it, an option for faithful reproductions only); â is clipped to at most 1 so that C ∈ [0, 1] also in float64; edges touching
 padding are not constituent links (their a is 0 in the record and they never enter C, whose
 rows and columns at padding are 0). Gradients flow into a^{l−1} from the layers above, as in
 the public code.
@@ -78,16 +79,17 @@ def hierarchical_links(a_hat: Tensor, prior: Tensor | None) -> Tensor:
     return a_hat if prior is None else prior + (1.0 - prior) * a_hat
 
 
-def constituent_prior(a: Tensor, valid: Tensor) -> Tensor:
+def constituent_prior(a: Tensor, valid: Tensor, diagonal: float = 1.0) -> Tensor:
     """The constituent prior C_ij = Π_{k=min(i,j)}^{max(i,j)−1} a_k, from cumulative log sums.
 
     Args:
         a: ``[batch_size, n − 1]`` link probabilities in (0, 1].
         valid: ``[batch_size, n]`` bool, False at padding.
+        diagonal: C_ii (1, the empty product; the public code has 1e-9).
 
     Returns:
-        ``[batch_size, n, n]`` C: symmetric, C_ii = 1 at valid positions, 0 in the rows and
-        columns of padding.
+        ``[batch_size, n, n]`` C: symmetric, C_ii = ``diagonal`` at valid positions, 0 in the
+        rows and columns of padding.
 
     Example:
         >>> c = constituent_prior(torch.tensor([[0.5, 0.2]], dtype=torch.float64),
@@ -103,7 +105,11 @@ def constituent_prior(a: Tensor, valid: Tensor) -> Tensor:
     upper = torch.ones(n, n, dtype=torch.bool, device=a.device).triu()  # j ≥ i
     log_c = torch.where(upper, diff, -diff)  # [B, n, n] symmetric
     pairs = valid[:, :, None] & valid[:, None, :]  # [B, n, n]
-    return log_c.exp() * pairs
+    c = log_c.exp() * pairs
+    if diagonal != 1.0:
+        eye = torch.eye(n, dtype=torch.bool, device=a.device)
+        c = torch.where(eye & pairs, torch.full_like(c, diagonal), c)
+    return c
 
 
 class ConstituentState:
@@ -159,6 +165,7 @@ class ConstituentAttention(AttentionFeature):
         state: the :class:`ConstituentState` shared by the stack's layers (None: a single layer,
             a^{−1} = 0 and nothing recorded).
         eps: ε in â = sqrt(p p + ε).
+        diagonal: C_ii: 1 (the paper's empty product, default) or the public code's 1e-9.
 
     Example:
         >>> from synattn.attention.core import MultiheadAttention
@@ -173,11 +180,13 @@ class ConstituentAttention(AttentionFeature):
     cacheable = False
 
     def __init__(self, d_model: int, layer: int = 0, state: ConstituentState | None = None,
-                 eps: float = 1e-9):
+                 eps: float = 1e-9, diagonal: float = 1.0):
         super().__init__()
         if layer < 0:
             raise ValueError(f"constituent layer index must be >= 0, got {layer}")
-        self.layer, self.state, self.eps = layer, state, eps
+        if not 0.0 <= diagonal <= 1.0:
+            raise ValueError(f"the diagonal of C must lie in [0, 1], got {diagonal}")
+        self.layer, self.state, self.eps, self.diagonal = layer, state, eps, diagonal
         # q_i · k_j = x_i M x_jᵀ + w · x_j (+ terms of i alone, which the softmax over i's
         # neighbours cancels); M starts with the variance of a product of two default projections
         self.bilinear = nn.Parameter(torch.randn(d_model, d_model) / (3 * d_model ** 0.5))  # M
@@ -218,5 +227,5 @@ class ConstituentAttention(AttentionFeature):
         a = self.links(ctx.x, valid, prior)  # [B, n−1]
         if self.state is not None:
             self.state.record(self.layer, a)
-        prior_c = constituent_prior(a, valid)  # [B, n, n]
+        prior_c = constituent_prior(a, valid, self.diagonal)  # [B, n, n]
         return probs * prior_c[:, None].to(probs.dtype)  # [B, H, n, n]

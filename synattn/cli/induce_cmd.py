@@ -104,10 +104,10 @@ def constituent_links(model, sentences: Sentences, batch_size: int = 32) -> list
 
 
 def induce_sentences(model, sentences: Sentences, threshold: float = 0.8, min_layer: int = 3,
-                     batch_size: int = 32) -> list:
-    """The induced word-level tree of every sentence."""
+                     batch_size: int = 32, descend_above: float | None = None) -> list:
+    """The induced word-level tree of every sentence (``descend_above``: see ``induced_spans``)."""
     links = constituent_links(model, sentences, batch_size)
-    return [induce_tree(word_links(a, e["src_word"]), words, threshold, min_layer)
+    return [induce_tree(word_links(a, e["src_word"]), words, threshold, min_layer, descend_above=descend_above)
             for a, e, words in zip(links, sentences.examples, sentences.words)]
 
 

@@ -117,5 +117,5 @@ def run(args: argparse.Namespace) -> int:
     if trainer.dist.is_main:
         best = "none" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
         print(f"stopped by {result.stopped_by} at step {result.step} (epoch {trainer.epochs_started}); best valid "
-              f"loss {best}; last checkpoint {result.checkpoint}", file=sys.stderr)
+              f"{exp.train.best_metric} {best}; last checkpoint {result.checkpoint}", file=sys.stderr)
     return 0

@@ -110,6 +110,8 @@ class StackConfig:
         supervised_head: the dependency-supervised head.
         constituent: Tree Transformer constituent attention in every layer (METHODS §3;
             encoders only, one a-value record threaded through the layers).
+        constituent_diagonal: C_ii of the constituent prior: 1 (the paper's empty product) or
+            1e-9 (the public Tree Transformer code, for faithful reproductions).
         bird_eye: ``sg`` (BET(SG): pointer loss toward the syntax hints on every block) or
             ``sf`` (BET(SF): diagonal-free reweighted attention in every block), METHODS §4;
             causal stacks only.
@@ -132,6 +134,7 @@ class StackConfig:
     specialized_heads: SpecializedHeadsConfig | None = None
     supervised_head: SupervisedHeadConfig | None = None
     constituent: bool = False
+    constituent_diagonal: float = 1.0
     bird_eye: str | None = None
     pointer_weight: float = 1.0
     pointer_head: int | None = None
@@ -258,6 +261,11 @@ class ModelConfig:
 
     def _validate_structure(self, side: str, stack: StackConfig) -> None:
         """Constituent and syntactic attention need the bidirectional self-attention of an encoder."""
+        if not 0.0 <= stack.constituent_diagonal <= 1.0:
+            raise ValueError(f"{side}.constituent_diagonal={stack.constituent_diagonal} must lie in [0, 1]")
+        if stack.constituent_diagonal != 1.0 and not stack.constituent:
+            raise ValueError(f"{side}.constituent_diagonal={stack.constituent_diagonal}, but "
+                             f"{side}.constituent is off")
         if side == "encoder":
             return
         if stack.constituent:

@@ -49,7 +49,8 @@ def layer_features(config: ModelConfig, stack: StackConfig, side: str, layer: in
     if stack.constituent:
         if constituent_state is None:
             raise ValueError(f"{side}.constituent needs the stack's ConstituentState")
-        features.append(ConstituentAttention(config.d_model, layer, constituent_state))
+        features.append(ConstituentAttention(config.d_model, layer, constituent_state,
+                                             diagonal=stack.constituent_diagonal))
     syn = stack.syntactic_attention
     if syn is not None and layer == syn.layer:
         features.append(SyntacticAttention(config.d_model, syn.head, syn.children_head, syn.tree,

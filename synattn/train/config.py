@@ -21,6 +21,9 @@ from synattn.errors import ConfigError
 from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
 
 BATCH_ORDER_KEYS = ("max_tokens", "max_sentences", "seed")
+SCHEDULES = ("inverse_sqrt", "cosine", "linear")
+HIGHER_IS_BETTER = ("bleu", "chrf", "uas", "acc", "f1")
+"""Validation metrics whose name starts with one of these are better when larger."""
 """Settings that decide the batch lists of every epoch; a resumed run must keep them."""
 
 
@@ -35,8 +38,14 @@ class TrainConfig:
             ``max_minutes`` counts training wall time over all resumed parts of the run.
         lr: peak learning rate (reached at the end of the warm-up).
         betas, eps, weight_decay: AdamW settings (decay applied to every parameter).
-        warmup_updates: linear warm-up length; then the rate decays as ``1/sqrt(step)``
-            (Vaswani et al. 2017, §5.3, scaled so the peak is ``lr``). 0: constant ``lr``.
+        warmup_updates: linear warm-up length (0: none).
+        schedule: what follows the warm-up: ``inverse_sqrt`` decays as ``1/sqrt(step)`` (Vaswani
+            et al. 2017, §5.3, scaled so the peak is ``lr``; constant without warm-up);
+            ``cosine`` or ``linear`` decay to ``min_lr_ratio × lr`` at the end of the budget:
+            ``max_steps`` when set, else ``max_minutes`` (the fraction of training minutes used),
+            else ``max_epochs``. A budget in minutes suits runs that must end on time on any
+            machine; a budget in updates gives runs that repeat exactly.
+        min_lr_ratio: the rate at the end of a ``cosine``/``linear`` schedule, as a fraction of ``lr``.
         label_smoothing: ε of the label-smoothed cross-entropy of the tasks (Szegedy et al. 2016).
         clip_norm: clip the global gradient norm to this value (0: no clipping).
         bf16: run forward and loss under ``torch.autocast(dtype=bfloat16)`` (CPU and CUDA).
@@ -49,6 +58,10 @@ class TrainConfig:
         save_interval: save a checkpoint every this many epochs (0: only at the end of the run).
         save_interval_updates: also save every this many updates (0: off).
         keep_last_n: numbered checkpoints kept besides ``best`` (None: keep all).
+        best_metric: the validation metric that picks the ``best`` checkpoint: ``task_loss`` (the
+            task's own loss, without auxiliary losses; the default), ``loss`` (with them),
+            ``nll_loss``, or a metric of the run's validation hook such as ``bleu`` or ``chrf``
+            (higher is better for ``bleu``, ``chrf`` and names starting with ``uas``/``acc``/``f1``).
         progress_bar: show a progress bar with loss and tokens/s.
         tensorboard: also write TensorBoard events when the ``tensorboard`` package is installed.
     """
@@ -63,6 +76,8 @@ class TrainConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     warmup_updates: int = 4000
+    schedule: str = "inverse_sqrt"
+    min_lr_ratio: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 0.0
     bf16: bool = False
@@ -75,6 +90,7 @@ class TrainConfig:
     save_interval: int = 1
     save_interval_updates: int = 0
     keep_last_n: int | None = 5
+    best_metric: str = "task_loss"
     progress_bar: bool = True
     tensorboard: bool = True
 
@@ -107,6 +123,12 @@ class TrainConfig:
                 raise ConfigError(f"{key}={getattr(self, key)} must not be negative")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        if not self.best_metric:
+            raise ConfigError("best_metric must name a validation metric (e.g. task_loss)")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
 

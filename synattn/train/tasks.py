@@ -76,7 +76,7 @@ def _result(loss: Tensor, nll: Tensor, ntokens: Tensor, nsentences: int, output)
     total = loss
     for value in aux.values():
         total = total + size * value.float()
-    logs = {"loss": total.detach(), "nll_loss": nll.detach(), "ntokens": size,
+    logs = {"loss": total.detach(), "task_loss": loss.detach(), "nll_loss": nll.detach(), "ntokens": size,
             "sample_size": size, "nsentences": torch.tensor(float(nsentences))}
     logs.update({f"aux/{name}": (size * value.detach().float()) for name, value in aux.items()})
     return total, logs

@@ -38,7 +38,7 @@ from synattn.errors import InputError
 from synattn.io import atomic_write
 from synattn.train.checkpoint import (CHECKPOINTS, load_checkpoint, resolve_checkpoint, rng_state,
                                       save_checkpoint, set_rng_state)
-from synattn.train.config import BATCH_ORDER_KEYS, TrainConfig
+from synattn.train.config import BATCH_ORDER_KEYS, HIGHER_IS_BETTER, TrainConfig
 from synattn.train.distributed import init_distributed
 from synattn.train.optim import build_optimizer
 from synattn.train.run_log import RunLog
@@ -106,7 +106,6 @@ class Trainer:
         self.dist = init_distributed(config.device)
         self.model = model.to(self.dist.device)
         self.wrapped: nn.Module = self.model
-        self.optimizer, self.scheduler = build_optimizer(self.model, config)
         self.train_data, self.valid_data = train_data, valid_data
         self.valid_metrics, self.collate_fn = valid_metrics, collate_fn
         self.run_dir = Path(run_dir)
@@ -115,11 +114,29 @@ class Trainer:
         self.lengths = np.asarray(train_data.lengths())
         if len(self.lengths) == 0:
             raise ValueError("the training data is empty")
+        self.elapsed, self._started = 0.0, None  # training seconds over every resumed part of the run
+        self.optimizer, self.scheduler = build_optimizer(self.model, config, self._budget_progress())
         self.step, self.epoch, self.batches_done = 0, 1, 0
         self.best_valid_loss: float | None = None
-        self.elapsed = 0.0  # training seconds over every resumed part of the run
         self._best_step = -1
         self._log: RunLog | None = None
+
+    def _budget_progress(self) -> Callable[[int], float] | None:
+        """The fraction of the budget used after ``done`` updates, for the decaying schedules:
+        in updates (``max_steps``), else in training minutes, else in epochs of this data."""
+        c = self.config
+        if c.schedule == "inverse_sqrt" or c.max_steps is not None:
+            return None
+        if c.max_minutes is not None:
+            return lambda done: self._training_seconds() / (60.0 * c.max_minutes)
+        per_epoch = math.ceil(len(token_batches(self.lengths, c.max_tokens, seed=c.seed, epoch=1,
+                                                max_sentences=c.max_sentences))
+                              / (self.dist.world_size * c.update_freq))
+        return lambda done: done / (per_epoch * c.max_epochs)
+
+    def _training_seconds(self) -> float:
+        """Training wall time so far, over every resumed part of the run (up to this moment)."""
+        return self.elapsed if self._started is None else time.monotonic() - self._started
 
     # ------------------------------------------------------------------ state
 
@@ -238,11 +255,18 @@ class Trainer:
         if self.valid_metrics is not None and self.dist.is_main:
             metrics.update(self.valid_metrics(self.model))
         self.model.train()
-        if self.best_valid_loss is None or metrics["loss"] < self.best_valid_loss:
-            self.best_valid_loss, self._best_step = metrics["loss"], self.step
-        metrics["best_loss"] = self.best_valid_loss
+        name = self.config.best_metric
+        if name not in metrics:
+            raise InputError(f"best_metric={name!r} is not among the validation metrics "
+                             f"({', '.join(sorted(metrics))})", "train.best_metric")
+        value, higher = float(metrics[name]), name.lower().startswith(HIGHER_IS_BETTER)
+        if self.best_valid_loss is None or (value > self.best_valid_loss if higher else value < self.best_valid_loss):
+            self.best_valid_loss, self._best_step = value, self.step
+        metrics["best_" + name] = self.best_valid_loss
         if self._log is not None:
             self._log.write("valid", self.step, self.epochs_started, metrics)
+            if self.dist.is_main and self.config.progress_bar:
+                tqdm.write(f"valid | update {self.step} | " + _console(metrics), file=sys.stderr)
         return metrics
 
     # ------------------------------------------------------------------ the loop
@@ -286,6 +310,7 @@ class Trainer:
             ids = [self.dist.local_rank] if self.dist.device.type == "cuda" else None
             self.wrapped = DistributedDataParallel(self.model, device_ids=ids)
         started, interval, interval_start = time.monotonic() - self.elapsed, {}, time.monotonic()
+        self._started = started
         stopped = self._stop_reason()
         try:
             while stopped is None:
@@ -299,7 +324,8 @@ class Trainer:
                     epoch_end = self.batches_done == len(batches)
                     if epoch_end:
                         self.epoch, self.batches_done = self.epoch + 1, 0
-                    interval = {k: interval.get(k, 0.0) + v for k, v in logs.items()}
+                    for key, value in logs.items():
+                        interval[key] = interval.get(key, 0.0) + value
                     interval["updates"] = interval.get("updates", 0) + 1
                     stopped = self._stop_reason()
                     if self.step % c.log_interval == 0 or stopped:
@@ -309,6 +335,7 @@ class Trainer:
                     self._validate_and_save(epoch_end, stopped is not None)
                 bar.close()
         finally:
+            self._started = None
             self._log.close()
         last = resolve_checkpoint(self.run_dir / CHECKPOINTS) if self.dist.is_main else None
         return TrainResult(self.step, self.epoch, self.best_valid_loss, last, stopped)
@@ -357,16 +384,41 @@ class Trainer:
                        updates=updates, elapsed_s=self.elapsed)
         self._log.write("train", self.step, self.epochs_started, metrics)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)
+        if self.dist.is_main and self.config.progress_bar:
+            tqdm.write(f"train | update {self.step} | epoch {self.epochs_started} | " + _console(metrics),
+                       file=sys.stderr)
 
     def close(self) -> None:
         """Leaves the process group if this trainer joined it."""
         self.dist.close()
 
 
+def _console(metrics: dict[str, float]) -> str:
+    """One console line of logged metrics (the same numbers as log.jsonl)."""
+    skip = {"ntokens", "nsentences", "updates", "elapsed_s"}
+    parts = []
+    for key, value in metrics.items():
+        if key in skip:
+            continue
+        if key == "lr":
+            parts.append(f"lr {value:.2e}")
+        elif key == "tokens_per_s":
+            parts.append(f"tok/s {value:.0f}")
+        else:
+            parts.append(f"{key} {value:.4g}")
+    return " | ".join(parts)
+
+
 def _summary(sums: dict[str, float]) -> dict[str, float]:
-    """Per-token averages of summed logs: loss and aux per sample, nll and perplexity per token."""
+    """Per-token averages of summed logs: losses and aux per sample, nll and perplexity per token.
+
+    ``loss`` is the training objective (task loss + auxiliary losses); ``task_loss`` the task's
+    own loss alone (e.g. label-smoothed translation cross-entropy), which picks the best checkpoint.
+    """
     size, tokens = max(sums.get("sample_size", 0.0), 1.0), max(sums.get("ntokens", 0.0), 1.0)
     nll = sums.get("nll_loss", 0.0) / tokens
-    out = {"loss": sums.get("loss", 0.0) / size, "nll_loss": nll, "ppl": math.exp(min(nll, 50.0))}
+    out = {"loss": sums.get("loss", 0.0) / size,
+           "task_loss": sums.get("task_loss", sums.get("loss", 0.0)) / size,
+           "nll_loss": nll, "ppl": math.exp(min(nll, 50.0))}
     out.update({k: v / size for k, v in sums.items() if k.startswith("aux/")})
     return out

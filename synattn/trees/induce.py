@@ -14,7 +14,8 @@ Choices we made: ``min_layer`` counts layers from the bottom starting at 1, so t
 layer index 2 (the public code's ``min_layer = 2``); with fewer layers than ``min_layer`` the top
 layer is the minimum. Both parts of a split continue at the layer where the split was found (the
 public code's extra rule, which moves a part one layer down when all its links exceed 0.7, is not
-in the paper and is left out). Ties pick the leftmost split point.
+in the paper, is off by default: ``descend_above=0.7`` turns it on to reproduce that code's
+trees). Ties pick the leftmost split point.
 
 Trees over words from a model over subword pieces (:func:`word_links`): the link between words i
 and i + 1 is the model's link between the last piece of word i and the first piece of word i + 1;
@@ -58,7 +59,8 @@ def _as_numpy(a: Any) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
 
 
-def induced_spans(a: Any, threshold: float = 0.8, min_layer: int = 3) -> set[tuple[int, int]]:
+def induced_spans(a: Any, threshold: float = 0.8, min_layer: int = 3,
+                  descend_above: float | None = None) -> set[tuple[int, int]]:
     """The constituents (word spans of two or more words) found by top-down decoding.
 
     Args:
@@ -66,6 +68,9 @@ def induced_spans(a: Any, threshold: float = 0.8, min_layer: int = 3) -> set[tup
             first.
         threshold: a split point whose a exceeds it is not trusted at that layer.
         min_layer: the lowest layer decoding goes down to, counted from 1 at the bottom.
+        descend_above: the public code's extra rule (off by default): after a split, a part
+            whose links at the current layer all exceed this value (0.7 there) is decoded one
+            layer lower (never below ``min_layer``).
 
     Returns:
         ``(start, end)`` spans (end exclusive) with ``end − start >= 2``, the whole sentence
@@ -92,13 +97,17 @@ def induced_spans(a: Any, threshold: float = 0.8, min_layer: int = 3) -> set[tup
             if layer > bottom:
                 todo.append((start, end, layer - 1))
             continue  # at the minimum layer: one flat constituent
-        todo.append((start, split + 1, layer))
-        todo.append((split + 1, end, layer))
+        for part_start, part_end in ((start, split + 1), (split + 1, end)):
+            part_layer = layer
+            if (descend_above is not None and part_end - part_start >= 2 and layer > bottom
+                    and a[layer, part_start:part_end - 1].min() > descend_above):
+                part_layer = layer - 1
+            todo.append((part_start, part_end, part_layer))
     return found
 
 
 def induce_tree(a: Any, words: Sequence[str] | None = None, threshold: float = 0.8,
-                min_layer: int = 3, label: str = "X") -> Tree:
+                min_layer: int = 3, label: str = "X", descend_above: float | None = None) -> Tree:
     """Decodes one sentence's link probabilities into a bracketed tree.
 
     Args:
@@ -107,11 +116,12 @@ def induce_tree(a: Any, words: Sequence[str] | None = None, threshold: float = 0
         threshold: see :func:`induced_spans`.
         min_layer: see :func:`induced_spans`.
         label: the label of every inner node.
+        descend_above: see :func:`induced_spans`.
 
     Returns:
         The tree, with flat constituents where no split point was trusted.
     """
-    spans = induced_spans(a, threshold, min_layer)
+    spans = induced_spans(a, threshold, min_layer, descend_above)
     n = _as_numpy(a).shape[1] + 1
     words = [str(i) for i in range(n)] if words is None else list(words)
     if len(words) != n:
@@ -120,7 +130,8 @@ def induce_tree(a: Any, words: Sequence[str] | None = None, threshold: float = 0
 
 
 def induce_trees(a: Any, lengths: Sequence[int] | Any, words: Sequence[Sequence[str]] | None = None,
-                 threshold: float = 0.8, min_layer: int = 3, label: str = "X") -> list[Tree]:
+                 threshold: float = 0.8, min_layer: int = 3, label: str = "X",
+                 descend_above: float | None = None) -> list[Tree]:
     """Decodes a padded batch, e.g. ``ConstituentState.stack()``.
 
     Args:
@@ -131,6 +142,7 @@ def induce_trees(a: Any, lengths: Sequence[int] | Any, words: Sequence[Sequence[
         threshold: see :func:`induced_spans`.
         min_layer: see :func:`induced_spans`.
         label: the label of every inner node.
+        descend_above: see :func:`induced_spans`.
 
     Returns:
         One tree per sentence.
@@ -147,7 +159,7 @@ def induce_trees(a: Any, lengths: Sequence[int] | Any, words: Sequence[Sequence[
         if not 1 <= n <= a.shape[2] + 1:
             raise InputError(f"sentence {row} has length {n}, outside 1..{a.shape[2] + 1}")
         trees.append(induce_tree(a[row, :, :n - 1], None if words is None else words[row],
-                                 threshold, min_layer, label))
+                                 threshold, min_layer, label, descend_above))
     return trees
 
 

@@ -12,17 +12,18 @@ from synattn.viz.figure import pyplot, save
 
 
 def plot_learning_curves(runs: dict[str, str | Path], path: str | Path) -> Path:
-    """Training loss (per logged interval) and validation loss of several runs against updates."""
+    """Training and validation task losses (without auxiliary losses) of several runs against updates."""
     from synattn.train import read_log
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for name, run in runs.items():
         train, valid = read_log(run, "train"), read_log(run, "valid")
-        axes[0].plot([r["step"] for r in train], [r["loss"] for r in train], label=name)
+        axes[0].plot([r["step"] for r in train], [r.get("task_loss", r["loss"]) for r in train], label=name)
         if valid:
-            axes[1].plot([r["step"] for r in valid], [r["loss"] for r in valid], marker="o", label=name)
-    for ax, title in zip(axes, ("training loss (label-smoothed, + aux)", "validation loss")):
+            axes[1].plot([r["step"] for r in valid], [r.get("task_loss", r["loss"]) for r in valid],
+                         marker="o", label=name)
+    for ax, title in zip(axes, ("training task loss (label-smoothed)", "validation task loss")):
         ax.set_title(title)
         ax.set_xlabel("update")
         ax.legend()

@@ -14,6 +14,7 @@ from synattn.data.prepare import PrepareConfig, prepare
 from synattn.data.text import read_lines
 from synattn.errors import ConfigError, UsageError
 from synattn.experiment import ExperimentConfig
+from synattn.generate.translate import Translator
 from synattn.models import PretrainedModel
 from synattn.trees.conllu_io import read_conllu, to_conllu
 
@@ -97,6 +98,8 @@ def test_max_distance_override_trains_translates_and_resumes_from_the_run(tmp_pa
     assert "at step 4" in capsys.readouterr().err
     model = PretrainedModel.from_pretrained(run)  # a run directory: its best checkpoint
     assert not model.training and model.config.ffn_dim == 24 and model.config.encoder.max_distance == 2
+    translator = Translator(model, run / "vocab")  # the model's own label clipping, not the default 8
+    assert (translator.request.max_distance, translator.request.max_traversal) == (2, 4)
     half = PretrainedModel.from_pretrained(run, dtype=torch.float64)
     assert next(half.parameters()).dtype == torch.float64
     # translate from another directory with only the run, after the dataset moved away
@@ -111,6 +114,8 @@ def test_max_distance_override_trains_translates_and_resumes_from_the_run(tmp_pa
         (elsewhere / "in.en").write_text("the cat sat\n")
         assert main(["translate", "--run", str(run), "-i", "in.en", "-o", "out.fr"]) == 0, capsys.readouterr().err
         assert len((elsewhere / "out.fr").read_text().splitlines()) == 1
+        assert main(["viz", "--run", str(run), "-i", "in.en", "-o", "plots"]) == 0, capsys.readouterr().err
+        assert list((elsewhere / "plots").glob("*.png"))
         capsys.readouterr()
         _fails(capsys, ["translate", "--run", str(run), "--split", "dev"], "is not there or not prepared", "--data")
         assert main(["translate", "--run", str(run), "--split", "dev", "--data", str(moved), "-o", "dev.fr"]) == 0

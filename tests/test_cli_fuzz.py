@@ -1,14 +1,16 @@
 """Fuzzing ``synattn train`` in-process with bad configs and arguments: every outcome is an exit
 status of 0, 1 or 2, and a failure is exactly one line on standard error, never a traceback.
 
-The run directory already has a checkpoint, so a config that passes every check stops at the
-"already has checkpoints" error instead of training: the fuzzing exercises every check that runs
-before training, which is where every config mistake must be caught.
+The run directory already has an (empty) checkpoint, so a config that passes every check stops at
+the "already has checkpoints" error, or with ``--resume`` at loading the checkpoint, instead of
+training: the fuzzing exercises every check that runs before training, which is where every config
+mistake must be caught.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -81,7 +83,12 @@ def setup(tmp_path_factory):
 
 
 def _check(capsys, argv):
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # argparse's own errors (e.g. an override that starts with '-'):
+        err = capsys.readouterr().err  # its usage line, then one error line
+        assert stop.code == 2 and re.match(r"synattn( train)?: error: ", err.splitlines()[-1]), err
+        return err
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert code in (0, 1, 2), (argv, code, err)
@@ -99,8 +106,9 @@ def test_fuzzed_overrides(setup, capsys, overrides):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=FILES, overrides=st.lists(OVERRIDE, max_size=2), data_option=st.sampled_from([None, "DATA", "missing"]))
-def test_fuzzed_config_files_and_options(setup, capsys, text, overrides, data_option):
+@given(text=FILES, overrides=st.lists(OVERRIDE, max_size=2), data_option=st.sampled_from([None, "DATA", "missing"]),
+       resume=st.booleans())
+def test_fuzzed_config_files_and_options(setup, capsys, text, overrides, data_option, resume):
     tmp, data, run, _ = setup
     path = tmp / "fuzzed.yaml"
     path.write_bytes(text.replace("DATA", str(data)).encode("utf-8", "surrogatepass")
@@ -108,4 +116,6 @@ def test_fuzzed_config_files_and_options(setup, capsys, text, overrides, data_op
     argv = ["train", "--config", str(path), "--run-dir", str(run), *overrides]
     if data_option:
         argv[3:3] = ["--data", str(data) if data_option == "DATA" else str(tmp / "missing")]
+    if resume:  # the checkpoint is empty: a config that passes every check fails to load it
+        argv.insert(1, "--resume")
     _check(capsys, argv)

@@ -19,10 +19,10 @@ RELATIONS = ("sequential", "tree_distance", "traversal")
 """Relation kinds of relative attention: Shaw positions, tree distance, tree traversal."""
 
 BIRD_EYE = ("sg", "sf")
-"""Bird-Eye variants (METHODS §4): syntax-guided pointer loss, syntax-free reweighting."""
+"""Bird-Eye variants (docs/methods.md §4): syntax-guided pointer loss, syntax-free reweighting."""
 
 CROSS_ATTENTION = ("segmentation", "sigmoid")
-"""Structured encoder-decoder attention (METHODS §5): the chain CRF, or its sigmoid baseline."""
+"""Structured encoder-decoder attention (docs/methods.md §5): the chain CRF, or its sigmoid baseline."""
 
 
 class StackChecks:

@@ -41,7 +41,8 @@ def test_cosine_schedule_by_steps_warms_up_then_decays_to_the_floor(tmp_path):
     lrs = [r["lr"] for r in read_log(tmp_path, "train")]
     expected = [0.02 * decay_factor(s, 2, (s - 1) / 10, "cosine", 0.1) for s in range(1, 11)]
     assert lrs == pytest.approx(expected, rel=1e-12)
-    assert lrs[0] == pytest.approx(0.01) and lrs[1] == pytest.approx(0.02 * (0.1 + 0.9 * 0.5 * (1 + math.cos(0.1 * math.pi))))
+    assert lrs[0] == pytest.approx(0.01)
+    assert lrs[1] == pytest.approx(0.02 * (0.1 + 0.9 * 0.5 * (1 + math.cos(0.1 * math.pi))))
     assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))  # monotone after the warm-up
 
 

@@ -15,12 +15,12 @@ import os
 import sys
 
 from synattn import __version__
-from synattn.cli import (corpus_cmd, demo_cmd, evaluate_cmd, induce_cmd, parse_cmd, prepare_cmd, stats_cmd,
-                         train_cmd, translate_cmd, viz_cmd)
+from synattn.cli import (corpus_cmd, demo_cmd, evaluate_cmd, induce_cmd, parse_cmd, prepare_cmd, reproduce_cmd,
+                         stats_cmd, train_cmd, translate_cmd, viz_cmd)
 from synattn.errors import RunFailure, SynattnError
 
-SUBCOMMANDS = (demo_cmd, prepare_cmd, train_cmd, translate_cmd, evaluate_cmd, induce_cmd, viz_cmd, parse_cmd,
-               corpus_cmd, stats_cmd)
+SUBCOMMANDS = (demo_cmd, prepare_cmd, train_cmd, translate_cmd, evaluate_cmd, induce_cmd, viz_cmd, reproduce_cmd,
+               parse_cmd, corpus_cmd, stats_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

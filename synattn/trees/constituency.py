@@ -378,3 +378,76 @@ def random_binary(words: Sequence[str], rng: np.random.Generator) -> Tree:
         split = int(rng.integers(i + 1, j))
         todo += [(i, split), (split, j)]
     return tree_from_spans(words, out)
+
+
+def dependency_spans(heads: Sequence[int] | np.ndarray) -> set[tuple[int, int]]:
+    """The yields of a projective dependency tree as constituent spans.
+
+    The yield of word i is i with all its descendants; in a projective tree it is a contiguous
+    span. Every yield of two or more words becomes a constituent (a head with several
+    dependents gives one flat constituent; a chain of single dependents gives nested ones).
+    This is the usual conversion for scoring unsupervised constituency parsers on dependency
+    treebanks when no constituency treebank is at hand (e.g. Klein & Manning 2004 relate the
+    two; the yields are the constituents of the dependency tree's phrase structure with
+    maximal projections only).
+
+    Args:
+        heads: ``[n]`` 1-based heads, 0 = ROOT, projective (every root word's yield is a span;
+            several root words are allowed).
+
+    Returns:
+        ``(start, end)`` spans, end exclusive, of two or more words; the whole sentence is
+        included when a single root word covers it.
+
+    Raises:
+        InputError: the tree is not projective (a yield is not contiguous).
+
+    Example:
+        >>> sorted(dependency_spans([2, 0, 4, 2]))   # the cat <- saw -> (a <- dog)
+        [(0, 4), (2, 4)]
+    """
+    heads = np.asarray(heads, dtype=np.int64)
+    n = len(heads)
+    low, high, size = np.arange(n), np.arange(n) + 1, np.ones(n, dtype=np.int64)
+    order = _bottom_up(heads)
+    for i in order:  # children before their heads
+        h = heads[i] - 1
+        if h >= 0:
+            low[h], high[h], size[h] = min(low[h], low[i]), max(high[h], high[i]), size[h] + size[i]
+    if ((high - low) != size).any():
+        word = int(np.flatnonzero((high - low) != size)[0])
+        raise InputError(f"the tree is not projective: the yield of word {word + 1} is not contiguous")
+    return {(int(s), int(e)) for s, e in zip(low, high) if e - s >= 2}
+
+
+def _bottom_up(heads: np.ndarray) -> list[int]:
+    """Word indices (0-based) ordered so that every word comes before its head."""
+    depth = np.zeros(len(heads), dtype=np.int64)
+    for i in range(len(heads)):
+        j, d = i, 0
+        while heads[j] != 0:
+            j, d = heads[j] - 1, d + 1
+            if d > len(heads):
+                raise InputError("the heads contain a cycle")
+        depth[i] = d
+    return list(np.argsort(-depth, kind="stable"))
+
+
+def tree_from_dependency(words: Sequence[str], heads: Sequence[int] | np.ndarray,
+                         punctuation: Sequence[bool] | None = None, label: str = "X") -> Tree:
+    """The constituency tree of a projective dependency tree's yields (:func:`dependency_spans`).
+
+    Args:
+        words: ``[n]`` the words.
+        heads: ``[n]`` 1-based heads, 0 = ROOT.
+        punctuation: ``[n]`` which words are punctuation: their leaves get the PTB tag ``.`` so
+            that bracket scoring leaves them out (other leaves are unlabelled).
+        label: the label of every inner node.
+
+    Example:
+        >>> to_brackets(tree_from_dependency(["the", "cat", "saw", "a", "dog", "."],
+        ...                                  [2, 3, 0, 5, 3, 3], [False] * 5 + [True]))
+        '(X (X the cat) saw (X a dog) (. .))'
+    """
+    tags = ["." if p else "" for p in (punctuation or [False] * len(words))]
+    return tree_from_spans(words, dependency_spans(heads), label=label, leaf_labels=tags)

@@ -1,4 +1,5 @@
-"""The demo's plots: learning curves of runs, and a supervised head's attention over a sentence."""
+"""The demo's plots: learning curves of runs, the attachment of every encoder head, and a supervised
+head's attention over a sentence."""
 
 from __future__ import annotations
 
@@ -28,6 +29,32 @@ def plot_learning_curves(runs: dict[str, str | Path], path: str | Path) -> Path:
         ax.set_xlabel("update")
         ax.legend()
     fig.tight_layout()
+    return save(fig, path)
+
+
+def plot_head_attachment(tables: dict[str, dict], path: str | Path,
+                         marks: dict[str, tuple[int, int]] | None = None) -> Path:
+    """Word-level attachment (UAS, %) of every encoder head of several models, one panel per model
+    (``tables``: name → :func:`synattn.reproduce.heads.head_attachment`); ``marks`` outlines a
+    ``(layer, head)`` per model in red (e.g. its supervised head)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(tables), figsize=(4.0 * len(tables), 3.4), squeeze=False)
+    image = None
+    for ax, (name, table) in zip(axes[0], tables.items()):
+        grid = 100 * np.asarray(table["heads"]["encoder"])[..., 0]  # [layers, heads]
+        image = ax.imshow(grid, vmin=0, vmax=100, cmap="viridis")
+        for (layer, head), value in np.ndenumerate(grid):
+            ax.text(head, layer, f"{value:.0f}", ha="center", va="center",
+                    color="black" if value > 60 else "white", fontsize=8)
+        if marks and name in marks:
+            layer, head = marks[name]
+            ax.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+        ax.set_xticks(range(grid.shape[1]))
+        ax.set_yticks(range(grid.shape[0]))
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(f"{name}: UAS of each encoder head (%)", fontsize=9)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     return save(fig, path)
 
 

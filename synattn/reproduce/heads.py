@@ -1,0 +1,82 @@
+"""Word-level attachment of attention heads: every head of every layer, or a supervised head,
+scored against a treebank's gold trees (UD English-EWT in the ``supervised-head`` study)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
+from synattn.evaluate.runner import gold_word_heads
+from synattn.train.tasks import task_for
+
+
+def _word_targets(probs: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
+    """Predicted heads (1-based, 0 = ROOT) of every word from ``probs [..., p, p]`` (rows: the
+    attending piece). A word is read at its last piece, whose most attended piece's word is the
+    predicted head; attending to one's own word means ROOT (as the supervised head is trained)."""
+    n = int(word_of_piece.max()) + 1
+    last = np.zeros(n, dtype=np.int64)
+    last[word_of_piece] = np.arange(len(word_of_piece))
+    target = word_of_piece[probs[..., last, :].argmax(-1)]  # [..., n]
+    return np.where(target == np.arange(n), 0, target + 1)
+
+
+@torch.no_grad()
+def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000) -> dict:
+    """UAS of every encoder self-attention head and of every encoder supervised head on ``split``
+    (the source side's trees: gold trees of a treebank, or the parser's).
+
+    Returns:
+        ``{"heads": {"encoder": [layers][heads] (uas, uas without punctuation)},
+        "supervised": {key: (uas, uas without punctuation)}, "words": n, "words_no_punct": n}``;
+        punctuation is UPOS ``PUNCT`` of the gold tree.
+    """
+    dataset = PreparedDataset(data, split)
+    labels = json.loads((Path(data) / "labels.json").read_text())
+    punct_id = labels.get("src_upos", []).index("PUNCT") if "PUNCT" in labels.get("src_upos", []) else -1
+    model.eval()
+    request = task_for(model, 0.0).syntax_request()
+    request = SyntaxRequest(src=request.src | {"head_targets"}, tgt=request.tgt,
+                            max_distance=request.max_distance, max_traversal=request.max_traversal)
+    hits: dict[str, np.ndarray] = {}
+    sup_hits: dict[str, np.ndarray] = {}
+    words = np.zeros(2)
+    for indices in token_batches(dataset.lengths(), max_tokens, shuffle=False):
+        batch = collate(dataset, indices, request)
+        if batch.tgt_in is not None:  # a translation model: the encoder's heads read the source trees
+            out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
+                        need_weights=True)
+        else:
+            out = model(batch.src, syntax=batch.src_syntax, need_weights=True)
+        stacks = {"encoder": torch.stack([a.float() for a in out.attentions["encoder.self"]], 1).numpy()}
+        # stacks: [B, L, H, t, t]; supervised heads of the encoder: [B, t, t]
+        sup = {k: v.float().exp().numpy() for k, v in out.head_log_probs.items() if k.startswith("encoder")}
+        for b, i in enumerate(indices):
+            ex = dataset[int(i)]
+            p, word = len(ex["src_ids"]), ex["src_word"]
+            gold = gold_word_heads(ex["src_heads"], word)  # [n]
+            last = np.zeros(len(gold), dtype=np.int64)
+            last[word] = np.arange(p)
+            keep = ex["src_upos"][last] != punct_id  # [n]
+            words += (len(gold), int(keep.sum()))
+            for name, probs in stacks.items():
+                correct = _word_targets(probs[b, :, :, :p, :p], word) == gold  # [L, H, n]
+                both = np.stack([correct.sum(-1), (correct & keep).sum(-1)], -1)  # [L, H, 2]
+                hits[name] = hits.get(name, 0) + both
+            for key, probs in sup.items():
+                correct = _word_targets(probs[b, :p, :p], word) == gold
+                sup_hits[key] = sup_hits.get(key, 0) + np.array([correct.sum(), (correct & keep).sum()])
+    return {"heads": {k: (v / words).tolist() for k, v in hits.items()},
+            "supervised": {k: (v / words).tolist() for k, v in sup_hits.items()},
+            "words": int(words[0]), "words_no_punct": int(words[1])}
+
+
+def best_head(table: list[list[list[float]]]) -> tuple[int, int]:
+    """``(layer, head)`` with the highest UAS (punctuation included) in a ``[L][H][2]`` table."""
+    scores = np.asarray(table)[..., 0]
+    layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
+    return int(layer), int(head)

@@ -1,0 +1,140 @@
+"""``mt-syntax``: does syntax in the attention of a translation model improve translation?
+
+Every arm is the same encoder-decoder on the same Bible task (World English Bible → Louis Segond
+1910, split by whole chapters; the English side parsed by spaCy, the French side too for the
+decoder-side methods) and the same budget; only the attention differs: tree-distance or traversal
+relations in the encoder (Shaw et al. 2018 style, docs/methods.md#1-tree-relative-attention-bias),
+a dependency-supervised head in the encoder or the decoder (Deguchi et al. 2019), the Bird-Eye
+decoder's pointer loss BET(SG) or its diagonal-free attention BET(SF) (Sha et al. 2022), and
+segmentation (structured) cross-attention (Kim et al. 2017). Scores: sacreBLEU BLEU and chrF with
+signatures on the test verses; the noise is the std over seeds and, for each seed, sacreBLEU's
+paired bootstrap test against the baseline of the same seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from synattn.io import atomic_write
+from synattn.reproduce.study import Arm, Context, Study, budget_train
+
+SUPERVISED = {"layer": 2, "head": 0, "weight": 1.0}
+
+
+class MTSyntaxStudy(Study):
+    name = "mt-syntax"
+    title = "syntax-aware attention in translation (Bible en→fr): BLEU and chrF against a plain Transformer"
+    question = ("Tree-relative attention, dependency-supervised heads (Deguchi et al. 2019 report +0.6 to +1.0 "
+                "BLEU on ASPEC Ja→En), Bird-Eye attention (Sha et al. 2022) and structured cross-attention "
+                "(Kim et al. 2017): does each beat the same Transformer without it, on the same data and budget?")
+    task = "mt"
+    arms = (Arm("baseline", {}, "Transformer, sinusoidal positions, softmax attention"),
+            Arm("tree-distance", {"encoder": {"relations": ["tree_distance"]}},
+                "encoder self-attention with tree-distance key/value embeddings (max distance 8)"),
+            Arm("traversal", {"encoder": {"relations": ["traversal"]}},
+                "encoder self-attention with tree-traversal (U*D*, LD*, RD*) key/value embeddings"),
+            Arm("supervised-enc", {"encoder": {"supervised_head": SUPERVISED}},
+                "encoder head 0 of layer 2 supervised by the source dependency trees (λ = 1)"),
+            Arm("supervised-dec", {"decoder": {"supervised_head": SUPERVISED}},
+                "decoder head 0 of layer 2 supervised by the target trees (causal; λ = 1)"),
+            Arm("bet-sg", {"decoder": {"bird_eye": "sg"}}, "BET(SG): pointer loss toward the syntax hints (λ_p = 1)"),
+            Arm("bet-sf", {"decoder": {"bird_eye": "sf"}}, "BET(SF): diagonal-free reweighted decoder attention"),
+            Arm("segmentation", {"decoder": {"cross_attention": "segmentation"}},
+                "segmentation (binary linear-chain CRF) cross-attention"))
+    seeds = 2
+    minutes = 45.0
+    primary = "chrf"
+    columns = (("bleu", "BLEU"), ("chrf", "chrF"), ("ppl", "test ppl"), ("uas", "supervised-head UAS %"),
+               ("train_step", "updates"))
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--pairs", type=int, default=None,
+                            help="training verse pairs (default: all 29,560; a toy run takes 60)")
+        parser.add_argument("--test-sentences", type=int, default=None,
+                            help="test verses translated (default: all 758)")
+
+    def prepare(self, ctx: Context) -> Path:
+        from synattn.data.prepare import PrepareConfig, prepare
+
+        if ctx.toy:  # a few verses of each split, written as text
+            from synattn.data.corpora import load_bible_pairs
+
+            prefixes = {}
+            for split, n in (("train", 60), ("dev", 10), ("test", 20)):
+                pairs = load_bible_pairs("4", "l", split, limit=n)
+                for side, lang in (("source", "en"), ("target", "fr")):
+                    path = ctx.out / "text" / f"{split}.{lang}"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with atomic_write(path) as f:
+                        f.write("\n".join(getattr(p, side) for p in pairs) + "\n")
+                prefixes[split] = str(ctx.out / "text" / split)
+            return prepare(PrepareConfig(out=str(ctx.out / "data"), prefixes=prefixes, parse_target=True,
+                                         vocab_size=400))
+        return prepare(PrepareConfig(out=str(ctx.out / "data"), corpus="bible", bible_source="4", bible_target="l",
+                                     limit=ctx.args.pairs, parse_target=True, vocab_size=6000))
+
+    def base_model(self, ctx: Context) -> dict:
+        if ctx.toy:
+            return {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1, "norm": "pre",
+                    "encoder": {"layers": 3}, "decoder": {"layers": 3}}
+        return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre",
+                "encoder": {"layers": 3}, "decoder": {"layers": 3}}
+
+    def base_train(self, ctx: Context) -> dict:
+        return budget_train(ctx, max_tokens=4000, lr=2e-3, warmup=200, validate_every=2, bf16=True)
+
+    def base_eval(self, ctx: Context) -> dict:
+        return {"beam": 2 if ctx.toy else 4, "bleu_sentences": 0, "batch_size": 32}
+
+    def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
+        from synattn.evaluate.runner import evaluate_run, load_run
+
+        model, exp, _ = load_run(run_dir, "last")
+        count = 20 if ctx.toy else ctx.args.test_sentences
+        ev = evaluate_run(model, exp, "test", translate=True, max_translate=count, show_progress=not ctx.toy)
+        with atomic_write(run_dir / "test.hyp") as f:
+            f.write("\n".join(ev.hypotheses) + "\n")
+        out = {"bleu": ev.translation["bleu"], "chrf": ev.translation["chrf"], "ppl": ev.perplexity,
+               "bleu_signature": ev.translation["bleu_signature"], "chrf_signature": ev.translation["chrf_signature"],
+               "sentences": len(ev.hypotheses)}
+        if ev.attachment:
+            out["uas"] = 100 * next(iter(ev.attachment.values()))
+        return out
+
+    def compare(self, ctx: Context, runs: dict[str, dict[int, Path]]) -> dict:
+        """sacreBLEU's paired bootstrap of every arm against the baseline of the same seed."""
+        from synattn.data.batching import PreparedDataset
+        from synattn.reproduce.stats import paired_bootstrap
+
+        baseline = self.arms[0].name
+        out: dict = {}
+        for arm, by_seed in runs.items():
+            if arm == baseline:
+                continue
+            for seed, run in by_seed.items():
+                base_run = runs[baseline].get(seed)
+                if base_run is None:
+                    continue
+                hyp = (run / "test.hyp").read_text(encoding="utf-8").splitlines()
+                base = (base_run / "test.hyp").read_text(encoding="utf-8").splitlines()
+                refs = PreparedDataset(ctx.data, "test").text("tgt")[:len(hyp)]
+                out.setdefault(arm, {})[str(seed)] = paired_bootstrap(base, hyp, refs, samples=100 if ctx.toy else 1000)
+        return out
+
+    def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:
+        from synattn.reproduce.report import default_table
+
+        lines = [default_table(self, metrics), "",
+                 "Paired bootstrap (sacreBLEU, 1000 resamples) against the baseline of the same seed: "
+                 "Δ and p-value per seed."]
+        for arm, by_seed in comparisons.items():
+            cells = [f"seed {s}: ΔBLEU {c['bleu']['delta']:+.2f} (p = {c['bleu']['p_value']:.3f}), "
+                     f"ΔchrF {c['chrf']['delta']:+.2f} (p = {c['chrf']['p_value']:.3f})" for s, c in by_seed.items()]
+            lines.append(f"- `{arm}`: " + "; ".join(cells))
+        first = next((m for runs in metrics.values() for m in runs.values()), {})
+        if first:
+            lines += ["", f"BLEU: `{first.get('bleu_signature')}`; chrF: `{first.get('chrf_signature')}`; "
+                          f"{first.get('sentences')} test verses."]
+        return "\n".join(lines)

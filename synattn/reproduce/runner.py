@@ -1,0 +1,124 @@
+"""Runs a study: prepare once, train every (arm, seed) under the same budget, score every run
+once, write the results folder. Everything is resumable: a killed study continues where it
+stopped when the same command is run again.
+
+Results folder (``OUT``)::
+
+    OUT/README.md          the table (markdown) with the question, the legend and the commands
+    OUT/results.json       every run's metrics, the summaries over seeds and the comparisons
+    OUT/plots/*.png        the study's plots
+    OUT/configs/ARM.yaml   the exact experiment config of each arm (seed 1; other seeds differ
+                           only in train.seed)
+    OUT/commands.sh        the command that made the folder, and the equivalent train commands
+    OUT/runs/ARM/seedS/    each training run (checkpoints, log.jsonl) and its metrics.json
+    OUT/data/              the prepared dataset
+
+Runs go seed by seed (every arm with seed 1, then every arm with seed 2, ...), so that a study
+stopped early still compares every arm on the same seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from synattn.io import atomic_write
+from synattn.reproduce.report import write_results
+from synattn.reproduce.study import Arm, Context, Study
+
+logger = logging.getLogger(__name__)
+DONE = "train_done.json"
+METRICS = "metrics.json"
+
+
+def run_dir_of(ctx: Context, arm: Arm, seed: int) -> Path:
+    return ctx.out / "runs" / arm.name / f"seed{seed}"
+
+
+def train_run(study: Study, ctx: Context, arm: Arm, seed: int, minutes: float) -> Path:
+    """Trains one run to its budget (or continues it); returns its run directory."""
+    import torch
+
+    from synattn.data.batching import PreparedDataset
+    from synattn.experiment import ExperimentConfig, build_model
+    from synattn.train import Trainer, task_for
+
+    run = run_dir_of(ctx, arm, seed)
+    if (run / DONE).exists():
+        return run
+    exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, minutes))
+    torch.manual_seed(seed)  # the initial weights differ by seed, and only by seed
+    model = build_model(exp)
+    dev = PreparedDataset(exp.data, "dev")
+    trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train,
+                      PreparedDataset(exp.data, "train"), run, valid_data=dev,
+                      run_config={"experiment": exp.to_dict()})
+    started = time.monotonic()
+    try:
+        result = trainer.train(resume=True)
+    finally:
+        trainer.close()
+    with atomic_write(run / DONE) as f:
+        json.dump({"step": result.step, "epoch": result.epoch, "stopped_by": result.stopped_by,
+                   "best": result.best_valid_loss, "minutes": trainer.elapsed / 60.0,
+                   "wall_minutes_this_part": (time.monotonic() - started) / 60.0}, f, indent=1)
+    return run
+
+
+def score_run(study: Study, ctx: Context, arm: Arm, seed: int, run: Path) -> dict:
+    """The run's metrics (computed once, then read back from ``metrics.json``)."""
+    path = run / METRICS
+    if path.exists():
+        return json.loads(path.read_text())
+    metrics = study.evaluate(ctx, arm, seed, run)
+    metrics.update({f"train_{k}": v for k, v in json.loads((run / DONE).read_text()).items()
+                    if k in ("step", "minutes")})
+    with atomic_write(path) as f:
+        json.dump(metrics, f, indent=1)
+    return metrics
+
+
+def write_configs(study: Study, ctx: Context, arms: list[Arm], minutes: float, argv: list[str]) -> None:
+    (ctx.out / "configs").mkdir(parents=True, exist_ok=True)
+    lines = ["#!/usr/bin/env bash", "# The command that made this folder (rerun it to continue or to redo it):",
+             "synattn " + " ".join(shlex.quote(a) for a in argv), "",
+             "# The same runs one by one (seed S: add train.seed=S):"]
+    for arm in arms:
+        path = ctx.out / "configs" / f"{arm.name}.yaml"
+        with atomic_write(path) as f:
+            f.write(f"# {study.name}: arm {arm.name} ({arm.description}); seed 1 of the study.\n")
+            yaml.safe_dump(study.experiment(ctx, arm, 1, minutes), f, sort_keys=False)
+        lines.append(f"synattn train --config {shlex.quote(str(path))} "
+                     f"--run-dir {shlex.quote(str(ctx.out / 'runs' / arm.name / 'seed1'))}")
+    with atomic_write(ctx.out / "commands.sh") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list[Arm],
+              argv: list[str]) -> dict:
+    """Runs ``study`` (see the module docstring); returns what ``results.json`` holds."""
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    ctx.data = study.prepare(ctx)
+    write_configs(study, ctx, arms, minutes, argv)
+    total = seeds * len(arms)
+    print(f"{study.name}: {len(arms)} arms × {seeds} seeds = {total} runs of {minutes:g} training minutes "
+          f"(about {total * minutes / 60:.1f} h of training in all); results in {ctx.out}", file=sys.stderr)
+    metrics: dict[str, dict[int, dict]] = {arm.name: {} for arm in arms}
+    runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in arms}
+    done = 0
+    for seed in range(1, seeds + 1):
+        for arm in arms:
+            done += 1
+            print(f"[{done}/{total}] {arm.name}, seed {seed}", file=sys.stderr)
+            run = train_run(study, ctx, arm, seed, minutes)
+            runs[arm.name][seed] = run
+            metrics[arm.name][seed] = score_run(study, ctx, arm, seed, run)
+        write_results(study, ctx, metrics, {}, final=False)
+    comparisons = study.compare(ctx, runs)
+    return write_results(study, ctx, metrics, comparisons, final=True)

@@ -1,0 +1,158 @@
+"""What a study is: a question, the data, a baseline and its variants (arms), a budget, and how
+each trained run is scored.
+
+A study subclasses :class:`Study` and registers itself in :mod:`synattn.reproduce` (one module per
+study under ``synattn/reproduce/``). :func:`synattn.reproduce.runner.run_study` then does the rest
+the same way for every study: prepare the data once, train every arm with every seed under the
+same budget (resumable), score each run once, and write the table, the plots, the configs and the
+commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One trained variant of a study.
+
+    Attributes:
+        name: short name (a folder name and a table row).
+        model: changes to the study's base model config (merged recursively).
+        description: what the arm is, for the table's legend.
+        train: changes to the study's base training settings.
+    """
+
+    name: str
+    model: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What a study's hooks get: the output folder, the command-line options, the size.
+
+    Attributes:
+        out: the study's results folder.
+        args: the parsed command-line options (study-specific ones included).
+        toy: tiny data, model and budget (the suite's end-to-end runs).
+        data: the prepared dataset folder (set after :meth:`Study.prepare`).
+    """
+
+    out: Path
+    args: argparse.Namespace
+    toy: bool = False
+    data: Path | None = None
+
+
+def merge(base: dict, changes: dict) -> dict:
+    """``base`` with ``changes`` merged in recursively (dicts merge, other values replace).
+
+    Example:
+        >>> merge({"encoder": {"layers": 4, "heads": 2}}, {"encoder": {"layers": 6}})
+        {'encoder': {'layers': 6, 'heads': 2}}
+    """
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def budget_train(ctx: Context, *, max_tokens: int, lr: float, warmup: int, min_lr_ratio: float = 0.02,
+                 label_smoothing: float = 0.1, validate_every: int = 1, bf16: bool = False) -> dict:
+    """Training settings shared by the studies: a warm-up, a cosine decay to the end of the run's
+    minutes, clipping, a checkpoint every 200 updates (so a killed study loses little), no
+    TensorBoard; tiny batches and no bf16 for ``--toy`` runs."""
+    return {"max_tokens": 800 if ctx.toy else max_tokens, "lr": lr, "warmup_updates": 5 if ctx.toy else warmup,
+            "schedule": "cosine", "min_lr_ratio": min_lr_ratio, "clip_norm": 1.0, "label_smoothing": label_smoothing,
+            "log_interval": 2 if ctx.toy else 50, "validate_interval": 1 if ctx.toy else validate_every,
+            "save_interval": 1 if ctx.toy else validate_every, "save_interval_updates": 0 if ctx.toy else 200,
+            "keep_last_n": 1, "progress_bar": not ctx.toy, "tensorboard": False, "bf16": bf16 and not ctx.toy}
+
+
+class Study:
+    """Base class of a study (see the module docstring). Subclasses set the class attributes and
+    implement :meth:`prepare`, :meth:`base_model` and :meth:`evaluate`.
+
+    Attributes:
+        name: the command-line name (``synattn reproduce NAME``).
+        title: one line: what the study compares.
+        question: the claim of the paper that the study checks, with the paper cited.
+        task: ``mt``, ``lm`` or ``mlm``.
+        arms: the baseline first, then the methods.
+        seeds: default number of seeds.
+        minutes: default training budget of one run, in minutes of a 2-core CPU.
+        primary: the metric that the table leads with and the plots show.
+        columns: ``(metric key, column title)`` of the table, in order.
+        scale: factor applied to every metric in the table (100 for fractions shown as %).
+    """
+
+    name: str = ""
+    title: str = ""
+    question: str = ""
+    task: str = "mt"
+    arms: tuple[Arm, ...] = ()
+    seeds: int = 3
+    minutes: float = 30.0
+    primary: str = ""
+    columns: tuple[tuple[str, str], ...] = ()
+    scale: float = 1.0
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Adds the study's own command-line options."""
+
+    def prepare(self, ctx: Context) -> Path:
+        """Prepares (or finds already prepared) the study's dataset; returns its folder."""
+        raise NotImplementedError
+
+    def base_model(self, ctx: Context) -> dict:
+        """The model config every arm starts from."""
+        raise NotImplementedError
+
+    def base_train(self, ctx: Context) -> dict:
+        """The training settings every arm starts from (budget and seed are set by the runner)."""
+        return {}
+
+    def base_eval(self, ctx: Context) -> dict:
+        return {}
+
+    def experiment(self, ctx: Context, arm: Arm, seed: int, minutes: float) -> dict:
+        """The full experiment config (what ``synattn train --config`` reads) of one run."""
+        train = merge(self.base_train(ctx), arm.train)
+        train.update(seed=seed, max_minutes=minutes)
+        train.setdefault("max_epochs", 1000)
+        if ctx.toy:
+            train["max_steps"] = 6
+        return {"task": self.task, "data": str(ctx.data), "model": merge(self.base_model(ctx), arm.model),
+                "train": train, "eval": self.base_eval(ctx)}
+
+    def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
+        """Scores one trained run: a flat dict of metrics (JSON-serialisable)."""
+        raise NotImplementedError
+
+    def compare(self, ctx: Context, runs: dict[str, dict[int, Path]]) -> dict:
+        """Comparisons that need several runs at once (e.g. paired bootstrap of translations);
+        the result goes into ``results.json`` as ``comparisons``."""
+        return {}
+
+    def table(self, ctx: Context, metrics: dict[str, dict[int, dict]], comparisons: dict) -> str:
+        """Markdown table of the results (default: every metric, mean ± std over seeds, and the
+        paired difference to the baseline arm)."""
+        from synattn.reproduce.report import default_table
+
+        return default_table(self, metrics)
+
+    def plots(self, ctx: Context, metrics: dict[str, dict[int, dict]], folder: Path) -> list[Path]:
+        """Writes the study's plots into ``folder``; returns their paths."""
+        from synattn.reproduce.report import bar_plot
+
+        return [bar_plot(self, metrics, folder / f"{self.primary}.png")] if self.primary else []

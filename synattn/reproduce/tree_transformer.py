@@ -1,0 +1,194 @@
+"""``tree-transformer``: do the constituent links that a Tree Transformer (Wang, Lee & Chen 2019)
+learns from masked-LM training alone decode into trees closer to gold constituents than the
+right-branching, left-branching and random trees?
+
+The model is a masked LM with constituent attention in every layer, trained on the treebank's
+training text (its trees are not used for training). Its trees are induced top-down (threshold
+0.8, minimum layer 3; docs/methods.md#3-tree-transformer) for the dev (and test) sentences and
+scored by unlabeled bracket F1 without punctuation, single-word and whole-sentence spans excluded,
+sentence-averaged (the paper's convention) and corpus-level, for all sentences and for those of at
+most 10 words (punctuation excluded).
+
+Gold brackets: no constituency treebank ships here, so the gold constituents are the yields of
+the treebank's projective gold dependency trees (``synattn.trees.constituency.dependency_spans``:
+each word with all its descendants is a span; non-projective sentences are left out and counted).
+``--gold FILE`` scores against any PTB-bracketed file instead (its leaves are the sentences to
+parse; traces and empty elements are dropped). The decoding rule of the public code (a part whose
+links all exceed 0.7 is decoded one layer lower) is reported next to the paper's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from synattn.errors import InputError
+from synattn.reproduce.study import Arm, Context, Study, budget_train
+from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
+
+
+class TreeTransformerStudy(Study):
+    name = "tree-transformer"
+    title = "induced constituency trees of a Tree Transformer vs branching and random trees"
+    question = ("Wang, Lee & Chen (2019) report ~49.5 unlabeled F1 on WSJ test, well above right-branching. "
+                "Do a Tree Transformer's links, learned by masked-LM training alone, give trees that beat the "
+                "right-branching baseline here?")
+    task = "mlm"
+    arms = (Arm("tree-transformer", {"encoder": {"constituent": True}},
+                "masked LM with constituent attention in every layer (trees induced from its links)"),)
+    seeds = 3
+    minutes = 40.0
+    primary = "f1_dev"
+    columns = (("f1_dev", "sentence F1 dev"), ("corpus_f1_dev", "corpus F1 dev"),
+               ("f1_dev_10", "sentence F1 dev ≤10"), ("f1_dev_original_rule", "sentence F1 dev, public-code rule"),
+               ("f1_test", "sentence F1 test"))
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_treebank_argument(parser)
+        parser.add_argument("--gold", help="score against these PTB-bracketed trees (their words are the "
+                                           "sentences parsed) instead of the dev split's dependency yields")
+
+    def prepare(self, ctx: Context) -> Path:
+        return prepare_treebank(ctx, vocab_size=300 if ctx.toy else 8000)
+
+    def base_model(self, ctx: Context) -> dict:
+        if ctx.toy:
+            return {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1, "norm": "pre",
+                    "encoder": {"layers": 3}}
+        return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre",
+                "encoder": {"layers": 6}}
+
+    def base_train(self, ctx: Context) -> dict:
+        return budget_train(ctx, max_tokens=4096, lr=1e-3, warmup=150, min_lr_ratio=0.05, label_smoothing=0.0,
+                            validate_every=5)
+
+    def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
+        from synattn.evaluate.runner import load_run
+
+        model, exp, _ = load_run(run_dir, "last")
+        data = Path(exp.data)
+        out: dict = {}
+        sets = {"dev": gold_sentences(ctx, data, "dev")}
+        if (data / "test").exists() and not getattr(ctx.args, "gold", None):
+            sets["test"] = gold_sentences(ctx, data, "test")
+        for split, (sentences, gold, left_out) in sets.items():
+            out[f"{split}_sentences"], out[f"{split}_left_out"] = len(gold), left_out
+            for rule, descend in (("", None), ("_original_rule", 0.7)):
+                scores = induced_scores(model, sentences, gold, seed, descend)
+                for subset, table in scores.items():
+                    suffix = f"{split}{subset}{rule}"
+                    out[f"f1_{suffix}"] = 100 * table["induced"].sentence_f1
+                    out[f"corpus_f1_{suffix}"] = 100 * table["induced"].f1
+                    if not rule:
+                        for name in ("right-branching", "left-branching", "random"):
+                            out[f"{name}_f1_{split}{subset}"] = 100 * table[name].sentence_f1
+                            out[f"{name}_corpus_f1_{split}{subset}"] = 100 * table[name].f1
+        return out
+
+    def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:
+        from synattn.reproduce.stats import summarize
+
+        runs = metrics[self.arms[0].name]
+        splits = ["dev"] + (["test"] if any("f1_test" in m for m in runs.values()) else [])
+        lines = ["| trees | " + " | ".join(f"sentence F1 {s} | corpus F1 {s} | sentence F1 {s} ≤10" for s in splits)
+                 + " |", "|---|" + "---|---|---|" * len(splits)]
+        names = [("tree transformer (paper's decoding)", ""),
+                 ("tree transformer (public code's rule)", "_original_rule"),
+                 ("right-branching", "right-branching"), ("left-branching", "left-branching"),
+                 ("random binary", "random")]
+        for title, key in names:
+            cells = []
+            for split in splits:
+                for kind, subset in (("f1", ""), ("corpus_f1", ""), ("f1", "_10")):
+                    if key in ("", "_original_rule"):
+                        name = f"{kind}_{split}{subset}{key}"
+                    else:
+                        name = f"{key}_{kind}_{split}{subset}"
+                    cells.append(summarize([m[name] for m in runs.values() if m.get(name) is not None]).format(1))
+            lines.append(f"| {title} | " + " | ".join(cells) + " |")
+        first = runs[min(runs)]
+        note = (f"\nMean ± std over {len(runs)} seed(s) (the random baseline's seed follows the run's). "
+                f"dev: {first.get('dev_sentences')} sentences scored, {first.get('dev_left_out', 0)} non-projective "
+                "left out; ≤10: at most 10 words without punctuation.")
+        return "\n".join(lines) + note
+
+    def plots(self, ctx: Context, metrics: dict, folder: Path) -> list[Path]:
+        from synattn.viz.figure import pyplot, save
+
+        runs = metrics[self.arms[0].name]
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(6.4, 3.4))
+        names = [("tree transformer", "f1_dev"), ("public-code rule", "f1_dev_original_rule"),
+                 ("right-branching", "right-branching_f1_dev"), ("left-branching", "left-branching_f1_dev"),
+                 ("random", "random_f1_dev")]
+        for i, (title, key) in enumerate(names):
+            values = [m[key] for m in runs.values() if m.get(key) is not None]
+            if values:
+                ax.bar(i, float(np.mean(values)), color="#9ecae1" if i < 2 else "#bdbdbd",
+                       yerr=float(np.std(values, ddof=1)) if len(values) > 1 else None, capsize=4)
+                ax.scatter([i] * len(values), values, color="black", s=12, zorder=3)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([n for n, _ in names], rotation=15, ha="right")
+        ax.set_ylabel("sentence-level F1 (%)")
+        ax.set_title("induced trees vs baselines on dev (unlabeled bracket F1)", fontsize=9)
+        fig.tight_layout()
+        return [save(fig, folder / "f1_dev.png")]
+
+
+def gold_sentences(ctx: Context, data: Path, split: str):
+    """``(sentences, gold trees, left out)`` for scoring: the split's sentences with the yields of
+    their projective gold trees, or the sentences of ``--gold``."""
+    from synattn.cli.common import Sentences
+    from synattn.evaluate.runner import gold_word_heads
+    from synattn.trees.constituency import leaves, read_brackets, tree_from_dependency
+
+    gold_file = getattr(ctx.args, "gold", None)
+    if gold_file:
+        trees = [t for t in read_brackets(gold_file) if leaves(t)]
+        return words_as_sentences(data, [leaves(t) for t in trees]), trees, 0
+    all_sentences = Sentences.from_split(data, split)
+    labels = json.loads((data / "labels.json").read_text())
+    upos = labels.get("src_upos", [])
+    keep, trees = [], []
+    for k, (example, words) in enumerate(zip(all_sentences.examples, all_sentences.words)):
+        heads = gold_word_heads(example["src_heads"], example["src_word"])
+        last = np.zeros(len(words), dtype=np.int64)
+        last[example["src_word"]] = np.arange(len(example["src_word"]))
+        punct = [upos[i] == "PUNCT" if i < len(upos) else False for i in example["src_upos"][last]]
+        try:
+            trees.append(tree_from_dependency(words, heads, punct))
+        except InputError:  # not projective: some yield is not a span
+            continue
+        keep.append(k)
+    sentences = Sentences([all_sentences.examples[k] for k in keep], [all_sentences.words[k] for k in keep],
+                          [all_sentences.numbers[k] for k in keep], len(keep))
+    return sentences, trees, len(all_sentences.examples) - len(keep)
+
+
+def words_as_sentences(data: Path, words: list[list[str]]):
+    """Encodes given word lists with the dataset's sentencepiece model (no trees needed)."""
+    import sentencepiece as spm
+
+    from synattn.cli.common import Sentences
+    from synattn.data.prepare import encode_sentence
+
+    manifest = json.loads((data / "manifest.json").read_text())
+    sp = spm.SentencePieceProcessor(model_file=str(data / manifest["spm"]["src"]))
+    examples = [encode_sentence("src", w, sp, {}) for w in words]
+    return Sentences(examples, words, list(range(1, len(words) + 1)), len(words))
+
+
+def induced_scores(model, sentences, gold, seed: int, descend_above: float | None) -> dict:
+    """Bracket F1 of the induced trees and the baselines: all sentences (``""``) and ≤10 words (``"_10"``)."""
+    from synattn.cli.induce_cmd import induce_sentences
+    from synattn.trees.induce import punctuation_mask, score_induced
+
+    pred = induce_sentences(model, sentences, 0.8, 3, 32, descend_above=descend_above)
+    short = [k for k, g in enumerate(gold) if sum(not p for p in punctuation_mask(g)) <= 10]
+    out = {"": score_induced(pred, gold, seed)}
+    if short:
+        out["_10"] = score_induced([pred[k] for k in short], [gold[k] for k in short], seed)
+    return out

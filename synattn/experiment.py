@@ -10,25 +10,41 @@ This is the YAML that ``synattn train --config`` reads (``configs/*.yaml``)::
     train: {max_tokens: 4096, lr: 5e-4}      # TrainConfig
     eval: {beam: 4, bleu_sentences: 200}     # EvalConfig
 
-Every key is checked: unknown keys and wrong types are errors that name the key.
+Every section is checked where it enters, before any data is read: unknown and missing keys, wrong
+types, values out of range and conflicting features are :class:`synattn.errors.ConfigError` naming
+the key (the model section is checked with placeholder vocabulary sizes). :meth:`ExperimentConfig.check_data`
+then checks the dataset against the config (folder, task, trees, tokenizers) before training.
+:meth:`ExperimentConfig.from_yaml` names the file, or the ``key=value`` override, that made the
+mistake.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synattn.errors import InputError
+import yaml
+
+from synattn.errors import ConfigError
 from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
                             MaskedLM, MaskedLMConfig, TransformerLM)
-from synattn.models.config_io import from_dict, parse_yaml, to_dict
+from synattn.models.config_io import (ConfigFileError, check_fields, config_error, from_dict, parse_yaml,
+                                      read_yaml, to_dict)
 from synattn.train import TrainConfig
 
 TASKS = {"mt": (EncoderDecoderConfig, EncoderDecoderTransformer),
          "lm": (LanguageModelConfig, TransformerLM),
          "mlm": (MaskedLMConfig, MaskedLM)}
+
+SIZE_KEYS = ("src_vocab_size", "tgt_vocab_size", "vocab_size", "num_pos_tags", "num_deprels")
+"""Model keys filled in from the dataset."""
+
+_PLACEHOLDER = ({"vocab_size": {"src": 1000, "tgt": 1000}},
+                {"src_upos": [""] * 20, "src_deprels": [""] * 40})
+"""Sizes that let the model section be checked before the dataset is read."""
 
 
 @dataclass
@@ -36,7 +52,7 @@ class EvalConfig:
     """Evaluation during and after training.
 
     Attributes:
-        beam: beam size of translation.
+        beam: beam size of translation (1: greedy search).
         length_penalty: beam scores are divided by ``length ** length_penalty``.
         max_len_a, max_len_b: at most ``a × source length + b`` target pieces.
         bleu_sentences: dev sentences translated for BLEU at each validation (0: no BLEU while
@@ -51,6 +67,22 @@ class EvalConfig:
     bleu_sentences: int = 200
     batch_size: int = 32
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks types and ranges; raises :class:`ConfigError` naming the key."""
+        check_fields(self)
+        for key in ("beam", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key}={getattr(self, key)} must be at least 1")
+        for key in ("length_penalty", "max_len_a", "max_len_b", "bleu_sentences"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key}={getattr(self, key)} must not be negative")
+        if self.max_len_a == 0 and self.max_len_b < 1:
+            raise ConfigError(f"max_len_a={self.max_len_a} and max_len_b={self.max_len_b} allow no "
+                              "target piece")
+
 
 @dataclass
 class ExperimentConfig:
@@ -63,69 +95,201 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.task not in TASKS:
-            raise ValueError(f"task={self.task!r}: expected one of {', '.join(TASKS)}")
+            raise ConfigError(f"task={self.task!r}: expected one of {', '.join(TASKS)}")
+        if not self.data.strip():
+            raise ConfigError("data: expected the folder of a prepared dataset, got an empty string")
+        self.model_config(*_PLACEHOLDER)
+        metrics = {"loss", "task_loss", "nll_loss", "ppl"}
+        if self.task == "mt" and self.eval.bleu_sentences > 0:
+            metrics |= {"bleu", "chrf"}
+        name = self.train.best_metric
+        if name not in metrics and not name.startswith("aux/"):
+            raise ConfigError(f"train.best_metric={name!r} is not a validation metric of this experiment "
+                              f"(it has {', '.join(sorted(metrics))} and aux/<loss>; bleu and chrf need task mt "
+                              "and eval.bleu_sentences > 0)")
 
     @classmethod
     def from_dict(cls, data: dict) -> ExperimentConfig:
+        """Builds the config; every mistake is a :class:`ConfigError` naming the key."""
         return from_dict(cls, data)
 
     def to_dict(self) -> dict:
         return to_dict(self)
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
-        """Read ``path`` and apply ``key.sub=value`` overrides (values parsed as YAML)."""
-        try:
-            data = parse_yaml(Path(path).read_text(encoding="utf-8")) or {}
-        except OSError as err:
-            raise InputError(f"cannot read the config: {err.strerror}", str(path)) from None
-        except Exception as err:  # yaml.YAMLError
-            raise InputError(f"invalid YAML: {err}", str(path)) from None
+    def from_yaml(cls, path: str | Path, overrides: list[str] = (), data: str | None = None) -> ExperimentConfig:
+        """Read ``path`` and apply ``key.sub=value`` overrides (values parsed as YAML), then ``data``
+        (``--data``). Errors name the file, or the override when the file alone is fine."""
+        raw = read_yaml(path)
+        return cls.from_sections(raw, str(path), overrides, data)
+
+    @classmethod
+    def from_sections(cls, raw: Any, where: str, overrides: list[str] = (), data: str | None = None,
+                      ) -> ExperimentConfig:
+        """Builds the config from YAML data read from ``where``, applying ``overrides`` and ``data``."""
+        raw = {} if raw is None else raw
+        if not isinstance(raw, dict):
+            raise ConfigFileError(f"expected a mapping of sections (task, data, model, train, eval), got "
+                                  f"{type(raw).__name__}", where)
+        merged = copy.deepcopy(raw)
         for item in overrides:
-            apply_override(data, item)
+            apply_override(merged, item)
+        if data is not None:
+            merged["data"] = data
         try:
-            return cls.from_dict(data)
-        except (ValueError, TypeError) as err:
-            raise InputError(str(err), str(path)) from None
+            exp = cls.from_dict(merged)
+        except ConfigError as err:
+            raise config_error(err, _culprit(cls, raw, where, overrides, data, err)) from None
+        exp.sources = {"file": where, "overrides": list(overrides), "data": data, "raw": raw}
+        return exp
+
+    def blame(self, err: Exception) -> ConfigFileError:
+        """``err`` (found after loading, e.g. by :meth:`check_data`) naming the file, the override
+        or ``--data`` it comes from (when the config was read by :meth:`from_yaml`)."""
+        sources = getattr(self, "sources", None)
+        if sources is None:
+            return config_error(err, "config")
+        message, overrides = str(err), sources["overrides"]
+        named = [item for item in overrides if item.split("=", 1)[0].strip() in message]
+        if named:
+            return config_error(err, "override " + ", ".join(named))
+        if message.startswith("data") and sources["data"] is not None:
+            return config_error(err, "--data")
+        if overrides:  # the file alone (with --data) passes: the overrides together made the mistake
+            try:
+                type(self).from_sections(sources["raw"], sources["file"], (), sources["data"]).check_data()
+            except ConfigError:
+                pass
+            else:
+                return config_error(err, "override " + ", ".join(overrides))
+        return config_error(err, sources["file"])
+
+    def model_config(self, manifest: dict, labels: dict[str, list[str]]):
+        """The model config with vocabulary and label sizes filled in from the dataset's
+        ``manifest`` and ``labels``; errors name the ``model.`` key."""
+        config_cls, _ = TASKS[self.task]
+        data = copy.deepcopy(self.model)
+        sizes = manifest["vocab_size"]
+        if self.task == "mt":
+            if "tgt" not in sizes:
+                raise ConfigError(f"task mt needs a parallel dataset, but data {self.data} is monolingual "
+                                  "(use task lm or mlm, or prepare source and target text)")
+            filled = {"src_vocab_size": sizes["src"], "tgt_vocab_size": sizes["tgt"]}
+        else:
+            filled = {"vocab_size": sizes["src"]}
+        filled["num_pos_tags"] = len(labels.get("src_upos", []))
+        filled["num_deprels"] = len(labels.get("src_deprels", []))
+        for key in SIZE_KEYS:
+            if key in data and manifest is not _PLACEHOLDER[0] and data[key] != filled.get(key):
+                raise ConfigError(f"model.{key}={data[key]!r} differs from the dataset's "
+                                  f"{filled.get(key, 'none')} (leave it out: it is read from the data)")
+        data.update({k: data.get(k, v) for k, v in filled.items()})
+        try:
+            config = from_dict(config_cls, data, "model.")
+            from synattn.train.tasks import syntax_request_for
+
+            syntax_request_for(config)
+        except ConfigError as err:
+            if str(err).startswith("unknown key"):
+                raise ConfigError(f"{err} (task {self.task} builds a {config_cls.__name__})") from None
+            raise
+        except ValueError as err:
+            raise ConfigError(f"model: {err}") from None
+        return config
+
+    def check_data(self) -> tuple[dict, dict]:
+        """Checks the dataset against the config; returns its manifest and labels.
+
+        Raises:
+            ConfigError: the folder does not exist or is not prepared, the task needs a parallel
+                dataset, the model needs trees the dataset lacks, or shared embeddings meet two
+                tokenizers.
+        """
+        from synattn.train.tasks import syntax_request_for
+
+        folder = Path(self.data)
+        if not folder.is_dir():
+            raise ConfigError(f"data: {folder} does not exist or is not a folder (a relative path is read "
+                              f"from the current directory, {Path.cwd()})")
+        manifest_path = folder / "manifest.json"
+        if not manifest_path.is_file():
+            raise ConfigError(f"data: {folder} is not a prepared dataset (no manifest.json); run "
+                              "'synattn prepare' first")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            labels_path = folder / "labels.json"
+            labels = json.loads(labels_path.read_text(encoding="utf-8")) if labels_path.exists() else {}
+        except (ValueError, OSError) as err:
+            raise ConfigError(f"data: cannot read {manifest_path.name} of {folder}: {err}") from None
+        spm = manifest.get("spm", {})
+        if self.model.get("share_embeddings") and spm.get("src") != spm.get("tgt"):
+            raise ConfigError(f"model.share_embeddings=true needs one vocabulary for both sides, but data "
+                              f"{folder} has separate tokenizers ({spm.get('src')}, {spm.get('tgt')}); "
+                              "prepare it with --joint-vocab")
+        config = self.model_config(manifest, labels)
+        trees = manifest.get("trees", {})
+        request = syntax_request_for(config)
+        sides = (("src", request.src), ("tgt", request.tgt)) if self.task == "mt" else \
+            (("src", request.src | request.tgt),)
+        for side, wanted in sides:
+            if wanted and not trees.get(side):
+                how = "--parse-target" if side == "tgt" else "the source parsed (without --no-parse-source)"
+                raise ConfigError(f"the model needs {', '.join(sorted(wanted))} from {side} trees, but data "
+                                  f"{folder} has no {side} trees (prepare it with {how})")
+        return manifest, labels
+
+
+def _culprit(cls, raw: Any, where: str, overrides: list[str], data: str | None, err: Exception) -> str:
+    """What to blame for ``err``: the file when it fails alone with the same error, else the
+    override (or ``--data``) whose key the message names, else every override."""
+    if not overrides and data is None:
+        return where
+    try:
+        cls.from_dict(raw)
+    except ConfigError as alone:
+        if str(alone) == str(err):
+            return where
+    message = str(err)
+    if data is not None and message.startswith("data"):
+        return "--data"
+    named = [item for item in overrides if item.split("=", 1)[0].strip() in message]
+    if not named:
+        named = [item for item in overrides if item.split("=", 1)[0].strip().split(".")[-1] in message]
+    return "override " + ", ".join(named or overrides)
 
 
 def apply_override(data: dict, item: str) -> None:
     """Set ``a.b.c=value`` in nested ``data`` (the value is parsed as YAML: ``3``, ``[a, b]``, ``1e-3``)."""
     if "=" not in item:
-        raise InputError(f"override {item!r} is not of the form key.sub=value")
+        raise ConfigError(f"override {item!r} is not of the form key.sub=value")
     key, value = item.split("=", 1)
-    *parents, last = key.strip().split(".")
+    parts = key.strip().split(".")
+    if not all(part.strip() for part in parts):
+        raise ConfigError(f"override {item!r}: the key {key.strip()!r} has an empty part")
+    *parents, last = parts
     node = data
-    for part in parents:
-        node = node.setdefault(part, {})
+    for depth, part in enumerate(parents):
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
         if not isinstance(node, dict):
-            raise InputError(f"override {item!r}: {part} is not a section")
-    node[last] = parse_yaml(value)
+            raise ConfigError(f"override {item!r}: {'.'.join(parts[:depth + 1])} is not a section")
+    try:
+        node[last] = parse_yaml(value)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {item!r}: the value is not valid YAML "
+                          f"({getattr(err, 'problem', None) or err})") from None
 
 
 def model_config(exp: ExperimentConfig, manifest: dict, labels: dict[str, list[str]]):
     """The model config of ``exp`` with vocabulary and label sizes filled in from the dataset."""
-    config_cls, _ = TASKS[exp.task]
-    data = dict(exp.model)
-    sizes = manifest["vocab_size"]
-    if exp.task == "mt":
-        if "tgt" not in sizes:
-            raise ValueError(f"task mt needs a parallel dataset, but {exp.data} is monolingual")
-        data.setdefault("src_vocab_size", sizes["src"])
-        data.setdefault("tgt_vocab_size", sizes["tgt"])
-    else:
-        data.setdefault("vocab_size", sizes["src"])
-    data.setdefault("num_pos_tags", len(labels.get("src_upos", [])))
-    data.setdefault("num_deprels", len(labels.get("src_deprels", [])))
-    return config_cls.from_dict(data)
+    return exp.model_config(manifest, labels)
 
 
 def build_model(exp: ExperimentConfig):
-    """A new model for ``exp`` (sizes from the dataset's manifest and labels)."""
-    folder = Path(exp.data)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    labels_path = folder / "labels.json"
-    labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
+    """A new model for ``exp`` (sizes from the dataset's manifest and labels, checked first)."""
+    manifest, labels = exp.check_data()
     _, model_cls = TASKS[exp.task]
-    return model_cls(model_config(exp, manifest, labels))
+    return model_cls(exp.model_config(manifest, labels))

@@ -7,7 +7,7 @@ import yaml
 
 from synattn.cli.main import main
 from synattn.data.prepare import PrepareConfig, prepare
-from synattn.errors import InputError
+from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, apply_override
 from synattn.models import EncoderDecoderTransformer
 from synattn.train import read_log, resolve_checkpoint
@@ -52,8 +52,8 @@ def test_train_writes_checkpoints_and_bleu_and_resumes(tmp_path, data, capsys):
     manifest = json.loads((data / "manifest.json").read_text())
     assert model.config.encoder.relations == ["sequential"]
     assert model.config.src_vocab_size == manifest["vocab_size"]["src"]
-    assert main(["train", "--config", str(config), "--run-dir", str(run), "--resume",
-                 "model.encoder.relations=[sequential]"]) == 0
+    # the run's own config.yaml: the earlier model override holds without being repeated
+    assert main(["train", "--config", str(config), "--run-dir", str(run), "--resume", "train.max_steps=4"]) == 0
     assert "at step 4" in capsys.readouterr().err
     assert [r["step"] for r in read_log(run, "train")] == [1, 2, 3, 4]
 
@@ -61,9 +61,13 @@ def test_train_writes_checkpoints_and_bleu_and_resumes(tmp_path, data, capsys):
 def test_bad_config_is_reported_with_the_file(tmp_path, data, capsys):
     config = _config(tmp_path, data)
     assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "r"), "train.lrate=1"]) == 2
+    err = capsys.readouterr().err  # the mistake is the override's, not the file's
+    assert "override train.lrate=1: unknown key 'train.lrate'" in err and str(config) not in err
+    config.write_text(config.read_text().replace("max_tokens:", "max_tokenz:"))
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "r"), "train.lr=1e-3"]) == 2
     err = capsys.readouterr().err
-    assert str(config) in err and "lrate" in err
-    with pytest.raises(InputError, match="not of the form"):
+    assert f"{config}: unknown key 'train.max_tokenz'" in err and len(err.splitlines()) == 1
+    with pytest.raises(ConfigError, match="not of the form"):
         apply_override({}, "train.lr")
     with pytest.raises(ValueError, match="task='nmt'"):
         ExperimentConfig.from_dict({"task": "nmt", "data": "x"})

@@ -64,7 +64,7 @@ def test_rerun_reuses_and_interrupted_run_is_not_prepared(tmp_path, monkeypatch)
     monkeypatch.setattr(prepare_module, "_write_side", crash_on_dev)
     cfg.vocab_size = 50  # new settings: must prepare again, and gets interrupted
     with pytest.raises(KeyboardInterrupt):
-        prepare(cfg)
+        prepare(cfg, force=True)
     assert not (out / MANIFEST).exists()  # an interrupted folder never looks prepared
     monkeypatch.setattr(prepare_module, "_write_side", real)
     prepare(cfg)
@@ -137,4 +137,4 @@ def test_parallel_text_with_given_source_trees(tmp_path):
     _write(tmp_path, "train.en", ["Dogs bark", "Cats sleep!"] + ["Dogs bark", "Cats sleep"] * 4)
     cfg.vocab_size = 29
     with pytest.raises(DataError, match=r"train\.en:2: the tokens of this line differ from sentence 2"):
-        prepare(cfg)
+        prepare(cfg, force=True)

@@ -11,6 +11,7 @@ constituent attention (:class:`ConstituentAttention`, a-values threaded through 
 constituency tree CRF).
 """
 
+from synattn.attention.adapter import SyntaxMultiheadAttention, bind_syntax
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, pointer_loss
 from synattn.attention.cache import KVCache
 from synattn.attention.constituent import ConstituentAttention, ConstituentState, constituent_prior
@@ -31,7 +32,7 @@ __all__ = [
     "AttentionExtras", "AttentionFeature", "BirdEyeReweighting", "ConstituentAttention",
     "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
     "SegmentationAttention", "SpanAttention", "SpecializedHeads", "SupervisedHead",
-    "SyntacticAttention", "SyntaxGuidedPointer", "SyntaxInputs", "TreeRelations", "attention_mask",
-    "bidirectional_keys", "check_compatible", "constituent_prior", "label_logits", "label_values",
-    "padding_keys", "pointer_loss", "sequential_labels",
+    "SyntacticAttention", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention", "TreeRelations",
+    "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "label_logits",
+    "label_values", "padding_keys", "pointer_loss", "sequential_labels",
 ]

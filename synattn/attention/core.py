@@ -60,7 +60,7 @@ class MultiheadAttention(nn.Module):
     def forward(self, x: Tensor, context: Tensor | None = None, *,
                 key_padding_mask: Tensor | None = None, causal: bool = False,
                 syntax: SyntaxInputs | None = None, cache: KVCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, AttentionExtras]:
+                need_weights: bool = False, attn_mask: Tensor | None = None) -> tuple[Tensor, AttentionExtras]:
         """Attends from ``x`` to itself (``context`` None) or to ``context``.
 
         Args:
@@ -72,6 +72,9 @@ class MultiheadAttention(nn.Module):
             syntax: the batch's syntax fields, for the features that read them.
             cache: key/value cache; self-attention appends to it, cross-attention fills it once.
             need_weights: return the attention probabilities in the extras (explicit path).
+            attn_mask: a further mask in ``torch.nn.MultiheadAttention``'s convention, ``[n, m]``
+                or ``[batch_size * heads, n, m]``: bool, True where attending is **not** allowed,
+                or float, added to the logits (``-inf`` entries count as not allowed).
 
         Returns:
             ``(out [batch_size, n, d_model], AttentionExtras)``. A query whose keys are all masked
@@ -98,21 +101,25 @@ class MultiheadAttention(nn.Module):
                 k, v = cache.append(k, v)
         allowed = attention_mask(key_padding_mask, causal, q.shape[2], k.shape[2], query_start,
                                  x.device)
+        mask_bias = None
+        if attn_mask is not None:
+            allowed, mask_bias = merge_attn_mask(allowed, attn_mask, q.shape[0], self.heads, q.shape[2],
+                                                 k.shape[2], bool(self.features))
         ctx = AttentionContext(q=q, k=k, v=v, x=x, allowed=allowed, query_start=query_start,
                                scale=1.0 / math.sqrt(self.head_dim), syntax=syntax,
-                               is_self=is_self, extras=AttentionExtras(), cache=cache)
+                               is_self=is_self, extras=AttentionExtras(), cache=cache, mask_bias=mask_bias)
         for feature in self.features:
             ctx.q, ctx.k = feature.queries_keys(ctx)
         if need_weights or any(f.needs_probs for f in self.features):
             mixed = self._explicit(ctx, need_weights)
         else:
-            mixed = self._fused(ctx, causal and key_padding_mask is None and query_start == 0)
+            mixed = self._fused(ctx, causal and key_padding_mask is None and attn_mask is None and query_start == 0)
         b, _, n, _ = mixed.shape
         out = self.out_proj(mixed.transpose(1, 2).reshape(b, n, self.d_model))  # [B, n, d]
         return out, ctx.extras
 
     def _bias(self, ctx: AttentionContext) -> Tensor | None:
-        bias = None
+        bias = ctx.mask_bias
         for feature in self.features:
             term = feature.logit_bias(ctx)
             if term is not None:
@@ -203,6 +210,37 @@ def check_compatible(features: Sequence[AttentionFeature]) -> None:
             if why:
                 raise ValueError(f"{type(first).__name__} and {type(second).__name__} cannot share "
                                  f"a layer: {why}")
+
+
+def merge_attn_mask(allowed: Tensor | None, attn_mask: Tensor, batch_size: int, heads: int, n: int, m: int,
+                    has_features: bool) -> tuple[Tensor | None, Tensor | None]:
+    """Joins an ``attn_mask`` of ``torch.nn.MultiheadAttention`` (``[n, m]`` or ``[B * H, n, m]``;
+    bool True = not allowed, or additive float) to the positive mask ``allowed``.
+
+    Returns:
+        ``(allowed, bias)``: the joined positive mask and the finite additive part (or None).
+    """
+    if attn_mask.dim() == 2:
+        mask = attn_mask[None, None]  # [1, 1, n, m]
+    elif attn_mask.dim() == 3 and attn_mask.shape[0] == batch_size * heads:
+        if has_features:
+            raise ValueError("a per-head attn_mask [batch_size * heads, n, m] cannot be combined with "
+                             "attention features (they read one mask per sentence); give [n, m]")
+        mask = attn_mask.view(batch_size, heads, *attn_mask.shape[1:])
+    else:
+        raise ValueError(f"attn_mask has shape {tuple(attn_mask.shape)}; expected ({n}, {m}) or "
+                         f"({batch_size * heads}, {n}, {m})")
+    if mask.shape[-2:] != (n, m):
+        raise ValueError(f"attn_mask covers {tuple(mask.shape[-2:])} query/key pairs, the attention has ({n}, {m})")
+    bias = None
+    if mask.dtype == torch.bool:
+        blocked = mask
+    else:
+        blocked = torch.isneginf(mask)
+        bias = mask.masked_fill(blocked, 0.0)
+    if not bool(blocked.any()):
+        return allowed, bias
+    return (~blocked if allowed is None else allowed & ~blocked), bias
 
 
 def _zero_dead_rows(x: Tensor, allowed: Tensor | None) -> Tensor:

@@ -70,6 +70,8 @@ class AttentionContext:
         extras: where features write losses and diagnostics.
         cache: the layer's key/value cache in incremental decoding (None otherwise); features
             keep their own per-position state in ``cache.extra``.
+        mask_bias: ``[batch_size | 1, heads | 1, n, m]`` the caller's additive float mask
+            (``attn_mask``), added to the logits with the features' biases (None: none).
     """
 
     q: Tensor
@@ -83,6 +85,7 @@ class AttentionContext:
     is_self: bool
     extras: AttentionExtras
     cache: KVCache | None = None
+    mask_bias: Tensor | None = None
 
     @property
     def query_length(self) -> int:

@@ -18,6 +18,7 @@ from synattn.data.text import SkipReport, read_lines
 from synattn.errors import InputError
 from synattn.evaluate.runner import load_run
 from synattn.io import atomic_write
+from synattn.runs import VOCAB, check_dataset, dataset_of, run_vocab
 from synattn.train.checkpoint import resolve_checkpoint
 
 
@@ -30,7 +31,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace):
-    """The run's model (eval mode), experiment config and dataset folder."""
+    """The run's model (eval mode), experiment config and vocabulary folder: ``--data`` (checked
+    against the run's dataset fingerprint), else the run's own copy of its tokenizers and labels
+    (``RUN/vocab``, :mod:`synattn.runs`; :meth:`Sentences.from_split` finds the dataset from it),
+    else (runs of older versions) the dataset folder of the run's config."""
     which = args.checkpoint
     if which == "best" and resolve_checkpoint(args.run, "best") is None:
         which = "last"
@@ -39,7 +43,10 @@ def load(args: argparse.Namespace):
     except FileNotFoundError as err:
         raise InputError(str(err), args.run) from None
     print(f"using {checkpoint}", file=sys.stderr)
-    return model.eval(), exp, Path(args.data or exp.data)
+    if args.data:
+        check_dataset(args.run, args.data)
+        return model.eval(), exp, Path(args.data)
+    return model.eval(), exp, run_vocab(args.run) or Path(exp.data)
 
 
 class Sentences:
@@ -60,7 +67,10 @@ class Sentences:
 
     @classmethod
     def from_split(cls, data: Path, split: str, indices: Sequence[int] | None = None) -> Sentences:
-        """Sentences of a prepared split (all, or ``indices``); words decoded from their pieces."""
+        """Sentences of a prepared split (all, or ``indices``); words decoded from their pieces.
+        ``data`` may be a run's ``vocab`` folder: the run's dataset is then used, once checked."""
+        if data.name == VOCAB and run_vocab(data.parent) == data:
+            data = dataset_of(data.parent)
         try:
             dataset = PreparedDataset(data, split)
         except (FileNotFoundError, KeyError) as err:

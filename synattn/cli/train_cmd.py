@@ -4,29 +4,40 @@
   torchrun --nproc_per_node=2 -m synattn.cli train --config configs/baseline.yaml --run-dir runs/b
 
 Overrides are ``key.sub=value`` (values read as YAML). ``--resume`` continues the run in
-``--run-dir`` exactly where its last checkpoint left it.
+``--run-dir`` exactly where its last checkpoint left it, with the run's own ``config.yaml`` (every
+earlier override holds; overrides given now apply on top, e.g. ``train.max_epochs=20``).
+
+The whole config is checked before any data is read, and the dataset against the config before
+the model is built: a mistake is one line naming the file (or override), the key and the cause.
+The run directory gets its own copy of the tokenizers and label vocabularies and a fingerprint
+of the dataset (:mod:`synattn.runs`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 from synattn.data.batching import PreparedDataset
+from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, build_model
-from synattn.train import Trainer, task_for
+from synattn.models.config_io import read_yaml
+from synattn.runs import check_dataset, run_vocab, save_run_vocab
+from synattn.train import Trainer, resolve_checkpoint, task_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model (mt, lm, mlm) on a prepared dataset",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="experiment YAML (task, data, model, train, eval)")
+    p.add_argument("--config", help="experiment YAML (task, data, model, train, eval); not needed with --resume")
     p.add_argument("--run-dir", help="where checkpoints and logs go (default runs/<config name>)")
     p.add_argument("--data", help="prepared dataset folder (overrides the config's data)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir with its own config.yaml (overrides apply on top)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. train.lr=1e-3 model.encoder.layers=2")
     p.set_defaults(func=run)
 
@@ -50,11 +61,51 @@ def bleu_hook(model, exp: ExperimentConfig, dev: PreparedDataset):
     return metrics
 
 
-def run(args: argparse.Namespace) -> int:
-    exp = ExperimentConfig.from_yaml(args.config, args.overrides)
-    if args.data:
-        exp.data = args.data
+def load_experiment(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
+    """The checked experiment config of the command and its run directory; with ``--resume`` of a
+    run that has checkpoints, the run's own ``config.yaml`` plus the overrides."""
+    if args.config is None and not (args.resume and args.run_dir):
+        raise ConfigError("--config is required (without it, --resume --run-dir RUN continues RUN with its "
+                          "own config)")
     run_dir = Path(args.run_dir or Path("runs") / Path(args.config).stem)
+    saved = run_dir / "config.yaml"
+    if args.resume and resolve_checkpoint(run_dir) is not None and saved.is_file():
+        raw = read_yaml(saved)
+        if not isinstance(raw, dict) or not isinstance(raw.get("experiment"), dict):
+            raise ConfigError(f"{saved}: no 'experiment' section: was this run trained by 'synattn train'?")
+        if args.config is not None:
+            print(f"resuming with the run's own config {saved} (and the overrides given now); {args.config} "
+                  "is not read again", file=sys.stderr)
+        exp = ExperimentConfig.from_sections(raw["experiment"], str(saved), args.overrides, args.data)
+    elif args.config is None:
+        raise ConfigError(f"--resume without --config: {run_dir} has no checkpoint and config.yaml to "
+                          "continue from")
+    else:
+        exp = ExperimentConfig.from_yaml(args.config, args.overrides, args.data)
+    try:
+        exp.check_data()
+    except ConfigError as err:
+        raise exp.blame(err) from None
+    exp.data = str(Path(exp.data).resolve())
+    return exp, run_dir
+
+
+def _prepare_run_dir(run_dir: Path, exp: ExperimentConfig, resume: bool) -> None:
+    """Copies the dataset's tokenizers and labels into the run (a new run), or checks that the
+    dataset is the run's own (a run with checkpoints)."""
+    started = resolve_checkpoint(run_dir) is not None
+    if started and not resume:
+        raise ConfigError(f"--run-dir {run_dir} already has checkpoints: resume it (--resume) or choose "
+                          "another directory")
+    if started and run_vocab(run_dir) is not None:
+        check_dataset(run_dir, exp.data)
+    elif int(os.environ.get("RANK", "0")) == 0:  # under torchrun, the first process writes
+        save_run_vocab(run_dir, exp.data)
+
+
+def run(args: argparse.Namespace) -> int:
+    exp, run_dir = load_experiment(args)
+    _prepare_run_dir(run_dir, exp, args.resume)
     torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
     model = build_model(exp)
     train = PreparedDataset(exp.data, "train")
@@ -68,6 +119,6 @@ def run(args: argparse.Namespace) -> int:
         trainer.close()
     if trainer.dist.is_main:
         best = "none" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
-        print(f"stopped by {result.stopped_by} at step {result.step} (epoch {result.epoch}); best valid "
+        print(f"stopped by {result.stopped_by} at step {result.step} (epoch {trainer.epochs_started}); best valid "
               f"{exp.train.best_metric} {best}; last checkpoint {result.checkpoint}", file=sys.stderr)
     return 0

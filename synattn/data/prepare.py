@@ -115,6 +115,20 @@ class Side:
         return [t.words for t in self.trees] if self.trees is not None else [s.split() for s in self.lines]
 
 
+def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, force: bool) -> None:
+    """A prepared folder is not changed under the runs trained on it: preparing it again with other
+    settings would retrain its tokenizers (runs keep copies and refuse a changed dataset, see
+    :mod:`synattn.runs`). Raises :class:`UsageError` naming the changed settings unless ``force``."""
+    if force:
+        return
+    old = manifest.get("config", {})
+    changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in asdict(cfg).items() if old.get(k) != v]
+    raise UsageError(f"{out} is already prepared with other settings ({', '.join(changed) or 'another version'}); "
+                     "preparing it again would retrain its tokenizers under the runs trained on it: prepare "
+                     "into a new folder (-o NEW_FOLDER), or replace it with --force (runs trained on it will "
+                     "then refuse it)")
+
+
 def _hash(*parts: object) -> str:
     h = hashlib.sha1()
     for p in parts:
@@ -184,7 +198,7 @@ def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
     """Read ``PREFIX.SRC``/``PREFIX.TGT`` (or a TSV) keeping only lines good on both sides."""
     reports = SkipReport(), SkipReport()
     if prefix.endswith(".tsv"):
-        rows = read_lines(prefix, on_error=cfg.on_error, report=reports[0])
+        rows = read_lines(prefix, on_error=cfg.on_error, report=reports[0], keep_tabs=True)
         src, tgt, bad = [], [], []
         for number, text in rows:
             parts = text.split("\t") if "\t" in text else None
@@ -307,6 +321,7 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
         if isinstance(manifest, dict) and manifest.get("key") == key:
             logger.info("%s is already prepared with these settings", out)
             return out
+        refuse_changing_prepared(out, manifest, cfg, force)
     if not (out / MARKER).is_file():
         with atomic_write(out / MARKER) as f:
             f.write("a dataset folder of 'synattn prepare'\n")

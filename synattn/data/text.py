@@ -29,7 +29,7 @@ class SkipReport:
 
 
 def read_lines(path: str | Path, *, on_error: str = "raise", max_words: int | None = None,
-               report: SkipReport | None = None) -> list[tuple[int, str]]:
+               report: SkipReport | None = None, keep_tabs: bool = False) -> list[tuple[int, str]]:
     """Read a one-sentence-per-line UTF-8 file.
 
     Args:
@@ -38,6 +38,8 @@ def read_lines(path: str | Path, *, on_error: str = "raise", max_words: int | No
             and records it in ``report``.
         max_words: lines with more whitespace-separated words than this are bad input.
         report: filled with the skipped lines when ``on_error="skip"``.
+        keep_tabs: keep tab characters (the columns of a TSV file), normalising the whitespace
+            inside each column; else every run of whitespace, tabs included, becomes one space.
 
     Returns:
         ``(line_number, text)`` pairs (1-based line numbers) of the good lines, whitespace-normalised.
@@ -58,8 +60,11 @@ def read_lines(path: str | Path, *, on_error: str = "raise", max_words: int | No
             except UnicodeDecodeError as err:
                 cause = f"not valid UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})"
             else:
-                text = " ".join(text.split())
-                if not text:
+                if keep_tabs:
+                    text = "\t".join(" ".join(column.split()) for column in text.rstrip("\r\n").split("\t"))
+                else:
+                    text = " ".join(text.split())
+                if not text.strip():
                     cause = "empty line"
                 elif max_words is not None and len(text.split()) > max_words:
                     cause = f"line has {len(text.split())} words, more than the limit of {max_words}"

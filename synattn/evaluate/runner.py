@@ -32,7 +32,14 @@ from synattn.trees.metrics import attachment_scores
 
 def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, ExperimentConfig, Path]:
     """The model of a run directory's ``best``/``last`` checkpoint (or a checkpoint path) and its
-    experiment config (from the run's ``config.yaml``)."""
+    experiment config (from the run's ``config.yaml``; ``exp.run`` is set to the run directory, so
+    that :func:`evaluate_run` checks the dataset against the run's fingerprint).
+
+    Raises:
+        InputError: no such checkpoint, or no ``config.yaml`` in the run.
+    """
+    from synattn.models.config_io import config_error
+
     run = Path(run)
     if not run.is_dir():
         raise InputError("not a run directory of 'synattn train' (no such folder)", str(run))
@@ -60,9 +67,12 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
         exp = ExperimentConfig.from_dict(yaml.safe_load(config_path.read_text(encoding="utf-8"))["experiment"])
     except (SynattnError, OSError):
         raise
-    except Exception as err:  # YAML errors, a missing section, wrong types
+    except (KeyError, TypeError, ValueError) as err:
+        raise config_error(err, str(config_path)) from None
+    except Exception as err:  # YAML errors
         raise InputError(f"not a config.yaml of 'synattn train' ({type(err).__name__}: "
                          f"{' '.join(str(err).split())[:200]})", str(config_path)) from None
+    exp.run = run
     return model, exp, checkpoint
 
 
@@ -121,6 +131,10 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         max_tokens: batch size of the teacher-forced passes.
         show_progress: progress bars.
     """
+    if getattr(exp, "run", None) is not None:
+        from synattn.runs import check_dataset
+
+        check_dataset(exp.run, data or exp.data)
     try:
         dataset = PreparedDataset(data or exp.data, split)
     except (FileNotFoundError, KeyError) as err:

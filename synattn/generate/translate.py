@@ -13,6 +13,7 @@ import torch
 
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.data.prepare import encode_sentence
+from synattn.errors import InputError
 from synattn.generate.beam import beam_search
 from synattn.generate.greedy import greedy_search
 from synattn.progress import progress
@@ -24,7 +25,8 @@ class Translator:
 
     Args:
         model: an ``EncoderDecoderTransformer``.
-        data: the prepared dataset folder the model was trained on (sentencepiece models, labels).
+        data: the prepared dataset folder the model was trained on, or the run's copy of its
+            tokenizers and labels (``RUN/vocab``, :mod:`synattn.runs`).
         beam: beam size (1 = greedy search).
         length_penalty: exponent of the length normalisation of beam scores.
         max_len_a, max_len_b: at most ``a × source pieces + b`` target pieces.
@@ -38,13 +40,15 @@ class Translator:
         folder = Path(data)
         self.manifest = json.loads((folder / "manifest.json").read_text())
         if "tgt" not in self.manifest["spm"]:
-            raise ValueError(f"{folder} is monolingual: nothing to translate into")
+            raise InputError("the dataset is monolingual: nothing to translate into", str(folder))
         self.src_sp = spm.SentencePieceProcessor(model_file=str(folder / self.manifest["spm"]["src"]))
         self.tgt_sp = spm.SentencePieceProcessor(model_file=str(folder / self.manifest["spm"]["tgt"]))
         labels_path = folder / "labels.json"
         self.labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
         self.model = model
-        self.request = SyntaxRequest(src=syntax_request_for(model.config).src)
+        request = syntax_request_for(model.config)  # the source side, with the model's label clipping
+        self.request = SyntaxRequest(src=request.src, max_distance=request.max_distance,
+                                     max_traversal=request.max_traversal)
         self.beam, self.length_penalty, self.batch_size = beam, length_penalty, batch_size
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
 

@@ -15,8 +15,9 @@ A config names, per encoder/decoder stack, which attention features are on (METH
       cross_attention: segmentation            # or sigmoid (translation decoders only)
 
 Constructing a config checks the type of every field (recursively) and the compatibility of the
-features; errors are ``ValueError`` naming both sides (``encoder.supervised_head.layer=6 is out
-of range for encoder.layers=6``). ``from_yaml`` wraps them in ``InputError`` naming the file.
+features; errors are :class:`synattn.errors.ConfigError` (a ``ValueError``) naming both sides
+(``encoder.supervised_head.layer=6 is out of range for encoder.layers=6``). ``from_yaml`` adds the
+file to the message.
 """
 
 from __future__ import annotations
@@ -25,17 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
-from synattn.attention.structured import TREE_KINDS
+from synattn.errors import ConfigError
+from synattn.models.config_checks import BIRD_EYE, CROSS_ATTENTION, RELATIONS, StackChecks
 from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
 
-RELATIONS = ("sequential", "tree_distance", "traversal")
-"""Relation kinds of relative attention: Shaw positions, tree distance, tree traversal."""
-
-BIRD_EYE = ("sg", "sf")
-"""Bird-Eye variants (METHODS §4): syntax-guided pointer loss, syntax-free reweighting."""
-
-CROSS_ATTENTION = ("segmentation", "sigmoid")
-"""Structured encoder-decoder attention (METHODS §5): the chain CRF, or its sigmoid baseline."""
+__all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "EncoderDecoderConfig", "LanguageModelConfig",
+           "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig", "SupervisedHeadConfig",
+           "SyntacticAttentionConfig"]
 
 C = TypeVar("C", bound="ModelConfig")
 
@@ -142,7 +139,7 @@ class StackConfig:
 
 
 @dataclass(kw_only=True)
-class ModelConfig:
+class ModelConfig(StackChecks):
     """Settings shared by every model (Vaswani et al. 2017 defaults).
 
     Attributes:
@@ -184,155 +181,43 @@ class ModelConfig:
         """The model's stacks by name (``encoder`` / ``decoder``)."""
         return {}
 
+    def size_fields(self) -> tuple[str, ...]:
+        """The names of the vocabulary-size fields."""
+        return ()
+
+    def special_fields(self) -> tuple[str, ...]:
+        """Token-id fields besides pad/bos/eos (checked against every vocabulary)."""
+        return ()
+
     def has_cross_attention(self, side: str) -> bool:
         """Whether the layers of stack ``side`` attend to an encoder memory."""
         return False
 
     def validate(self) -> None:
-        """Checks types and feature compatibility; raises ``ValueError`` naming both sides."""
+        """Checks types, ranges and feature compatibility; raises :class:`ConfigError` naming both sides."""
         check_fields(self)
+        for name in ("d_model", "heads", "ffn_dim", *self.size_fields()):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
+        for name in ("num_pos_tags", "num_deprels"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must not be negative")
+        for name in ("pad_id", "bos_id", "eos_id", *self.special_fields()):
+            value = getattr(self, name)
+            for size_name in self.size_fields():
+                if not 0 <= value < getattr(self, size_name):
+                    raise ConfigError(f"{name}={value} is out of range for {size_name}={getattr(self, size_name)}")
         if self.d_model % self.heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
+            raise ConfigError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
+                raise ConfigError(f"{name}={getattr(self, name)} must be in [0, 1)")
         if self.activation not in ("relu", "gelu"):
-            raise ValueError(f"activation={self.activation!r}: use 'relu' or 'gelu'")
+            raise ConfigError(f"activation={self.activation!r}: use 'relu' or 'gelu'")
         if self.norm not in ("pre", "post"):
-            raise ValueError(f"norm={self.norm!r}: use 'pre' or 'post'")
+            raise ConfigError(f"norm={self.norm!r}: use 'pre' or 'post'")
         for side, stack in self.stacks().items():
             self._validate_stack(side, stack)
-
-    def _validate_stack(self, side: str, stack: StackConfig) -> None:
-        if stack.layers < 1:
-            raise ValueError(f"{side}.layers={stack.layers} must be at least 1")
-        for relation in stack.relations:
-            if relation not in RELATIONS:
-                raise ValueError(f"{side}.relations: unknown relation {relation!r}; known: {', '.join(RELATIONS)}")
-        if len(set(stack.relations)) != len(stack.relations):
-            raise ValueError(f"{side}.relations={stack.relations} lists a relation twice")
-        if stack.relation_layers is not None:
-            if not stack.relations:
-                raise ValueError(f"{side}.relation_layers is set but {side}.relations is empty")
-            for layer in stack.relation_layers:
-                if not 0 <= layer < stack.layers:
-                    raise ValueError(f"{side}.relation_layers has layer {layer}, out of range for "
-                                     f"{side}.layers={stack.layers}")
-        for name in ("max_relative_position", "max_distance", "max_traversal"):
-            if getattr(stack, name) < 1:
-                raise ValueError(f"{side}.{name}={getattr(stack, name)} must be at least 1")
-        sup, spec = stack.supervised_head, stack.specialized_heads
-        if sup is not None:
-            if not 0 <= sup.layer < stack.layers:
-                raise ValueError(f"{side}.supervised_head.layer={sup.layer} is out of range for "
-                                 f"{side}.layers={stack.layers}")
-            if not 0 <= sup.head < self.heads:
-                raise ValueError(f"{side}.supervised_head.head={sup.head} is out of range for heads={self.heads}")
-        if spec is not None:
-            self._validate_specialized(side, spec, sup)
-        self._validate_structure(side, stack)
-        self._validate_bird_eye(side, stack)
-        self._validate_cross_attention(side, stack)
-        if stack.syntactic_attention is not None:
-            self._validate_syntactic(side, stack)
-
-    def _validate_structure(self, side: str, stack: StackConfig) -> None:
-        """Constituent and syntactic attention need the bidirectional self-attention of an encoder."""
-        if not 0.0 <= stack.constituent_diagonal <= 1.0:
-            raise ValueError(f"{side}.constituent_diagonal={stack.constituent_diagonal} must lie in [0, 1]")
-        if stack.constituent_diagonal != 1.0 and not stack.constituent:
-            raise ValueError(f"{side}.constituent_diagonal={stack.constituent_diagonal}, but "
-                             f"{side}.constituent is off")
-        if side == "encoder":
-            return
-        if stack.constituent:
-            raise ValueError(f"{side}.constituent=true, but constituent attention (Tree Transformer) "
-                             f"needs bidirectional self-attention and the {side} is causal; use it in "
-                             "an encoder")
-        if stack.syntactic_attention is not None:
-            raise ValueError(f"{side}.syntactic_attention is set, but syntactic attention needs "
-                             f"bidirectional self-attention and the {side} is causal; use it in an encoder")
-
-    def _validate_bird_eye(self, side: str, stack: StackConfig) -> None:
-        if stack.bird_eye is not None and stack.bird_eye not in BIRD_EYE:
-            raise ValueError(f"{side}.bird_eye={stack.bird_eye!r}: use one of {', '.join(BIRD_EYE)} (or null)")
-        if stack.bird_eye is not None and side == "encoder":
-            raise ValueError(f"encoder.bird_eye={stack.bird_eye!r}, but Bird-Eye attention needs causal "
-                             "self-attention (a decoder or language model) and the encoder is bidirectional")
-        if stack.pointer_weight < 0:
-            raise ValueError(f"{side}.pointer_weight={stack.pointer_weight} must be >= 0")
-        head = stack.pointer_head
-        if head is None:
-            return
-        if stack.bird_eye != "sg":
-            raise ValueError(f"{side}.pointer_head={head} is set, but {side}.bird_eye={stack.bird_eye!r}: "
-                             "the pointer loss exists with bird_eye='sg' only")
-        if not 0 <= head < self.heads:
-            raise ValueError(f"{side}.pointer_head={head} is out of range for heads={self.heads}")
-        sup = stack.supervised_head
-        if sup is not None and sup.head == head:
-            raise ValueError(f"{side}.pointer_head={head} and {side}.supervised_head (layer {sup.layer}, "
-                             f"head {sup.head}) train the same head toward different targets (syntax "
-                             "hints and dependency heads)")
-
-    def _validate_cross_attention(self, side: str, stack: StackConfig) -> None:
-        kind = stack.cross_attention
-        if kind is not None and kind not in CROSS_ATTENTION:
-            raise ValueError(f"{side}.cross_attention={kind!r}: use one of {', '.join(CROSS_ATTENTION)} "
-                             "(or null for softmax attention)")
-        if kind is not None and not self.has_cross_attention(side):
-            raise ValueError(f"{side}.cross_attention={kind!r}, but the {side} of this {self.model_type} "
-                             "model has no cross-attention (only a translation decoder attends to "
-                             "the source)")
-        if stack.cross_attention_normalize and kind is None:
-            raise ValueError(f"{side}.cross_attention_normalize=true, but {side}.cross_attention is "
-                             "not set (segmentation or sigmoid)")
-
-    def _validate_syntactic(self, side: str, stack: StackConfig) -> None:
-        syn = stack.syntactic_attention
-        where = f"{side}.syntactic_attention"
-        if not 0 <= syn.layer < stack.layers:
-            raise ValueError(f"{where}.layer={syn.layer} is out of range for {side}.layers={stack.layers}")
-        if syn.tree not in TREE_KINDS:
-            raise ValueError(f"{where}.tree={syn.tree!r}: use one of {', '.join(TREE_KINDS)}")
-        if syn.arc_dim < 1:
-            raise ValueError(f"{where}.arc_dim={syn.arc_dim} must be at least 1")
-        claimed = [syn.head] + ([] if syn.children_head is None else [syn.children_head])
-        for name, head in zip(("head", "children_head"), claimed):
-            if not 0 <= head < self.heads:
-                raise ValueError(f"{where}.{name}={head} is out of range for heads={self.heads}")
-        if syn.children_head == syn.head:
-            raise ValueError(f"{where}.head={syn.head} and {where}.children_head={syn.children_head} "
-                             "are the same head")
-        sup, spec = stack.supervised_head, stack.specialized_heads
-        if sup is not None and sup.layer == syn.layer and sup.head in claimed:
-            raise ValueError(f"{where} (layer {syn.layer}, heads {claimed}) and {side}.supervised_head "
-                             f"(layer {sup.layer}, head {sup.head}) claim the same head")
-        if spec is not None and syn.layer == 0 and set(spec.heads) & set(claimed):
-            raise ValueError(f"{where} (layer 0, heads {claimed}) and {side}.specialized_heads "
-                             f"(layer 0, heads {spec.heads}) claim the same head")
-
-    def _validate_specialized(self, side: str, spec: SpecializedHeadsConfig,
-                              sup: SupervisedHeadConfig | None) -> None:
-        if side != "encoder":
-            raise ValueError(f"{side}.specialized_heads is set, but specialized heads exist only "
-                             f"in encoder layer 0")
-        sizes = {"pos": ("num_pos_tags", self.num_pos_tags), "deprel": ("num_deprels", self.num_deprels)}
-        if spec.source not in sizes:
-            raise ValueError(f"{side}.specialized_heads.source={spec.source!r}: use 'pos' or 'deprel'")
-        size_name, size = sizes[spec.source]
-        if size < 1:
-            raise ValueError(f"{side}.specialized_heads.source={spec.source!r} needs {size_name} > 0, "
-                             f"got {size_name}={size}")
-        if not spec.heads or len(set(spec.heads)) != len(spec.heads):
-            raise ValueError(f"{side}.specialized_heads.heads={spec.heads} must be distinct and non-empty")
-        for head in spec.heads:
-            if not 0 <= head < self.heads:
-                raise ValueError(f"{side}.specialized_heads.heads has head {head}, out of range for "
-                                 f"heads={self.heads}")
-        if sup is not None and sup.layer == 0 and sup.head in spec.heads:
-            raise ValueError(f"{side}.supervised_head (layer 0, head {sup.head}) and "
-                             f"{side}.specialized_heads (layer 0, heads {spec.heads}) claim the same head")
 
     @classmethod
     def from_dict(cls: type[C], data: dict) -> C:
@@ -372,13 +257,16 @@ class EncoderDecoderConfig(ModelConfig):
     def stacks(self) -> dict[str, StackConfig]:
         return {"encoder": self.encoder, "decoder": self.decoder}
 
+    def size_fields(self) -> tuple[str, ...]:
+        return ("src_vocab_size", "tgt_vocab_size")
+
     def has_cross_attention(self, side: str) -> bool:
         return side == "decoder"
 
     def validate(self) -> None:
         super().validate()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(f"share_embeddings=true needs src_vocab_size == tgt_vocab_size, got "
+            raise ConfigError(f"share_embeddings=true needs src_vocab_size == tgt_vocab_size, got "
                              f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}")
 
 
@@ -393,6 +281,9 @@ class LanguageModelConfig(ModelConfig):
 
     def stacks(self) -> dict[str, StackConfig]:
         return {"decoder": self.decoder}
+
+    def size_fields(self) -> tuple[str, ...]:
+        return ("vocab_size",)
 
 
 @dataclass(kw_only=True)
@@ -411,3 +302,9 @@ class MaskedLMConfig(ModelConfig):
 
     def stacks(self) -> dict[str, StackConfig]:
         return {"encoder": self.encoder}
+
+    def size_fields(self) -> tuple[str, ...]:
+        return ("vocab_size",)
+
+    def special_fields(self) -> tuple[str, ...]:
+        return ("mask_id",)

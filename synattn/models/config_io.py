@@ -1,13 +1,16 @@
 """Strict conversion between config dataclasses and plain dicts / YAML / JSON.
 
-Unknown keys and values of the wrong type are errors that name the key path
-(``encoder.supervised_head.layer``) and what was expected. Ints are accepted where a float is
-expected; bools are never accepted as ints.
+Unknown keys, missing required keys and values of the wrong type are :class:`ConfigError` naming
+the key path (``encoder.supervised_head.layer``) and what was expected. Ints are accepted where a
+float is expected; bools are never accepted as ints; floats must be finite (``.nan`` and ``.inf``
+are refused). A range or compatibility check of a nested config (``train.lr=0 must be positive``)
+is reported with the path of the section that holds it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -16,10 +19,22 @@ from typing import Any, TypeVar, Union
 
 import yaml
 
-from synattn.errors import InputError
+from synattn.errors import ConfigError, InputError
 from synattn.io import atomic_write
 
 T = TypeVar("T")
+
+
+class ConfigFileError(ConfigError, InputError):
+    """A config mistake found in a file: the message starts with the file (and line)."""
+
+
+def config_error(err: Exception, where: str) -> ConfigFileError:
+    """``err`` (a config mistake) as one line prefixed by ``where`` (a file or an override)."""
+    message = " ".join(str(err).split())
+    if message.startswith(where + ":"):
+        message = message[len(where) + 1:].lstrip()
+    return ConfigFileError(message, where)
 
 
 def _describe(tp: Any) -> str:
@@ -31,7 +46,7 @@ def _is_union(tp: Any) -> bool:
 
 
 def check_type(tp: Any, value: Any, where: str) -> None:
-    """Raises ``ValueError`` when ``value`` does not have the declared type ``tp``."""
+    """Raises :class:`ConfigError` when ``value`` does not have the declared type ``tp``."""
     if _is_union(tp):
         args = [arg for arg in typing.get_args(tp) if arg is not type(None)]
         if value is None and len(args) < len(typing.get_args(tp)):
@@ -41,31 +56,39 @@ def check_type(tp: Any, value: Any, where: str) -> None:
         for arg in args:
             try:
                 return check_type(arg, value, where)
-            except ValueError:
+            except ConfigError:
                 pass
-        raise ValueError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({value!r})")
+        raise ConfigError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({value!r})")
     if tp is type(None):
         if value is not None:
-            raise ValueError(f"{where}: expected None, got {value!r}")
+            raise ConfigError(f"{where}: expected None, got {value!r}")
         return
     origin = typing.get_origin(tp)
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} ({value!r})")
+        return
+    if tp is Any:
+        return
     if origin is list:
         if not isinstance(value, list):
-            raise ValueError(f"{where}: expected a list, got {type(value).__name__} ({value!r})")
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} ({value!r})")
         (item,) = typing.get_args(tp)
         for i, v in enumerate(value):
             check_type(item, v, f"{where}[{i}]")
         return
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, tp):
-            raise ValueError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
         check_fields(value, where + ".")
         return
     ok = (isinstance(value, bool) if tp is bool
           else isinstance(value, (int, float)) and not isinstance(value, bool) if tp is float
           else isinstance(value, tp) and not (tp is int and isinstance(value, bool)))
     if not ok:
-        raise ValueError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({value!r})")
+        raise ConfigError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({value!r})")
+    if tp is float and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
 
 
 def check_fields(obj: Any, prefix: str = "") -> None:
@@ -93,16 +116,31 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 
 
 def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
-    """Builds dataclass ``cls`` from ``data``, rejecting unknown keys (``ValueError``)."""
+    """Builds dataclass ``cls`` from ``data``, rejecting unknown and missing keys; every error is
+    a :class:`ConfigError` (a ``ValueError``) naming the key path under ``prefix``."""
+    where = prefix.rstrip(".") or cls.__name__
     if not isinstance(data, dict):
-        raise ValueError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {data!r}")
-    known = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = [key for key in data if key not in known]
-    if unknown:
-        where = prefix.rstrip(".") or cls.__name__
-        raise ValueError(f"unknown key '{prefix}{unknown[0]}' in {where}; known keys: {', '.join(known)}")
+        raise ConfigError(f"{where}: expected a mapping of keys to values, got {type(data).__name__} ({data!r})")
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    known = [f.name for f in fields]
+    for key in data:
+        if not isinstance(key, str) or key not in known:
+            raise ConfigError(f"unknown key '{prefix}{key}' in {where}; known keys: {', '.join(known)}")
+    missing = [f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing key '{prefix}{missing[0]}' in {where}")
     hints = typing.get_type_hints(cls)
-    return cls(**{key: _convert(hints[key], value, prefix + key) for key, value in data.items()})
+    values = {key: _convert(hints[key], value, prefix + key) for key, value in data.items()}
+    try:
+        return cls(**values)
+    except ConfigError as err:
+        if prefix and not getattr(err, "prefixed", False):
+            err = ConfigError(prefix + str(err))
+            err.prefixed = True
+        raise err from None
+    except (ValueError, TypeError) as err:  # a config class checking with plain ValueError
+        raise ConfigError(f"{prefix}{err}") from None
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -132,16 +170,28 @@ def parse_yaml(text: str) -> Any:
 
 def load_yaml(cls: type[T], path: str | Path) -> T:
     """Reads a config of class ``cls`` from a YAML file; errors name the file."""
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = yaml.load(f, Loader=_Loader)
-        except yaml.YAMLError as error:
-            line = getattr(getattr(error, "problem_mark", None), "line", None)
-            raise InputError(f"invalid YAML: {error}", str(path), None if line is None else line + 1)
+    data = read_yaml(path)
     try:
         return from_dict(cls, {} if data is None else data)
     except ValueError as error:
-        raise InputError(str(error), str(path)) from None
+        raise config_error(error, str(path)) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The data of a YAML file; an unreadable file or invalid YAML is a one-line
+    :class:`ConfigFileError` naming the file (and the line)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.load(f, Loader=_Loader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigFileError(f"invalid YAML: {problem}", str(path), line) from None
+    except UnicodeDecodeError as error:
+        raise ConfigFileError(f"not valid UTF-8 (byte {error.object[error.start]:#04x})", str(path)) from None
+    except OSError as error:
+        raise ConfigFileError(f"cannot read the config: {error.strerror}", str(path)) from None
 
 
 def save_yaml(obj: Any, path: str | Path) -> None:

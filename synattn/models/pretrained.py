@@ -4,9 +4,14 @@ The directory holds the model's config (with its ``model_type``) as JSON and its
 safetensors (tied weights are stored once). Files are written to a temporary name and renamed
 into place, so an interrupted save never leaves a half-written file under the final name.
 
+``from_pretrained`` returns the model in evaluation mode (call ``.train()`` to fine-tune it), on
+the ``device`` and in the ``dtype`` asked for; it also takes a run directory of ``synattn train``
+(its ``best`` checkpoint, else its ``last``).
+
 Example:
     >>> model.save_pretrained("runs/demo/model")          # doctest: +SKIP
     >>> same = EncoderDecoderTransformer.from_pretrained("runs/demo/model")  # doctest: +SKIP
+    >>> best = PretrainedModel.from_pretrained("runs/demo", device="cuda")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -61,13 +67,28 @@ class PretrainedModel(nn.Module):
         os.replace(tmp, directory / WEIGHTS_NAME)
 
     @classmethod
-    def from_pretrained(cls: type[M], directory: str | Path) -> M:
+    def from_pretrained(cls: type[M], directory: str | Path, *, device: str | torch.device | None = None,
+                        dtype: torch.dtype | None = None) -> M:
         """Builds the model from ``directory``'s config and loads its weights (strictly).
 
-        Called on ``PretrainedModel`` itself, it builds whichever model the config names.
-        Raises ``InputError`` naming the file when a file is missing or does not fit.
+        Args:
+            directory: a ``save_pretrained`` directory (a checkpoint directory is one), or a run
+                directory of ``synattn train`` (its ``best`` checkpoint, else its ``last``).
+            device, dtype: where and in which floating-point type the model goes (default: CPU,
+                the stored type).
+
+        Returns:
+            The model, in evaluation mode. Called on ``PretrainedModel`` itself, it builds
+            whichever model the config names.
+
+        Raises:
+            InputError: naming the file when a file is missing or does not fit.
         """
         directory = Path(directory)
+        if not (directory / CONFIG_NAME).exists() and (directory / "checkpoints").is_dir():
+            from synattn.train.checkpoint import resolve_checkpoint
+
+            directory = resolve_checkpoint(directory, "best") or resolve_checkpoint(directory, "last") or directory
         config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
         for path in (config_path, weights_path):
             if not path.is_file():
@@ -89,5 +110,10 @@ class PretrainedModel(nn.Module):
         try:
             load_model(model, str(weights_path), strict=True)
         except RuntimeError as error:
-            raise InputError(f"weights do not fit the config: {error}", str(weights_path)) from None
-        return model
+            from synattn.train.checkpoint import mismatch_summary
+
+            raise InputError(f"weights do not fit the config: {mismatch_summary(error)}",
+                             str(weights_path)) from None
+        if device is not None or dtype is not None:
+            model.to(device=device, dtype=dtype)
+        return model.eval()

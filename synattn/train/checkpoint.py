@@ -192,10 +192,21 @@ def load_checkpoint(path: str | Path, model: nn.Module | None = None, which: str
         try:
             load_model(model, str(directory / WEIGHTS), strict=True)  # copies into the params' devices
         except (RuntimeError, FileNotFoundError) as error:
-            raise InputError(f"weights do not fit the model: {error}", str(directory / WEIGHTS)) from None
+            raise InputError(f"weights do not fit the model: {mismatch_summary(error)}",
+                             str(directory / WEIGHTS)) from None
     state = torch.load(directory / STATE, map_location=map_location, weights_only=True)
     state["path"] = str(directory)
     return state
+
+
+def mismatch_summary(error: BaseException) -> str:
+    """The first problem of a (long, multi-line) state-dict loading error, and how many there are."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    problems = [line for line in lines if line.lower().startswith(("size mismatch", "missing key", "unexpected key"))]
+    if not problems:
+        return " ".join(lines)[:300]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return problems[0].rstrip(".") + more + "; was the model built from another config than the checkpoint's?"
 
 
 def rng_state() -> dict:

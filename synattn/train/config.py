@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from synattn.errors import ConfigError
 from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
 
 BATCH_ORDER_KEYS = ("max_tokens", "max_sentences", "seed")
@@ -97,39 +98,39 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Checks types and ranges; raises ``ValueError`` naming the key."""
+        """Checks types and ranges; raises :class:`ConfigError` (a ``ValueError``) naming the key."""
         check_fields(self)
         positive = ["max_tokens", "update_freq", "log_interval"]
         positive += [k for k in ("max_sentences", "max_epochs", "max_steps", "keep_last_n")
                      if getattr(self, k) is not None]
         for key in positive:
             if getattr(self, key) < 1:
-                raise ValueError(f"{key}={getattr(self, key)} must be at least 1")
+                raise ConfigError(f"{key}={getattr(self, key)} must be at least 1")
         for key in ("warmup_updates", "validate_interval", "validate_interval_updates",
                     "save_interval", "save_interval_updates"):
             if getattr(self, key) < 0:
-                raise ValueError(f"{key}={getattr(self, key)} must be 0 (off) or positive")
+                raise ConfigError(f"{key}={getattr(self, key)} must be 0 (off) or positive")
         if self.max_epochs is None and self.max_steps is None and self.max_minutes is None:
-            raise ValueError("set at least one of max_epochs, max_steps, max_minutes")
+            raise ConfigError("set at least one of max_epochs, max_steps, max_minutes")
         if self.max_minutes is not None and self.max_minutes <= 0:
-            raise ValueError(f"max_minutes={self.max_minutes} must be positive")
+            raise ConfigError(f"max_minutes={self.max_minutes} must be positive")
         if self.lr <= 0:
-            raise ValueError(f"lr={self.lr} must be positive")
+            raise ConfigError(f"lr={self.lr} must be positive")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"betas={self.betas} must be two numbers in [0, 1)")
+            raise ConfigError(f"betas={self.betas} must be two numbers in [0, 1)")
         for key in ("eps", "weight_decay", "clip_norm"):
             if getattr(self, key) < 0:
-                raise ValueError(f"{key}={getattr(self, key)} must not be negative")
+                raise ConfigError(f"{key}={getattr(self, key)} must not be negative")
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
+            raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
+            raise ConfigError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+            raise ConfigError(f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         if not self.best_metric:
-            raise ValueError("best_metric must name a validation metric (e.g. task_loss)")
+            raise ConfigError("best_metric must name a validation metric (e.g. task_loss)")
         if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
+            raise ConfigError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:

@@ -312,7 +312,7 @@ def to_conllu(tree: DependencyTree) -> str:
                 continue  # the field was cleared after reading
             value = fields[key]
         comment = f"# {key}" if value is None else f"# {key} = {value}"
-        lines.append(_field(comment, "comment", tree, None))
+        lines.append(_field(comment, "comment", tree, None, tabs_ok=True))  # read back as one comment
     extra = {key: meta.get(key) or ["_"] * n for key in _EXTRA_COLUMNS}
     multiword = {first: (last, form, misc) for first, last, form, misc
                  in meta.get("multiword_tokens", [])}

@@ -1,0 +1,130 @@
+"""Self-contained run directories: the tokenizers and label vocabularies a run was trained with,
+and a fingerprint of its dataset.
+
+``synattn train`` copies what is needed to read and write text with the model into ``RUN/vocab``::
+
+    RUN/vocab/
+      manifest.json       the dataset's manifest, plus "dataset": its fingerprint (below)
+      spm.src.model       the sentencepiece model(s) (spm.joint.model for a joint vocabulary)
+      spm.tgt.model
+      labels.json         POS and dependency-label vocabularies
+
+so ``RUN/vocab`` reads like the vocabulary part of a prepared folder (``Translator(model,
+RUN/vocab)``, ``Sentences.from_text``), from any directory and after the dataset has moved. The
+fingerprint records the dataset's absolute path, its settings key and the SHA-256 of each of those
+files; a dataset whose files differ (prepared again, or another one) is refused with
+:class:`synattn.errors.ConfigError` by :func:`check_dataset` wherever a run meets its data again
+(``--resume``, ``evaluate``, a split in ``translate``/``induce``/``viz``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from synattn.errors import ConfigError
+
+VOCAB = "vocab"
+MANIFEST = "manifest.json"
+LABELS = "labels.json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest(folder: Path) -> dict:
+    try:
+        return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"data: {folder} is not a prepared dataset (no {MANIFEST}); run 'synattn prepare' "
+                          "first") from None
+    except ValueError as err:
+        raise ConfigError(f"data: {folder / MANIFEST} is not valid JSON ({err})") from None
+
+
+def vocab_files(manifest: dict) -> list[str]:
+    """The files of a prepared folder that a model's inputs and outputs depend on."""
+    return sorted(set(manifest["spm"].values())) + [LABELS]
+
+
+def fingerprint(folder: str | Path) -> dict:
+    """The fingerprint of a prepared dataset: path, settings key, SHA-256 of its vocabulary files."""
+    folder = Path(folder).resolve()
+    manifest = _manifest(folder)
+    files = {}
+    for name in vocab_files(manifest):
+        path = folder / name
+        files[name] = _sha256(path) if path.exists() else None
+    return {"path": str(folder), "key": manifest.get("key"), "files": files}
+
+
+def run_vocab(run: str | Path) -> Path | None:
+    """``RUN/vocab`` when the run has one (runs of older versions do not)."""
+    folder = Path(run) / VOCAB
+    return folder if (folder / MANIFEST).is_file() else None
+
+
+def run_fingerprint(run: str | Path) -> dict | None:
+    """The fingerprint of the dataset ``run`` was trained on (None for runs without ``vocab``)."""
+    folder = run_vocab(run)
+    return None if folder is None else _manifest(folder).get("dataset")
+
+
+def check_dataset(run: str | Path, folder: str | Path) -> None:
+    """Raises :class:`ConfigError` when ``folder`` is not the dataset ``run`` was trained on (its
+    tokenizers or label vocabularies differ); does nothing for runs without a fingerprint."""
+    saved = run_fingerprint(run)
+    if saved is None:
+        return
+    now = fingerprint(folder)
+    changed = [name for name, digest in saved["files"].items() if now["files"].get(name) != digest]
+    if changed:
+        raise ConfigError(f"data: {now['path']} is not the dataset run {run} was trained on ({', '.join(changed)} "
+                          f"differ from the run's copies in {Path(run) / VOCAB}; it was prepared again or is "
+                          f"another dataset); give the original with --data (it was {saved['path']}) or "
+                          "train a new run")
+
+
+def save_run_vocab(run: str | Path, folder: str | Path) -> Path:
+    """Copies the tokenizers, labels and manifest of dataset ``folder`` into ``RUN/vocab`` with the
+    dataset's fingerprint (written into a temporary folder and renamed into place)."""
+    run, folder = Path(run), Path(folder)
+    manifest = _manifest(folder)
+    target = run / VOCAB
+    tmp = run / (VOCAB + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in vocab_files(manifest):
+        if (folder / name).exists():
+            shutil.copyfile(folder / name, tmp / name)
+    manifest["dataset"] = fingerprint(folder)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    old = run / (VOCAB + ".del")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def dataset_of(run: str | Path, data: str | Path | None = None) -> Path:
+    """The prepared dataset of ``run``: ``data`` when given, else the path its fingerprint (or,
+    for older runs, its ``config.yaml``) records; checked against the run's fingerprint."""
+    if data is None:
+        saved = run_fingerprint(run)
+        if saved is not None:
+            data = saved["path"]
+        else:
+            import yaml
+
+            data = yaml.safe_load((Path(run) / "config.yaml").read_text(encoding="utf-8"))["experiment"]["data"]
+    folder = Path(data)
+    if not (folder / MANIFEST).is_file():
+        raise ConfigError(f"data: {folder} (the dataset of run {run}) is not there or not prepared; give "
+                          "the dataset with --data")
+    check_dataset(run, folder)
+    return folder

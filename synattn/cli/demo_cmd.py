@@ -72,7 +72,10 @@ def _statistics(data: Path, out: Path) -> None:
 
 def _train(name: str, model: dict, args: argparse.Namespace, data: Path, out: Path) -> dict:
     from synattn.data.batching import PreparedDataset
+    import torch
+
     from synattn.experiment import ExperimentConfig, build_model
+    from synattn.runs import save_run_vocab
     from synattn.train import Trainer, read_log, resolve_checkpoint, task_for
 
     exp = ExperimentConfig.from_dict({
@@ -86,6 +89,8 @@ def _train(name: str, model: dict, args: argparse.Namespace, data: Path, out: Pa
     done = resolve_checkpoint(run_dir)
     if done is None:
         print(f"\n== training {name} for {args.minutes:g} minutes ==", file=sys.stderr)
+        save_run_vocab(run_dir, data)
+        torch.manual_seed(exp.train.seed)
         built = build_model(exp)
         trainer = Trainer(built, task_for(built, exp.train.label_smoothing), exp.train,
                           PreparedDataset(data, "train"), run_dir, valid_data=PreparedDataset(data, "dev"),

@@ -47,12 +47,15 @@ def train_run(study: Study, ctx: Context, arm: Arm, seed: int, minutes: float) -
 
     from synattn.data.batching import PreparedDataset
     from synattn.experiment import ExperimentConfig, build_model
+    from synattn.runs import run_vocab, save_run_vocab
     from synattn.train import Trainer, task_for
 
     run = run_dir_of(ctx, arm, seed)
     if (run / DONE).exists():
         return run
     exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, minutes))
+    if run_vocab(run) is None:  # the run carries its tokenizers, labels and the dataset's fingerprint
+        save_run_vocab(run, exp.data)
     torch.manual_seed(seed)  # the initial weights differ by seed, and only by seed
     model = build_model(exp)
     dev = PreparedDataset(exp.data, "dev")

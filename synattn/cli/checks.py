@@ -11,6 +11,7 @@ from pathlib import Path
 from synattn.cli.options import positive_int
 from synattn.data.validate import check_dataset, check_manifest
 from synattn.errors import InputError, UsageError
+from synattn.runs import VOCAB, dataset_of, run_vocab
 
 DEFAULT_MAX_LEN = 1024
 
@@ -36,6 +37,8 @@ def check_vocabulary(model, trained_on: str | Path, data: str | Path, split: str
     run's dataset) when that folder still exists; the vocabulary sizes must match the model's.
     """
     data, trained_on = Path(data), Path(trained_on)
+    if split is not None and data.name == VOCAB and run_vocab(data.parent) == data:
+        data = dataset_of(data.parent)  # a run's own copy of its vocabulary has no splits: its dataset has
     manifest = check_dataset(data, split)
     config = model.config
     sizes = {"src": getattr(config, "src_vocab_size", getattr(config, "vocab_size", None)),

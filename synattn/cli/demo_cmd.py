@@ -151,7 +151,7 @@ def _report(results: list[dict], out: Path, wall: float, args: argparse.Namespac
     from synattn.viz.demo import plot_head_attachment, plot_learning_curves, plot_supervised_example
 
     header = (f"{'model':<18}{'params':>8}{'steps':>7}{'tok/s':>8}{'min':>6}{'ppl':>9}{'BLEU':>7}{'chrF':>7}"
-              f"{'UAS':>16}")
+              f"{'UAS':>18}")
     print("\n" + header + "\n" + "-" * len(header))
     for r in results:
         ev, heads = r["eval"], r["heads"]
@@ -162,7 +162,7 @@ def _report(results: list[dict], out: Path, wall: float, args: argparse.Namespac
             uas = f"{100 * heads['heads']['encoder'][layer][head][0]:.1f} (best head)"
         print(f"{r['name']:<18}{r['params'] / 1e6:>7.1f}M{r['steps']:>7}{r['tokens_per_s']:>8.0f}"
               f"{r['wall'] / 60:>6.1f}{ev.perplexity:>9.1f}{ev.translation['bleu']:>7.2f}"
-              f"{ev.translation['chrf']:>7.2f}{uas:>16}")
+              f"{ev.translation['chrf']:>7.2f}{uas:>18}")
     base, syntax = results[0]["eval"], results[-1]["eval"]
     refs = PreparedDataset(results[0]["exp"].data, "test").text("tgt")[:len(base.hypotheses)]
     test = paired_bootstrap(base.hypotheses, syntax.hypotheses, refs)

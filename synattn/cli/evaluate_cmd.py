@@ -11,6 +11,7 @@ from synattn.cli.checks import check_vocabulary
 from synattn.cli.options import positive_int, split_name
 from synattn.evaluate.runner import evaluate_run, load_run
 from synattn.io import atomic_write
+from synattn.runs import check_dataset
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, exp, checkpoint = load_run(args.run, args.checkpoint)
+    if args.data:  # the run's fingerprint names the difference and the way out first
+        check_dataset(args.run, args.data)
     check_vocabulary(model, exp.data, args.data or exp.data, args.split)
     print(f"evaluating {checkpoint}", file=sys.stderr)
     result = evaluate_run(model, exp, args.split, data=args.data, beam=args.beam,

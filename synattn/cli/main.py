@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     debug = args.debug or os.environ.get("SYNATTN_DEBUG", "") not in ("", "0")
     try:
         return int(args.func(args) or 0)

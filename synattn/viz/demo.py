@@ -38,7 +38,7 @@ def plot_head_attachment(tables: dict[str, dict], path: str | Path,
     (``tables``: name → :func:`synattn.reproduce.heads.head_attachment`); ``marks`` outlines a
     ``(layer, head)`` per model in red (e.g. its supervised head)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(tables), figsize=(4.0 * len(tables), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(tables), figsize=(4.4 * len(tables), 3.6), squeeze=False)
     image = None
     for ax, (name, table) in zip(axes[0], tables.items()):
         grid = 100 * np.asarray(table["heads"]["encoder"])[..., 0]  # [layers, heads]
@@ -53,7 +53,7 @@ def plot_head_attachment(tables: dict[str, dict], path: str | Path,
         ax.set_yticks(range(grid.shape[0]))
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_title(f"{name}: UAS of each encoder head (%)", fontsize=9)
+        ax.set_title(f"{name}\nUAS of each encoder head (%)", fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     return save(fig, path)
 

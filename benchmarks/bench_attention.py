@@ -14,7 +14,7 @@ in the same run, then machine info.
   the dependency-supervised head, a specialized POS head, the naive tree bias that materialises
   the ``[B, n, n, d_k]`` key and value embeddings (the textbook formulation our label-gather
   replaces), once with einsum and once by broadcasting (``[B, H, n, n, d_k]``); constituent
-  attention (Tree Transformer, METHODS §3); syntactic attention (§5), projective and
+  attention (Tree Transformer, docs/methods.md §3); syntactic attention (§5), projective and
   non-projective.
 - Causal self-attention (baseline: plain causal): BET(SG) and BET(SF) (§4).
 - Cross-attention, target and source of length n (baseline: plain cross): segmentation attention
@@ -73,7 +73,7 @@ class NaiveTreeAttention(nn.Module):
     """Tree-distance attention written the textbook way: ``a^K[r]`` materialised as [B, n, n, d_k].
 
     With ``broadcast=True`` the products are formed by broadcasting, which materialises
-    ``[B, H, n, n, d_k]`` (the form METHODS §1 rules out); otherwise by einsum over [B, n, n, d_k].
+    ``[B, H, n, n, d_k]`` (the form docs/methods.md §1 rules out); otherwise by einsum over [B, n, n, d_k].
     """
 
     def __init__(self, d_model: int, heads: int, num_labels: int, broadcast: bool = False):
@@ -180,7 +180,7 @@ Spec = tuple[str, str, Callable[[], nn.Module]]
 
 
 def tree_variants(d: int, h: int) -> dict[str, Spec]:
-    """METHODS §1–§2: relative positions, tree relations, supervised and specialized heads."""
+    """docs/methods.md §1–§2: relative positions, tree relations, supervised and specialized heads."""
     dk = d // h
     n_dist, n_trav = len(distance_vocab(8)), len(traversal_vocab(4))
     tree_dist = lambda: TreeRelations("tree_dist", n_dist, dk)  # noqa: E731
@@ -200,7 +200,7 @@ def tree_variants(d: int, h: int) -> dict[str, Spec]:
 
 
 def structured_variants(d: int, h: int) -> dict[str, Spec]:
-    """METHODS §3–§5: constituent, Bird-Eye, segmentation and syntactic attention."""
+    """docs/methods.md §3–§5: constituent, Bird-Eye, segmentation and syntactic attention."""
     out: dict[str, Spec] = {
         "constituent": ("self", "", lambda: MultiheadAttention(
             d, h, features=[ConstituentAttention(d, 0, ConstituentState())])),
@@ -289,7 +289,7 @@ def main() -> None:
                         help="repeats of the variants with a CRF (slow on torch-struct)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--only", choices=("tree", "structured"),
-                        help="only the features of METHODS §1–§2 (tree) or §3–§5 (structured)")
+                        help="only the features of docs/methods.md §1–§2 (tree) or §3–§5 (structured)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

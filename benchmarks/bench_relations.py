@@ -1,6 +1,6 @@
 """Benchmark: vectorised batched tree relation labels vs the slow BFS reference.
 
-Labels = tree distance + tree traversal (METHODS.md §1), computed for random dependency trees of
+Labels = tree distance + tree traversal (docs/methods.md §1), computed for random dependency trees of
 10-60 words (half projective, 1-2 root words, seeded). The vectorised path sorts the sentences by
 length, pads each chunk of ``--chunk`` sentences to its longest one and calls
 ``batch_relation_labels``; the baseline is ``synattn.trees._reference.reference_labels``

@@ -1,4 +1,4 @@
-"""Bird-Eye attention (METHODS §4): BET(SG) pointer loss and BET(SF) reweighting, vs references."""
+"""Bird-Eye attention (docs/methods.md §4): BET(SG) pointer loss and BET(SF) reweighting, vs references."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tree Transformer constituent attention (METHODS §3) against a pair-by-pair reference."""
+"""Tree Transformer constituent attention (docs/methods.md §3) against a pair-by-pair reference."""
 
 from __future__ import annotations
 

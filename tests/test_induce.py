@@ -1,4 +1,4 @@
-"""Top-down decoding of Tree Transformer link probabilities into trees (METHODS §3)."""
+"""Top-down decoding of Tree Transformer link probabilities into trees (docs/methods.md §3)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_short_sentences_and_default_words():
 
 
 def reference_spans(a, threshold, min_layer):
-    """The decoding of METHODS §3 written recursively."""
+    """The decoding of docs/methods.md §3 written recursively."""
     bottom = min(min_layer - 1, len(a) - 1)
 
     def decode(start, end, layer):

@@ -1,4 +1,4 @@
-"""Tree Transformer, Bird-Eye and structured attention inside the models (METHODS §3–§5): configs,
+"""Tree Transformer, Bird-Eye and structured attention inside the models (docs/methods.md §3–§5): configs,
 feature placement, decoder-side hints from the data, training with the auxiliary losses, and
 cached decoding."""
 

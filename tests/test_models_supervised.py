@@ -1,5 +1,5 @@
 """The dependency-supervised heads of a translation model learn the gold trees (subword level)
-while the translation loss falls (seed 001; METHODS §2)."""
+while the translation loss falls (Deguchi et al. 2019; docs/methods.md §2)."""
 
 from __future__ import annotations
 

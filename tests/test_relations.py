@@ -1,6 +1,6 @@
 """Tree distance, traversal labels, syntax hints and head targets (synattn.trees.relations).
 
-Checked against hand-worked figures of seed 000, against the BFS reference of
+Checked against hand-worked figures of docs/methods.md §1, against the BFS reference of
 ``synattn.trees._reference`` (itself checked here by hand examples and by Floyd-Warshall), and by
 properties: symmetry, path grammar, reversal, vocabulary round trip, batched == per sentence.
 """
@@ -105,7 +105,7 @@ def pad(batch: list[np.ndarray], extra: int, fill: int = 0) -> tuple[np.ndarray,
     return heads, lengths
 
 
-# ------------------------------------------------------------------------------ seed 000 figures
+# ------------------------------------------------------------------------------ docs/methods.md §1 figures
 
 
 def test_seed_figure_distances_from_is():

@@ -1,4 +1,4 @@
-"""Segmentation and syntactic attention (METHODS §5) against brute-force enumeration."""
+"""Segmentation and syntactic attention (docs/methods.md §5) against brute-force enumeration."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Word -> subword tree projection (synattn.trees.subword; seed 001 slides 12-14, METHODS.md §2)."""
+"""Word -> subword tree projection (synattn.trees.subword; Deguchi et al. 2019 slides 12-14, docs/methods.md §2)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_hand_worked_two_root_words():
 
 
 def reference_projection(heads: np.ndarray, pieces: np.ndarray) -> list[int]:
-    """Piece by piece, straight from the rule of seed 001."""
+    """Piece by piece, straight from the rule of Deguchi et al. 2019."""
     first, start = [], 0
     for p in pieces:
         first.append(start)

@@ -1,9 +1,9 @@
 """One multi-head attention whose features compose (see ``feature.py`` for the hooks).
 
-Features of seeds 000 and 001 (METHODS §1–§2): Shaw relative positions
+Features of docs/methods.md §1–§2 (docs/methods.md §1–§2): Shaw relative positions
 (:class:`RelativePositions`), tree-distance / traversal labels (:class:`TreeRelations`),
 specialized POS/deprel heads (:class:`SpecializedHeads`) and the dependency-supervised biaffine
-head (:class:`SupervisedHead`). Features of seeds 002–004 (METHODS §3–§5): Tree Transformer
+head (:class:`SupervisedHead`). Features of docs/methods.md §3–§5 (docs/methods.md §3–§5): Tree Transformer
 constituent attention (:class:`ConstituentAttention`, a-values threaded through a stack by a
 :class:`ConstituentState`), Bird-Eye attention (:class:`SyntaxGuidedPointer` for BET(SG),
 :class:`BirdEyeReweighting` for BET(SF)) and structured attention

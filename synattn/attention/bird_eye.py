@@ -1,9 +1,9 @@
-"""Bird-Eye attention for decoders and language models (seed 003; Sha et al. 2022; METHODS §4).
+"""Bird-Eye attention for decoders and language models (Sha et al. 2022; docs/methods.md §4).
 
 **BET(SG)**, syntax-guided (:class:`SyntaxGuidedPointer`): the position t, which predicts token
 t + 1, is trained to attend to its *syntax hint*: the nearest ancestor of token t + 1 in the
 dependency tree that stands at or before t, else t itself
-(``synattn.trees.relations.batch_syntax_hints``). Every block adds the pointer loss (seed 003,
+(``synattn.trees.relations.batch_syntax_hints``). Every block adds the pointer loss (Sha et al. 2022,
 eq. 5)::
 
     L_p = − mean_t log A[t, hint(t)]          A: the block's attention, head-averaged (default)
@@ -18,7 +18,7 @@ same attention as full recomputation; the loss is computed where the probabiliti
 materialised: always in training mode, and in eval mode only when ``need_weights=True``.
 
 **BET(SF)**, syntax-guidance-free (:class:`BirdEyeReweighting`). The sources give only a figure,
-so the formula is **our reconstruction** (METHODS §4)::
+so the formula is **our reconstruction** (docs/methods.md §4)::
 
     D    = Q Kᵀ / sqrt(d_k), causal mask and diagonal mask (position 0 keeps its diagonal)
     H    = softmax(D) V                                   per head, concatenated: h_j ∈ R^d

@@ -1,4 +1,4 @@
-"""Tree Transformer constituent attention (seed 002; Wang, Lee, Chen 2019; METHODS §3).
+"""Tree Transformer constituent attention (Wang, Lee, Chen 2019; docs/methods.md §3).
 
 Every layer l estimates, for each pair of adjacent words, the probability a^l_i that words i and
 i + 1 lie in one constituent, and multiplies every head's attention by the constituent prior C::
@@ -47,7 +47,7 @@ from synattn.attention.masks import bidirectional_keys, upcast
 
 
 def neighbour_links(right: Tensor, left: Tensor, valid: Tensor, eps: float = 1e-9) -> Tensor:
-    """Link probabilities â_i between adjacent positions i and i + 1 (METHODS §3).
+    """Link probabilities â_i between adjacent positions i and i + 1 (docs/methods.md §3).
 
     Args:
         right: ``[batch_size, n − 1]`` scores s_{i,i+1} (position i toward its right neighbour).

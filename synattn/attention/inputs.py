@@ -28,17 +28,17 @@ class SyntaxInputs:
     """Per-batch syntax fields, computed once at prepare time or on the fly.
 
     Attributes:
-        tree_dist: ``[batch_size, n, n]`` small int, tree-distance labels (METHODS §1), values
+        tree_dist: ``[batch_size, n, n]`` small int, tree-distance labels (docs/methods.md §1), values
             ``0..max_distance`` and ``max_distance + 1`` for longer distances and padding pairs
             (``synattn.trees.relations.batch_distance_labels``).
         traversal: ``[batch_size, n, n]`` small int, tree-traversal labels, indices into
             ``synattn.trees.relations.traversal_vocab(max_traversal)``.
-        pos: ``[batch_size, n]`` int, POS-tag ids (specialized heads, seed 000).
-        deprel: ``[batch_size, n]`` int, dependency-label ids (specialized heads, seed 000).
+        pos: ``[batch_size, n]`` int, POS-tag ids (specialized heads, docs/methods.md §1).
+        deprel: ``[batch_size, n]`` int, dependency-label ids (specialized heads, docs/methods.md §1).
         head_targets: ``[batch_size, n]`` int, 0-based position each position's supervised head
-            should attend to (METHODS §2; ``synattn.trees.relations.head_targets`` of the
+            should attend to (docs/methods.md §2; ``synattn.trees.relations.head_targets`` of the
             subword tree), ``IGNORE_INDEX`` (−100) where there is no target.
-        hints: ``[batch_size, n]`` int, the BET(SG) syntax hints (METHODS §4): the 0-based
+        hints: ``[batch_size, n]`` int, the BET(SG) syntax hints (docs/methods.md §4): the 0-based
             position each position's attention is pointed to
             (``synattn.trees.relations.batch_syntax_hints`` of the subword tree, indexed by the
             attention's positions), ``IGNORE_INDEX`` (−100) where there is none.

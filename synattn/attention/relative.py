@@ -1,6 +1,6 @@
 """Label-indexed relative key/value embeddings: Shaw positions, tree distance, tree traversal.
 
-Shaw, Uszkoreit, Vaswani 2018 (eq. 3–4) and seed 000 (chap. 3, eq. 2–3; METHODS §1)::
+Shaw, Uszkoreit, Vaswani 2018 (eq. 3–4) and docs/methods.md §1 (chap. 3, eq. 2–3)::
 
     e_ij = q_i · (k_j + a^K_{r(i,j)}) / sqrt(d_k)        z_i = Σ_j α_ij (v_j + a^V_{r(i,j)})
 
@@ -9,7 +9,7 @@ layer and relation, shared by the heads). The relation is either sequential, cli
 or read from the batch's tree labels (``SyntaxInputs.tree_dist`` / ``.traversal``). Several
 relation features in one layer add up: tree + Shaw is the sum of both key (and value) embeddings.
 
-Efficiency (METHODS §1): the key term is computed per label, ``q · a^K_L`` → ``[B, H, n, L]``, then
+Efficiency (docs/methods.md §1): the key term is computed per label, ``q · a^K_L`` → ``[B, H, n, L]``, then
 gathered by label into ``[B, H, n, m]``; the value term is ``Σ_L (Σ_{j: r(i,j)=L} α_ij) a^V_L``, a
 scatter-add of the probabilities into ``[B, H, n, L]`` followed by one matmul. No
 ``[B, H, n, m, d_k]`` (nor ``[B, n, m, d_k]``) tensor is ever built.
@@ -133,7 +133,7 @@ class RelativePositions(RelativeEmbedding):
 
 
 class TreeRelations(RelativeEmbedding):
-    """Tree-distance or tree-traversal relative embeddings (seed 000; METHODS §1).
+    """Tree-distance or tree-traversal relative embeddings (docs/methods.md §1).
 
     Reads ``[batch_size, M, M]`` labels from the batch (``SyntaxInputs.tree_dist`` or
     ``.traversal``) and uses rows ``query_start .. query_start + n − 1`` and columns ``0 .. m − 1``,

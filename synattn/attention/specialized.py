@@ -1,6 +1,6 @@
 """Specialized attention heads: query and key from POS or dependency-label embeddings.
 
-Seed 000 (chap. 3, "Specialized Attention Heads"; METHODS §1): in encoder layer 0, the chosen
+docs/methods.md §1 (chap. 3, "Specialized Attention Heads"): in encoder layer 0, the chosen
 heads take their query and key from bias-free linear maps of a linguistic label embedding
 ``l_i`` (POS tag or dependency label) instead of the token representation; their values come from
 the token representation as usual, and the other heads are unchanged::

@@ -1,5 +1,5 @@
-"""Structured attention: segmentation and syntactic attention (seed 004; Kim, Denton, Hoang, Rush
-2017; METHODS §5), on the dynamic programs of :mod:`synattn.structs`.
+"""Structured attention: segmentation and syntactic attention (Kim, Denton, Hoang, Rush
+2017; docs/methods.md §5), on the dynamic programs of :mod:`synattn.structs`.
 
 **Segmentation attention** (:class:`SegmentationAttention`, encoder-decoder attention). For every
 query q (decoder state) and head, a binary variable z_i per source position i forms a linear-chain

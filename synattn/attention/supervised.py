@@ -1,6 +1,6 @@
-"""Dependency-supervised biaffine attention head (seed 001, DBSA; LISA, Strubell et al. 2018).
+"""Dependency-supervised biaffine attention head (Deguchi et al. 2019, DBSA; LISA, Strubell et al. 2018).
 
-METHODS §2: one head of one layer scores every query/key pair biaffinely from that head's own
+docs/methods.md §2: one head of one layer scores every query/key pair biaffinely from that head's own
 query and key,
 
     s_tj = (q_t / sqrt(d_k)) U k_jᵀ + u · k_j         (U: d_k × d_k, u ∈ R^{d_k})
@@ -15,7 +15,7 @@ Choices we made: U starts as the identity and u at zero, so the head starts as a
 dot-product head; the head's distribution is its own (other features' biases of the layer, like
 relative positions, do not enter it); the loss is the mean over the positions with a target in
 the batch (0 when there is none). With a causal mask, targets to the right of their position
-are left out of the loss (METHODS §2: such arcs cannot be attended). The targets are
+are left out of the loss (docs/methods.md §2: such arcs cannot be attended). The targets are
 ``SyntaxInputs.head_targets`` (the subword tree's ``head_targets(project_to_subwords(...))``, so
 the root word's final piece points to itself); without them the head still attends, with no loss.
 """
@@ -37,7 +37,7 @@ class SupervisedHead(AttentionFeature):
     Args:
         head_dim: d_k.
         head: index of the supervised head (default 0).
-        weight: λ, the weight of its loss in the total loss (default 1.0, seed 001).
+        weight: λ, the weight of its loss in the total loss (default 1.0, Deguchi et al. 2019).
         name: key of its loss in ``AttentionExtras.losses`` and of its log-distribution in
             ``AttentionExtras.head_log_probs``.
 

@@ -2,7 +2,7 @@
 
 1. prepare: the verse-aligned Bible, English (WEB) → French (Segond 1910), about 20k training pairs;
    the English side parsed with spaCy, both sides segmented with sentencepiece, the word trees
-   projected onto subwords (docs/methods.md#2-dependency-supervised-self-attention);
+   projected onto subwords (docs/methods.md §2);
 2. statistics of the source trees and of their tree-relation labels and Bird-Eye hints;
 3. train, for the same few minutes each (bf16 autocast, a short warm-up and a cosine decay of the
    learning rate to the end of the budget), a baseline Transformer and a syntax-aware one

@@ -1,11 +1,11 @@
-"""``synattn induce``: unsupervised constituency trees from a Tree Transformer run (METHODS §3).
+"""``synattn induce``: unsupervised constituency trees from a Tree Transformer run (docs/methods.md §3).
 
   synattn induce --run runs/tree_transformer_mlm -i sentences.txt -o trees.txt
   synattn induce --run runs/tree_transformer_mlm --split test --gold test.trees
 
 The model is a run of a config with ``encoder.constituent: true`` (a masked LM, or the encoder of a
 translation model). Every layer's link probabilities are decoded top-down into a tree per
-sentence (threshold and minimum layer as in METHODS §3), written bracketed, one per line. Trees are
+sentence (threshold and minimum layer as in docs/methods.md §3), written bracketed, one per line. Trees are
 over words: the link between two words is the model's link between the last piece of the first
 and the first piece of the second. Input text (``-i``) is one sentence per line, its words
 separated by whitespace (PTB style); a ``--split`` of the run's prepared dataset uses the words

@@ -7,9 +7,9 @@ and tags are computed for the whole batch at once by the vectorised functions of
 Target-side conventions (decoder input = ``<s> y_0 … y_{m-1}``, output = ``y_0 … y_{m-1} </s>``):
 the piece ``y_k`` sits at decoder position ``k + 1``; its supervised-head target is the position of
 its head piece, and arcs whose head lies to the right of ``y_k`` are left out (the decoder is
-causal, METHODS §2); ``<s>`` has no target. The BET(SG) hint of decoder position t, which predicts
+causal, docs/methods.md §2); ``<s>`` has no target. The BET(SG) hint of decoder position t, which predicts
 ``y_t``, is the position of the nearest ancestor of ``y_t`` among positions ≤ t, else t itself
-(METHODS §4; the position predicting ``</s>`` points to itself, padding gets ``IGNORE_INDEX``).
+(docs/methods.md §4; the position predicting ``</s>`` points to itself, padding gets ``IGNORE_INDEX``).
 A language model's input is ``<s> x`` (``synattn.train.tasks.LanguageModelTask``): for
 monolingual data the decoder-side hints come from the source trees with the same shift.
 """

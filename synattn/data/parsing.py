@@ -4,7 +4,7 @@ Parsers are used to make training data (and parser trees for evaluation); never 
 By default each input line becomes **one** tree: a small pipeline component marks every token but
 the first as "not a sentence start", so the parser cannot split a line into several sentences.
 With ``allow_split=True`` spaCy's own sentence splits are kept, and a line split into k sentences
-gives a tree with k root words (all hanging from the artificial ROOT, as in seed 000's example).
+gives a tree with k root words (all hanging from the artificial ROOT, as in docs/methods.md §1's example).
 """
 
 from __future__ import annotations

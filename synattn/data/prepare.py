@@ -2,7 +2,7 @@
 
 Pipeline, per split: read and validate the text (errors name file and line) → parse the source
 (and the target when asked) with spaCy, or read given CoNLL-U → train sentencepiece on the training
-split → segment every word on its own and project the word trees onto the pieces (METHODS §2) →
+split → segment every word on its own and project the word trees onto the pieces (docs/methods.md §2) →
 write memory-mapped arrays (:mod:`synattn.data.indexed`) and ``manifest.json``.
 
 Relation labels ([n, n] per sentence) and Bird-Eye hints are **not** stored: they are computed from

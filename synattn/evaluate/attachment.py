@@ -1,6 +1,6 @@
 """Attachment scores of dependency-supervised heads, and agreement of attention heads with trees.
 
-A supervised head attends from every piece to the piece of its head (METHODS §2). Its parse is read
+A supervised head attends from every piece to the piece of its head (docs/methods.md §2). Its parse is read
 per **word**: word w's predicted head is the word containing the piece that w's final piece attends
 to most (the final piece carries the word's arc in the subword projection); a word attending into
 itself means "root". The gold of a root word is itself, as in training.

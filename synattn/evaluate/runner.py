@@ -2,7 +2,7 @@
 
 * translation (task mt): sacreBLEU and chrF of beam-search output against the split's references;
 * perplexity of the reference (teacher forcing; masked positions for task mlm);
-* every dependency-supervised head (METHODS §2): word-level unlabeled attachment against the
+* every dependency-supervised head (docs/methods.md §2): word-level unlabeled attachment against the
   split's trees (parser trees, or gold trees when the dataset was prepared from CoNLL-U);
 * every attention head of every self-attention layer: how often its most-attended position is the
   piece's head in the subword tree (attention-head agreement with trees; chance ≈ 1/length).

@@ -1,6 +1,6 @@
 """Model configs: one dataclass per model, validated when constructed.
 
-A config names, per encoder/decoder stack, which attention features are on (METHODS §1–§5)::
+A config names, per encoder/decoder stack, which attention features are on (docs/methods.md §1–§5)::
 
     encoder:
       layers: 6
@@ -39,7 +39,7 @@ C = TypeVar("C", bound="ModelConfig")
 
 @dataclass
 class SpecializedHeadsConfig:
-    """Specialized heads of encoder layer 0 (seed 000): query/key from label embeddings.
+    """Specialized heads of encoder layer 0 (docs/methods.md §1): query/key from label embeddings.
 
     Attributes:
         source: ``"pos"`` (POS tags) or ``"deprel"`` (dependency labels).
@@ -54,7 +54,7 @@ class SpecializedHeadsConfig:
 
 @dataclass
 class SupervisedHeadConfig:
-    """The dependency-supervised head of one layer (seed 001; METHODS §2).
+    """The dependency-supervised head of one layer (Deguchi et al. 2019; docs/methods.md §2).
 
     Attributes:
         layer: 0-based layer index (default: the 4th layer).
@@ -69,7 +69,7 @@ class SupervisedHeadConfig:
 
 @dataclass
 class SyntacticAttentionConfig:
-    """Structured syntactic attention in one encoder layer (seed 004; METHODS §5).
+    """Structured syntactic attention in one encoder layer (Kim et al. 2017; docs/methods.md §5).
 
     Attributes:
         layer: 0-based layer index.
@@ -103,17 +103,17 @@ class StackConfig:
         relative_values: also learn value embeddings a^V.
         specialized_heads: specialized heads in layer 0 (encoder only).
         supervised_head: the dependency-supervised head.
-        constituent: Tree Transformer constituent attention in every layer (METHODS §3;
+        constituent: Tree Transformer constituent attention in every layer (docs/methods.md §3;
             encoders only, one a-value record threaded through the layers).
         constituent_diagonal: C_ii of the constituent prior: 1 (the paper's empty product) or
             1e-9 (the public Tree Transformer code, for faithful reproductions).
         bird_eye: ``sg`` (BET(SG): pointer loss toward the syntax hints on every block) or
-            ``sf`` (BET(SF): diagonal-free reweighted attention in every block), METHODS §4;
+            ``sf`` (BET(SF): diagonal-free reweighted attention in every block), docs/methods.md §4;
             causal stacks only.
         pointer_weight: λ_p, the weight of each block's pointer loss (``bird_eye: sg``).
         pointer_head: the head trained by the pointer loss (None: the head average).
         cross_attention: ``segmentation`` (binary chain CRF) or ``sigmoid`` encoder-decoder
-            attention in every layer (METHODS §5; translation decoders only). None: softmax.
+            attention in every layer (docs/methods.md §5; translation decoders only). None: softmax.
         cross_attention_normalize: rescale the structured weights to 2 p_i / Σ_j p_j (the
             public SAN code); off by default, as in the paper.
         syntactic_attention: one encoder layer's structured syntactic attention head(s).

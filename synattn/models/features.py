@@ -1,4 +1,4 @@
-"""Builds the attention features of one layer from a stack config (METHODS §1–§5)."""
+"""Builds the attention features of one layer from a stack config (docs/methods.md §1–§5)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def layer_features(config: ModelConfig, stack: StackConfig, side: str, layer: in
 
 def cross_features(config: ModelConfig, stack: StackConfig) -> list[AttentionFeature]:
     """The cross-attention features of a decoder layer: structured segmentation (or sigmoid)
-    attention when ``stack.cross_attention`` is set (METHODS §5), else none (softmax)."""
+    attention when ``stack.cross_attention`` is set (docs/methods.md §5), else none (softmax)."""
     if stack.cross_attention is None:
         return []
     mode = "structured" if stack.cross_attention == "segmentation" else "sigmoid"

@@ -17,7 +17,7 @@ from synattn.models.state import ModelOutput
 class MaskedLM(PretrainedModel):
     """Masked LM: logits for every position; the loss is taken where the input holds ``mask_id``.
 
-    With ``encoder.constituent`` it is the Tree Transformer (METHODS §3): the output's
+    With ``encoder.constituent`` it is the Tree Transformer (docs/methods.md §3): the output's
     ``constituent_links["encoder"]`` holds every layer's link probabilities
     ``[batch_size, layers, n − 1]``, which ``synattn induce`` decodes into trees.
 

@@ -3,7 +3,7 @@
 Every arm is the same encoder-decoder on the same Bible task (World English Bible → Louis Segond
 1910, split by whole chapters; the English side parsed by spaCy, the French side too for the
 decoder-side methods) and the same budget; only the attention differs: tree-distance or traversal
-relations in the encoder (Shaw et al. 2018 style, docs/methods.md#1-tree-relative-attention-bias),
+relations in the encoder (Shaw et al. 2018 style, docs/methods.md §1),
 a dependency-supervised head in the encoder or the decoder (Deguchi et al. 2019), the Bird-Eye
 decoder's pointer loss BET(SG) or its diagonal-free attention BET(SF) (Sha et al. 2022), and
 segmentation (structured) cross-attention (Kim et al. 2017). Scores: sacreBLEU BLEU and chrF with

@@ -4,7 +4,7 @@ better than any head of the same encoder trained without the supervision?
 
 Both arms are masked LMs of the same size, on the same gold treebank (UD English-EWT through
 ``--src-trees``) and the same budget. The supervised arm trains one head of one layer toward the
-gold head of every word (λ = 1, docs/methods.md#2-dependency-supervised-self-attention); the
+gold head of every word (λ = 1, docs/methods.md §2); the
 baseline has no syntax at all, and its *best* head (chosen on dev, by word-level UAS) stands for
 what attention learns unsupervised (Clark et al. 2019 found single BERT heads with ~40–50%
 attachment for some relations). UAS is word-level (a word's arc is read at its last piece, as

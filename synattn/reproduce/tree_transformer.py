@@ -4,7 +4,7 @@ right-branching, left-branching and random trees?
 
 The model is a masked LM with constituent attention in every layer, trained on the treebank's
 training text (its trees are not used for training). Its trees are induced top-down (threshold
-0.8, minimum layer 3; docs/methods.md#3-tree-transformer) for the dev (and test) sentences and
+0.8, minimum layer 3; docs/methods.md §3) for the dev (and test) sentences and
 scored by unlabeled bracket F1 without punctuation, single-word and whole-sentence spans excluded,
 sentence-averaged (the paper's convention) and corpus-level, for all sentences and for those of at
 most 10 words (punctuation excluded).

@@ -14,8 +14,8 @@ so a padded chain has the same log-partition as the short one and no ``-inf`` is
 
 Node marginals use :class:`ChainMarginals`, a custom autograd Function whose backward is the
 seed's "backpropagating through forward-backward" in the signed log-space semifield
-(Kim et al. 2017, §3.3 and seed 004; Li and Eisner 2009). With ``C = 2`` this is the
-segmentation attention of METHODS §5.
+(Kim et al. 2017, §3.3 and Kim et al. 2017; Li and Eisner 2009). With ``C = 2`` this is the
+segmentation attention of docs/methods.md §5.
 
 On CPU tensors with numba installed (see :mod:`synattn.structs.backend`) everything runs in
 compiled kernels (:mod:`synattn.structs._chain_kernels`: one loop per chain, chains over threads)

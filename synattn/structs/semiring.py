@@ -13,7 +13,7 @@ it computes marginals (log) or the indicator of the best structure (max) with th
 
 The **signed log-space semifield** (Li and Eisner 2009) represents a real number ``a`` as the pair
 ``(log|a|, sign a)``; it carries gradients that may be negative through log-space recursions
-without overflow. Kim et al. (2017) backpropagate through forward-backward in it (seed 004,
+without overflow. Kim et al. (2017) backpropagate through forward-backward in it (Kim et al. 2017,
 "Backpropagating through Forward-Backward").
 
 Masked entries use the finite constant :data:`NEG`, never ``-inf``: ``exp(NEG - m)`` is exactly 0,

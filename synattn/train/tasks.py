@@ -16,7 +16,7 @@ Models (``synattn.models`` or any module with the same call signature):
 each returning an object with ``logits [batch_size, t, vocab]`` and optionally ``losses``
 (auxiliary losses by name, already weighted, each a mean over its batch, e.g.
 ``encoder.3.parse``). The task adds ``sample_size × Σ aux`` to the summed token loss, so a
-batch's normalised objective is ``token loss + Σ aux`` (METHODS §2: label-smoothed CE +
+batch's normalised objective is ``token loss + Σ aux`` (docs/methods.md §2: label-smoothed CE +
 λ_enc·CE_enc + λ_dec·CE_dec).
 """
 

@@ -4,7 +4,7 @@ Used by the tests and by ``benchmarks/bench_relations.py`` as the baseline of
 :mod:`synattn.trees.relations`: the tree is an undirected graph over the words and an artificial
 ROOT (node 0; word i is node i + 1), the path from i to j is found by breadth-first search, and
 its moves are read off edge by edge (U when the next node is the current node's head, D otherwise)
-before the sibling rule of seed 000 rewrites a leading "UD".
+before the sibling rule of docs/methods.md §1 rewrites a leading "UD".
 """
 
 from __future__ import annotations

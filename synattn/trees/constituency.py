@@ -113,7 +113,7 @@ def spans(tree: Tree, include_trivial: bool = False) -> set[tuple[int, int]]:
     Args:
         tree: the tree.
         include_trivial: also keep single-word spans and the whole-sentence span, which are
-            excluded by default (bracket F1 convention of METHODS §3).
+            excluded by default (bracket F1 convention of docs/methods.md §3).
 
     Returns:
         The set of spans (unary chains give one span); an inner node without words (the empty
@@ -347,7 +347,7 @@ def tree_from_spans(words: Sequence[str], spans: set[tuple[int, int]] | Sequence
 
 
 def right_branching(words: Sequence[str]) -> Tree:
-    """``(w1 (w2 (... (w_{n-1} w_n))))``: spans ``(i, n)`` for every i (baseline, METHODS §3)."""
+    """``(w1 (w2 (... (w_{n-1} w_n))))``: spans ``(i, n)`` for every i (baseline, docs/methods.md §3)."""
     n = len(words)
     return tree_from_spans(words, {(i, n) for i in range(n - 1)})
 

@@ -1,4 +1,4 @@
-"""Unsupervised constituency trees from Tree Transformer link probabilities (seed 002; METHODS §3).
+"""Unsupervised constituency trees from Tree Transformer link probabilities (Wang et al. 2019; docs/methods.md §3).
 
 A trained Tree Transformer gives, per layer l and adjacent pair (i, i + 1), the probability a^l_i
 that the two words lie in one constituent (``ConstituentState.stack()``). Top-down decoding::
@@ -21,7 +21,7 @@ Trees over words from a model over subword pieces (:func:`word_links`): the link
 and i + 1 is the model's link between the last piece of word i and the first piece of word i + 1;
 the links inside a word are not used (a word is never split), nor the link to a final ``</s>``.
 
-Evaluation (:func:`score_induced`, METHODS §3): unlabeled bracket F1 without punctuation,
+Evaluation (:func:`score_induced`, docs/methods.md §3): unlabeled bracket F1 without punctuation,
 single-word and whole-sentence spans excluded, sentence-averaged and corpus-level, next to the
 right-branching, left-branching and random-binary baselines built over the same punctuation-free
 words. A word is punctuation when its gold POS tag is a PTB punctuation tag or, in an untagged

@@ -1,6 +1,6 @@
 """Parsing metrics: unlabeled bracket F1 of induced trees and dependency attachment scores.
 
-Bracket F1 follows METHODS §3 (Tree Transformer evaluation): unlabeled spans, single-word
+Bracket F1 follows docs/methods.md §3 (Tree Transformer evaluation): unlabeled spans, single-word
 spans and the whole-sentence span excluded, reported both sentence-averaged (the paper's
 convention) and corpus-level (micro).
 """
@@ -54,7 +54,7 @@ def _as_spans(item: Tree | Spans) -> tuple[set[tuple[int, int]], int | None]:
 
 
 def bracket_f1(pred: Sequence[Tree | Spans], gold: Sequence[Tree | Spans]) -> BracketScores:
-    """Unlabeled bracket precision, recall and F1 (METHODS §3).
+    """Unlabeled bracket precision, recall and F1 (docs/methods.md §3).
 
     Trees are turned into spans with ``spans(tree)`` (single-word and whole-sentence spans
     excluded); span sets are used as given. Per sentence, F1 = 2 |P ∩ G| / (|P| + |G|), the

@@ -4,15 +4,15 @@ A tree is ``heads`` of length n, 1-based, ``heads[i - 1]`` the head of word i an
 (CoNLL-U). Every root word hangs from one artificial ROOT, so several root words are allowed and
 two root words are siblings, 2 edges apart. Relations are between words (0-based i, j), never ROOT.
 
-- Tree distance (seed 000, "Tree Distance"; METHODS.md §1): the number of edges between i and j.
-- Tree traversal (seed 000, "Tree Traversal Encoding"; METHODS.md §1): the shortest path from i to
+- Tree distance (docs/methods.md §1, "Tree Distance"; docs/methods.md §1): the number of edges between i and j.
+- Tree traversal (docs/methods.md §1, "Tree Traversal Encoding"; docs/methods.md §1): the shortest path from i to
   j as moves U (to the parent) and D (to a child); it always reads U^a D^b. Sibling rule: when
   a == 1 and b >= 1 the leading "UD" becomes "L" if the sibling passed through stands left of i,
   "R" if right, so the labels are {""} ∪ U^a D^b ∪ L D^c ∪ R D^c. Because the sibling rule always
   applies to a == 1, b >= 1, the strings "UD", "UDD", ... never occur and are not in the vocabulary.
-- Syntax hint (seed 003, BET(SG); METHODS.md §4): for position t, the nearest ancestor of word t + 1
+- Syntax hint (Sha et al. 2022, BET(SG); docs/methods.md §4): for position t, the nearest ancestor of word t + 1
   at a position <= t, else t itself.
-- Dependency-supervision targets (seed 001; METHODS.md §2): the head's index, a root word itself.
+- Dependency-supervision targets (Deguchi et al. 2019; docs/methods.md §2): the head's index, a root word itself.
 
 The batched functions are vectorised over a padded batch. They climb from every word to ROOT at
 once (one numpy step per tree level, so loops run over depth, never over word pairs) and build the
@@ -277,7 +277,7 @@ def batch_tree_distance(heads: Any, lengths: Any = None) -> Any:
 
 
 def tree_distance(heads: Any) -> Any:
-    """Tree distance between every two words of one sentence (seed 000; METHODS.md §1).
+    """Tree distance between every two words of one sentence (docs/methods.md §1).
 
     Args:
         heads: ``[n]`` 1-based heads, 0 = ROOT (several root words allowed).
@@ -423,7 +423,7 @@ def traversal_paths(heads: Any) -> list[list[str]]:
         heads: ``[n]`` 1-based heads, 0 = ROOT.
 
     Returns:
-        n lists of n strings over U, D, L, R; ``""`` on the diagonal (seed 000, Fig. "tree
+        n lists of n strings over U, D, L, R; ``""`` on the diagonal (docs/methods.md §1, Fig. "tree
         traversal encodings").
     """
     heads_np, _ = _check_heads(_to_numpy(heads)[0][None], None)
@@ -450,7 +450,7 @@ def traversal_paths(heads: Any) -> list[list[str]]:
 
 
 def batch_syntax_hints(heads: Any, lengths: Any = None) -> Any:
-    """BET(SG) syntax hints of a padded batch (seed 003 Fig. 1c; METHODS.md §4).
+    """BET(SG) syntax hints of a padded batch (Sha et al. 2022 Fig. 1c; docs/methods.md §4).
 
     The hint of position t (which predicts word t + 1, 0-based) is the nearest ancestor of word
     t + 1 that stands at a position <= t; t itself if there is none, at the last word, and at
@@ -489,7 +489,7 @@ def syntax_hints(heads: Any) -> Any:
 
 
 def head_targets(heads: Any) -> Any:
-    """Targets of a dependency-supervised attention head (seed 001; METHODS.md §2).
+    """Targets of a dependency-supervised attention head (Deguchi et al. 2019; docs/methods.md §2).
 
     Args:
         heads: ``[..., n]`` 1-based heads, 0 = ROOT (a padded batch works: padding, whose head is

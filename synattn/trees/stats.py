@@ -1,9 +1,9 @@
 """Corpus statistics of dependency trees and of the relation labels synattn derives from them.
 
 What a researcher checks before training with tree-relative attention: how long sentences are,
-how many trees are non-projective, how the tree-distance and traversal labels (METHODS §1) are
+how many trees are non-projective, how the tree-distance and traversal labels (docs/methods.md §1) are
 distributed and how many pairs overflow the label vocabulary, and how often the BET(SG) hint
-(METHODS §4) is simply the previous token.
+(docs/methods.md §4) is simply the previous token.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Projection of a word-level dependency tree onto subword pieces (seed 001, slides 12-14).
+"""Projection of a word-level dependency tree onto subword pieces (Deguchi et al. 2019, slides 12-14).
 
 A word split into pieces w¹..wᵖ: every non-final piece's head is the next piece (its right
 neighbour); the final piece's head is the **first** piece of the word's head word; a root word's
 final piece hangs from ROOT. The result uses the same convention as word trees (1-based, 0 = ROOT),
 so every function of :mod:`synattn.trees.relations` works on it, and
 ``head_targets(project_to_subwords(heads, pieces))`` makes a root word's final piece target itself,
-as METHODS.md §2 asks.
+as docs/methods.md §2 asks.
 
 Example:
     >>> project_to_subwords([2, 0, 2], [2, 3, 1]).tolist()  # pieces: [p1 p2] [p3 p4 p5] [p6]
@@ -62,7 +62,7 @@ def word_index_of_pieces(pieces_per_word: Any) -> np.ndarray:
 
 
 def project_to_subwords(heads: Any, pieces_per_word: Any) -> np.ndarray:
-    """Subword heads of a word tree (seed 001 slides 12-14; METHODS.md §2 "Subword trees").
+    """Subword heads of a word tree (Deguchi et al. 2019 slides 12-14; docs/methods.md §2 "Subword trees").
 
     Args:
         heads: ``[n]`` 1-based word heads, 0 = ROOT.

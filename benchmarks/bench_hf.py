@@ -93,22 +93,25 @@ CLOCK: Callable[[], float] = time.process_time
 
 
 def time_once(model: torch.nn.Module, inputs: dict, train: bool) -> float:
+    """Milliseconds (process CPU time) of one forward (``train``: forward + backward with the
+    auxiliary losses added) of the attention module alone or of the whole model."""
+    attention_only = isinstance(model, AttentionOnly)
     start = CLOCK()
-    if isinstance(model, AttentionOnly):
-        if train:
-            model.train()
-            out = model()
+    model.train(train)
+    with torch.set_grad_enabled(train):
+        out = model() if attention_only else model(**inputs)
+    if train:
+        if attention_only:
+            losses = model.call.losses.values() if model.call is not None else ()
             loss = out.pow(2).mean()
-            if model.call is not None:
-                for aux in model.call.losses.values():
-                    loss = loss + aux
-            loss.backward()
-            model.zero_grad(set_to_none=True)
         else:
-            model.eval()
-            with torch.no_grad():
-                model()
-        return (CLOCK() - start) * 1e3
+            losses = getattr(out, "synattn_losses", {}).values()
+            loss = out.last_hidden_state.pow(2).mean()
+        for aux in losses:
+            loss = loss + aux
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+    return (CLOCK() - start) * 1e3
     if train:
         model.train()
         out = model(**inputs)

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from synattn.attention import MultiheadAttention, SpanAttention, SyntacticAttention
-from synattn.attention.cache import KVCache
 from synattn.attention.core import check_compatible
 from synattn.attention.span import span_weights
 from test_structs_cky import bracketings
+from test_structured_attention import assert_bidirectional_self_attention_only
 
 D, H = 8, 2
 DK = D // H
@@ -132,12 +132,7 @@ def test_span_weights_of_a_fixed_tree():
 def test_rejections():
     attn, _ = layer()
     x = torch.randn(1, 3, D, dtype=torch.float64)
-    with pytest.raises(ValueError, match="causal"):
-        attn(x, causal=True)
-    with pytest.raises(ValueError, match="cache"):
-        attn(x, cache=KVCache())
-    with pytest.raises(ValueError, match="self-attention"):
-        attn(x, context=x)
+    assert_bidirectional_self_attention_only(attn, x)
     with pytest.raises(ValueError, match="end of each"):
         attn(x, key_padding_mask=torch.tensor([[True, False, False]]))
     with pytest.raises(ValueError, match="both claim head 1"):

@@ -244,15 +244,20 @@ def test_syntactic_length_one_has_no_nan(tree, multiroot):
     assert torch.isfinite(out).all() and (extras.probs[1, :2] == 0).all()
 
 
-def test_syntactic_rejections():
-    attn, _ = syn_layer("projective", False)
-    x = torch.randn(1, 3, D, dtype=torch.float64)
+def assert_bidirectional_self_attention_only(attn, x):
+    """A structured layer over the keys' structure refuses causal, cached and cross-attention."""
     with pytest.raises(ValueError, match="causal"):
         attn(x, causal=True)
     with pytest.raises(ValueError, match="cache"):
         attn(x, cache=KVCache())
     with pytest.raises(ValueError, match="self-attention"):
         attn(x, context=x)
+
+
+def test_syntactic_rejections():
+    attn, _ = syn_layer("projective", False)
+    x = torch.randn(1, 3, D, dtype=torch.float64)
+    assert_bidirectional_self_attention_only(attn, x)
     with pytest.raises(ValueError, match="both head 1"):
         SyntacticAttention(D, head=1, children_head=1)
     with pytest.raises(ValueError, match="end of each"):

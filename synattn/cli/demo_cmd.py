@@ -70,45 +70,42 @@ def _statistics(data: Path, out: Path) -> None:
     plot_relation_histograms({"words": words.relations, "subwords": pieces}, out / "relations.png")
 
 
-def _train(name: str, model: dict, args: argparse.Namespace, data: Path, out: Path) -> dict:
-    from synattn.data.batching import PreparedDataset
+TRAIN = {"max_tokens": 4000, "max_epochs": 100, "lr": 2e-3, "warmup_updates": 60, "schedule": "cosine",
+         "min_lr_ratio": 0.02, "bf16": True, "label_smoothing": 0.1, "clip_norm": 1.0, "log_interval": 25,
+         "seed": 1, "keep_last_n": 1, "validate_interval": 0, "save_interval": 0, "save_interval_updates": 100,
+         "progress_bar": False, "tensorboard": False}
+
+
+def _experiment(model: dict, args: argparse.Namespace, data: Path) -> dict:
+    return {"task": "mt", "data": str(data.resolve()), "model": model,
+            "train": {**TRAIN, "max_minutes": args.minutes}, "eval": {"beam": 4, "bleu_sentences": 0}}
+
+
+def _train_both(models: dict[str, dict], args: argparse.Namespace, data: Path, out: Path) -> list[dict]:
+    """Trains the models side by side (one ``synattn train`` process each, the CPU threads split
+    between them), or reuses finished runs; returns what the report needs of each."""
     import torch
 
+    from synattn.cli.side_by_side import Job, train_side_by_side
     from synattn.experiment import ExperimentConfig, build_model
-    from synattn.runs import save_run_vocab
-    from synattn.train import Trainer, read_log, resolve_checkpoint, task_for
+    from synattn.train import read_log
 
-    exp = ExperimentConfig.from_dict({
-        "task": "mt", "data": str(data), "model": model,
-        "train": {"max_tokens": 4000, "max_minutes": args.minutes, "max_epochs": 100, "lr": 2e-3,
-                  "warmup_updates": 60, "schedule": "cosine", "min_lr_ratio": 0.02, "bf16": True,
-                  "label_smoothing": 0.1, "clip_norm": 1.0, "log_interval": 25, "seed": 1, "keep_last_n": 1,
-                  "validate_interval": 0, "save_interval": 0},
-        "eval": {"beam": 4, "bleu_sentences": 0}})
-    run_dir = out / "runs" / name
-    done = resolve_checkpoint(run_dir)
-    if done is None:
-        print(f"\n== training {name} for {args.minutes:g} minutes ==", file=sys.stderr)
-        save_run_vocab(run_dir, data)
-        torch.manual_seed(exp.train.seed)
-        built = build_model(exp)
-        trainer = Trainer(built, task_for(built, exp.train.label_smoothing), exp.train,
-                          PreparedDataset(data, "train"), run_dir, valid_data=PreparedDataset(data, "dev"),
-                          run_config={"experiment": exp.to_dict()})
-        started = time.monotonic()
-        try:
-            trainer.train()
-        finally:
-            trainer.close()
-        wall = time.monotonic() - started
-    else:
-        print(f"reusing {run_dir} (delete it to train again)", file=sys.stderr)
-        wall = float("nan")
-    train_log = read_log(run_dir, "train")
-    speed = float(np.median([r["tokens_per_s"] for r in train_log])) if train_log else float("nan")
-    params = sum(p.numel() for p in build_model(exp).parameters())
-    return {"name": name, "run": run_dir, "exp": exp, "wall": wall, "tokens_per_s": speed,
-            "steps": train_log[-1]["step"] if train_log else 0, "params": params}
+    jobs = [Job(name, _experiment(model, args, data), out / "runs" / name) for name, model in models.items()]
+    threads = max(1, (args.threads or torch.get_num_threads()) // len(jobs))
+    print(f"\n== training {' and '.join(models)} side by side for {args.minutes:g} minutes each, "
+          f"{threads} CPU thread(s) each (logs: {out / 'logs'}) ==", file=sys.stderr)
+    started = time.monotonic()
+    train_side_by_side(jobs, out / "configs", out / "logs", threads, args.minutes)
+    wall = time.monotonic() - started
+    results = []
+    for job in jobs:
+        exp = ExperimentConfig.from_dict(job.config)
+        train_log = read_log(job.run_dir, "train")
+        speed = float(np.median([r["tokens_per_s"] for r in train_log])) if train_log else float("nan")
+        results.append({"name": job.name, "run": job.run_dir, "exp": exp, "wall": wall, "tokens_per_s": speed,
+                        "steps": train_log[-1]["step"] if train_log else 0,
+                        "params": sum(p.numel() for p in build_model(exp).parameters())})
+    return results
 
 
 def _evaluate(result: dict, args: argparse.Namespace) -> None:
@@ -136,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
     _statistics(data, out)
     if args.stats_only:
         return 0
-    results = [_train("baseline", BASE, args, data, out),
-               _train("tree+supervised", {**BASE, **SYNTAX}, args, data, out)]
+    results = _train_both({"baseline": BASE, "tree+supervised": {**BASE, **SYNTAX}}, args, data, out)
     for result in results:
         _evaluate(result, args)
     _report(results, out, time.monotonic() - started, args)

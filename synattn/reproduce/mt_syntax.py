@@ -44,7 +44,7 @@ class MTSyntaxStudy(Study):
             Arm("segmentation", {"decoder": {"cross_attention": "segmentation"}},
                 "segmentation (binary linear-chain CRF) cross-attention"))
     seeds = 2
-    minutes = 45.0
+    minutes = 60.0
     primary = "chrf"
     columns = (("bleu", "BLEU"), ("chrf", "chrF"), ("ppl", "test ppl"), ("uas", "supervised-head UAS %"),
                ("train_step", "updates"))

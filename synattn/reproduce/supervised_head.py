@@ -42,7 +42,7 @@ class SupervisedHeadStudy(Study):
             Arm("supervised", {"encoder": {"supervised_head": {"layer": SUPERVISED_LAYER, "head": 0, "weight": 1.0}}},
                 f"the same masked LM with head 0 of layer {SUPERVISED_LAYER} supervised by the gold trees (λ = 1)"))
     seeds = 3
-    minutes = 40.0
+    minutes = 90.0
     primary = "uas_dev"
     columns = (("uas_dev", "UAS dev %"), ("uas_dev_nopunct", "UAS dev, no punct. %"),
                ("uas_test", "UAS test %"), ("uas_test_nopunct", "UAS test, no punct. %"), ("dev_ppl", "MLM ppl dev"))

@@ -121,6 +121,9 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     where = prefix.rstrip(".") or cls.__name__
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values, got {type(data).__name__} ({data!r})")
+    upgrade = getattr(cls, "upgrade", None)  # a config that still reads older spellings of its keys
+    if upgrade is not None:
+        data = upgrade(data, prefix)
     fields = [f for f in dataclasses.fields(cls) if f.init]
     known = [f.name for f in fields]
     for key in data:

@@ -22,8 +22,7 @@ file to the message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
-from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
 from synattn.errors import ConfigError
 from synattn.methods import methods
@@ -34,13 +33,11 @@ from synattn.methods.specialized import SpecializedHeadsConfig
 from synattn.methods.supervised import SupervisedHeadConfig
 from synattn.methods.syntactic import SyntacticAttentionConfig
 from synattn.models.config_checks import StackChecks
-from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
+from synattn.models.config_io import StrictConfig
 
 __all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "EncoderDecoderConfig", "LanguageModelConfig",
            "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig", "SupervisedHeadConfig",
            "SyntacticAttentionConfig"]
-
-C = TypeVar("C", bound="ModelConfig")
 
 
 _STACK_DOC = """The layers of an encoder or decoder and their attention features.
@@ -99,7 +96,7 @@ StackConfig = make_dataclass("StackConfig", [o.field() for m in methods() for o 
 
 
 @dataclass(kw_only=True)
-class ModelConfig(StackChecks):
+class ModelConfig(StackChecks, StrictConfig):
     """Settings shared by every model (Vaswani et al. 2017 defaults).
 
     Attributes:
@@ -134,9 +131,6 @@ class ModelConfig(StackChecks):
     num_pos_tags: int = 0
     num_deprels: int = 0
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def stacks(self) -> dict[str, StackConfig]:
         """The model's stacks by name (``encoder`` / ``decoder``)."""
         return {}
@@ -153,9 +147,8 @@ class ModelConfig(StackChecks):
         """Whether the layers of stack ``side`` attend to an encoder memory."""
         return False
 
-    def validate(self) -> None:
-        """Checks types, ranges and feature compatibility; raises :class:`ConfigError` naming both sides."""
-        check_fields(self)
+    def check(self) -> None:
+        """Checks ranges and feature compatibility; raises :class:`ConfigError` naming both sides."""
         for name in ("d_model", "heads", "ffn_dim", *self.size_fields()):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
@@ -178,22 +171,6 @@ class ModelConfig(StackChecks):
             raise ConfigError(f"norm={self.norm!r}: use 'pre' or 'post'")
         for side, stack in self.stacks().items():
             self._validate_stack(side, stack)
-
-    @classmethod
-    def from_dict(cls: type[C], data: dict) -> C:
-        """Builds the config from a dict; unknown keys and wrong types are ``ValueError``."""
-        return from_dict(cls, data)
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    @classmethod
-    def from_yaml(cls: type[C], path: str | Path) -> C:
-        """Reads the config from a YAML file (errors are ``InputError`` naming the file)."""
-        return load_yaml(cls, path)
-
-    def to_yaml(self, path: str | Path) -> None:
-        save_yaml(self, path)
 
 
 @dataclass(kw_only=True)
@@ -223,8 +200,8 @@ class EncoderDecoderConfig(ModelConfig):
     def has_cross_attention(self, side: str) -> bool:
         return side == "decoder"
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
+        super().check()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(f"share_embeddings=true needs src_vocab_size == tgt_vocab_size, got "
                              f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}")

@@ -114,7 +114,7 @@ def syntax_request_for(config) -> SyntaxRequest:
                                      f"differ, but a batch has one {clip}; use the same value")
                 clips[clip] = (value, name)
     unsupported = wanted["tgt"] - {"hints"}
-    if getattr(config, "model_type", "") == "language_model" and unsupported:
+    if "encoder" not in config.stacks() and unsupported:  # a decoder-only model reads monolingual text
         raise ValueError(f"the language model's decoder asks for {', '.join(sorted(unsupported))}, but "
                          f"batches of monolingual text carry no decoder-side syntax other than hints")
     return SyntaxRequest(src=frozenset(wanted["src"]), tgt=frozenset(wanted["tgt"]),
@@ -252,16 +252,10 @@ def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
     ``label_smoothing`` applies to translation; the language-model tasks train on plain
     cross-entropy (their perplexity is the usual measure) unless a task is built by hand.
     """
-    from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
+    from synattn.train.kinds import kind_of
 
+    kind = kind_of(model)  # TypeError for a model of no registered kind
     config = model.config
     if config.pad_id != PAD:
         raise ValueError(f"model pad_id={config.pad_id}, but prepared data pads with {PAD}")
-    request = syntax_request_for(config)
-    if isinstance(model, EncoderDecoderTransformer):
-        return TranslationTask(label_smoothing, request)
-    if isinstance(model, TransformerLM):
-        return LanguageModelTask(request=request)
-    if isinstance(model, MaskedLM):
-        return MaskedLMTask(config.mask_id, config.vocab_size, request=request)
-    raise TypeError(f"no task for {type(model).__name__}; build one by hand (see synattn.train.tasks)")
+    return kind.training(model, label_smoothing, syntax_request_for(config))

@@ -213,7 +213,7 @@ class Method:
         def build(site: Site, options: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
             return self.feature(site, config(**options))
 
-        return {self.name: HFFeature(defaults, tuple(s for s in self.sides), build, self.reads_hidden)}
+        return {self.name: HFFeature(defaults, self.sides, build, self.reads_hidden)}
 
 
 def _default(f: dataclasses.Field) -> Any:

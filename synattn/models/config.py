@@ -35,9 +35,9 @@ from synattn.methods.syntactic import SyntacticAttentionConfig
 from synattn.models.config_checks import StackChecks
 from synattn.models.config_io import StrictConfig
 
-__all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "EncoderDecoderConfig", "LanguageModelConfig",
-           "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig", "SupervisedHeadConfig",
-           "SyntacticAttentionConfig"]
+__all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "EncoderDecoderConfig",
+           "LanguageModelConfig", "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig",
+           "SupervisedHeadConfig", "SyntacticAttentionConfig"]
 
 
 _STACK_DOC = """The layers of an encoder or decoder and their attention features.

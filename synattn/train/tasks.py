@@ -92,8 +92,9 @@ def syntax_request_for(config) -> SyntaxRequest:
     Encoder features read the source (``src``), decoder features of a translation model read the
     target (``tgt``); each registered method (``synattn.methods``) says what it reads:
     ``tree_distance`` → ``tree_dist``, ``traversal`` → ``traversal``, specialized heads → ``pos`` /
-    ``deprel``, a supervised head → ``head_targets``, BET(SG) (``bird_eye: sg``) → ``hints``. A language model's decoder side is its input ``<s> x``, whose
-    hints ``collate`` computes from the monolingual data's trees.
+    ``deprel``, a supervised head → ``head_targets``, BET(SG) (``bird_eye: sg``) → ``hints``. A
+    language model's decoder side is its input ``<s> x``, whose hints ``collate`` computes from
+    the monolingual data's trees.
 
     Raises:
         ValueError: two stacks use different ``max_distance``/``max_traversal`` (a batch has

@@ -288,7 +288,8 @@ def read_brackets(path_or_file: PathOrFile, drop_traces: bool = True, drop_punct
     return trees
 
 
-_MOVED = ('tree_from_spans', 'right_branching', 'left_branching', 'random_binary', 'dependency_spans', 'tree_from_dependency')
+_MOVED = ("tree_from_spans", "right_branching", "left_branching", "random_binary", "dependency_spans",
+          "tree_from_dependency")
 """Builders and baselines that live in :mod:`synattn.trees.branching` (still importable from here)."""
 
 

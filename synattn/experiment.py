@@ -21,23 +21,21 @@ mistake.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from synattn.data.prepared import MANIFEST, PreparedData
 from synattn.errors import ConfigError
-from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
-                            MaskedLM, MaskedLMConfig, TransformerLM)
-from synattn.models.config_io import (ConfigFileError, check_fields, config_error, from_dict, parse_yaml,
-                                      read_yaml, to_dict)
+from synattn.models.config_io import (ConfigFileError, StrictConfig, config_error, from_dict, parse_yaml,
+                                      read_yaml)
 from synattn.train import TrainConfig
+from synattn.train.kinds import TASK_KINDS, TaskKind
 
-TASKS = {"mt": (EncoderDecoderConfig, EncoderDecoderTransformer),
-         "lm": (LanguageModelConfig, TransformerLM),
-         "mlm": (MaskedLMConfig, MaskedLM)}
+TASKS = {name: (kind.config, kind.model) for name, kind in TASK_KINDS.items()}
+"""``(model config class, model class)`` by task name (the registered kinds, ``synattn.train.kinds``)."""
 
 SIZE_KEYS = ("src_vocab_size", "tgt_vocab_size", "vocab_size", "num_pos_tags", "num_deprels")
 """Model keys filled in from the dataset."""
@@ -48,7 +46,7 @@ _PLACEHOLDER = ({"vocab_size": {"src": 1000, "tgt": 1000}},
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(StrictConfig):
     """Evaluation during and after training.
 
     Attributes:
@@ -67,12 +65,8 @@ class EvalConfig:
     bleu_sentences: int = 200
     batch_size: int = 32
 
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Checks types and ranges; raises :class:`ConfigError` naming the key."""
-        check_fields(self)
+    def check(self) -> None:
+        """Checks ranges; raises :class:`ConfigError` naming the key."""
         for key in ("beam", "batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}={getattr(self, key)} must be at least 1")
@@ -85,7 +79,7 @@ class EvalConfig:
 
 
 @dataclass
-class ExperimentConfig:
+class ExperimentConfig(StrictConfig):
     """See the module docstring."""
 
     task: str
@@ -94,15 +88,14 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.task not in TASKS:
-            raise ConfigError(f"task={self.task!r}: expected one of {', '.join(TASKS)}")
+    def check(self) -> None:
+        if self.task not in TASK_KINDS:
+            raise ConfigError(f"task={self.task!r}: expected one of {', '.join(TASK_KINDS)}")
         if not self.data.strip():
             raise ConfigError("data: expected the folder of a prepared dataset, got an empty string")
         self.model_config(*_PLACEHOLDER)
         metrics = {"loss", "task_loss", "nll_loss", "ppl"}
-        if self.task == "mt" and self.eval.bleu_sentences > 0:
+        if self.kind.translates and self.eval.bleu_sentences > 0:
             metrics |= {"bleu", "chrf"}
         name = self.train.best_metric
         if name not in metrics and not name.startswith("aux/"):
@@ -110,13 +103,10 @@ class ExperimentConfig:
                               f"(it has {', '.join(sorted(metrics))} and aux/<loss>; bleu and chrf need task mt "
                               "and eval.bleu_sentences > 0)")
 
-    @classmethod
-    def from_dict(cls, data: dict) -> ExperimentConfig:
-        """Builds the config; every mistake is a :class:`ConfigError` naming the key."""
-        return from_dict(cls, data)
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
+    @property
+    def kind(self) -> TaskKind:
+        """The registered kind of ``task`` (its model classes, loss and evaluation hooks)."""
+        return TASK_KINDS[self.task]
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] = (), data: str | None = None) -> ExperimentConfig:
@@ -169,16 +159,14 @@ class ExperimentConfig:
     def model_config(self, manifest: dict, labels: dict[str, list[str]]):
         """The model config with vocabulary and label sizes filled in from the dataset's
         ``manifest`` and ``labels``; errors name the ``model.`` key."""
-        config_cls, _ = TASKS[self.task]
+        config_cls = self.kind.config
         data = copy.deepcopy(self.model)
         sizes = manifest["vocab_size"]
-        if self.task == "mt":
-            if "tgt" not in sizes:
-                raise ConfigError(f"task mt needs a parallel dataset, but data {self.data} is monolingual "
-                                  "(use task lm or mlm, or prepare source and target text)")
-            filled = {"src_vocab_size": sizes["src"], "tgt_vocab_size": sizes["tgt"]}
-        else:
-            filled = {"vocab_size": sizes["src"]}
+        if self.kind.parallel and "tgt" not in sizes:
+            monolingual = ", ".join(k.name for k in TASK_KINDS.values() if not k.parallel)
+            raise ConfigError(f"task {self.task} needs a parallel dataset, but data {self.data} is monolingual "
+                              f"(use task {monolingual.replace(', ', ' or ')}, or prepare source and target text)")
+        filled = self.kind.vocab_sizes(sizes)
         filled["num_pos_tags"] = len(labels.get("src_upos", []))
         filled["num_deprels"] = len(labels.get("src_deprels", []))
         for key in SIZE_KEYS:
@@ -213,16 +201,14 @@ class ExperimentConfig:
         if not folder.is_dir():
             raise ConfigError(f"data: {folder} does not exist or is not a folder (a relative path is read "
                               f"from the current directory, {Path.cwd()})")
-        manifest_path = folder / "manifest.json"
-        if not manifest_path.is_file():
-            raise ConfigError(f"data: {folder} is not a prepared dataset (no manifest.json); run "
+        prepared = PreparedData(folder)
+        if not prepared.is_prepared(folder):
+            raise ConfigError(f"data: {folder} is not a prepared dataset (no {MANIFEST}); run "
                               "'synattn prepare' first")
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            labels_path = folder / "labels.json"
-            labels = json.loads(labels_path.read_text(encoding="utf-8")) if labels_path.exists() else {}
+            manifest, labels = prepared.manifest, prepared.labels
         except (ValueError, OSError) as err:
-            raise ConfigError(f"data: cannot read {manifest_path.name} of {folder}: {err}") from None
+            raise ConfigError(f"data: cannot read {prepared.manifest_path.name} of {folder}: {err}") from None
         spm = manifest.get("spm", {})
         if self.model.get("share_embeddings") and spm.get("src") != spm.get("tgt"):
             raise ConfigError(f"model.share_embeddings=true needs one vocabulary for both sides, but data "
@@ -231,9 +217,7 @@ class ExperimentConfig:
         config = self.model_config(manifest, labels)
         trees = manifest.get("trees", {})
         request = syntax_request_for(config)
-        sides = (("src", request.src), ("tgt", request.tgt)) if self.task == "mt" else \
-            (("src", request.src | request.tgt),)
-        for side, wanted in sides:
+        for side, wanted in self.kind.data_sides(request):
             if wanted and not trees.get(side):
                 how = "--parse-target" if side == "tgt" else "the source parsed (without --no-parse-source)"
                 raise ConfigError(f"the model needs {', '.join(sorted(wanted))} from {side} trees, but data "
@@ -291,5 +275,4 @@ def model_config(exp: ExperimentConfig, manifest: dict, labels: dict[str, list[s
 def build_model(exp: ExperimentConfig):
     """A new model for ``exp`` (sizes from the dataset's manifest and labels, checked first)."""
     manifest, labels = exp.check_data()
-    _, model_cls = TASKS[exp.task]
-    return model_cls(exp.model_config(manifest, labels))
+    return exp.kind.model(exp.model_config(manifest, labels))

@@ -119,9 +119,9 @@ def dataset_of(run: str | Path, data: str | Path | None = None) -> Path:
         if saved is not None:
             data = saved["path"]
         else:
-            import yaml
+            from synattn.models.config_io import parse_yaml
 
-            data = yaml.safe_load((Path(run) / "config.yaml").read_text(encoding="utf-8"))["experiment"]["data"]
+            data = parse_yaml((Path(run) / "config.yaml").read_text(encoding="utf-8"))["experiment"]["data"]
     folder = Path(data)
     if not (folder / MANIFEST).is_file():
         raise ConfigError(f"data: {folder} (the dataset of run {run}) is not there or not prepared; give "

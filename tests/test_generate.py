@@ -28,7 +28,7 @@ DECODER_FEATURES = {
     "all_no_positions": dict(absolute_positions=False, norm="pre",
                              decoder=dict(layers=2, relations=["traversal", "tree_distance", "sequential"],
                                           supervised_head=dict(layer=0, head=0))),
-    "bird_eye_sg": dict(decoder=dict(layers=2, bird_eye="sg", pointer_head=1)),
+    "bird_eye_sg": dict(decoder=dict(layers=2, bird_eye=dict(variant="sg", pointer_head=1))),
     "bird_eye_sf": dict(norm="pre", decoder=dict(layers=2, bird_eye="sf", relations=["sequential"],
                                                  supervised_head=dict(layer=1, head=0))),
     # cross-attention features: translation only (the language model has no cross-attention)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from synattn.cli.options import positive_int
+from synattn.data.prepared import PreparedData
 from synattn.data.validate import check_dataset, check_manifest
 from synattn.errors import InputError, UsageError
 from synattn.runs import VOCAB, dataset_of, run_vocab
@@ -53,7 +54,7 @@ def check_vocabulary(model, trained_on: str | Path, data: str | Path, split: str
             raise InputError(f"--data: the {side} vocabulary has {have} pieces but the model was trained "
                              f"with {expected} (a dataset prepared separately cannot be used with this run)",
                              str(data))
-    if data.resolve() == trained_on.resolve() or not (trained_on / "manifest.json").is_file():
+    if data.resolve() == trained_on.resolve() or not PreparedData.is_prepared(trained_on):
         return
     try:
         theirs = check_manifest(trained_on)

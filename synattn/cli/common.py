@@ -4,7 +4,6 @@ and output aligned with the input's lines."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ import sentencepiece as spm
 
 from synattn.data.batching import PreparedDataset
 from synattn.data.prepare import encode_sentence
+from synattn.data.prepared import PreparedData
 from synattn.data.text import SkipReport, read_lines
 from synattn.errors import InputError
 from synattn.evaluate.runner import load_run
@@ -92,10 +92,9 @@ class Sentences:
         ``needs_trees`` with the spaCy pipeline the dataset was prepared with. With
         ``pretokenized`` the words are the whitespace-separated tokens (kept by the parser);
         without, raw text is tokenised by the parser, as ``prepare`` does."""
-        manifest = json.loads((data / "manifest.json").read_text())
-        sp = spm.SentencePieceProcessor(model_file=str(data / manifest["spm"]["src"]))
-        labels_path = data / "labels.json"
-        labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
+        prepared = PreparedData(data)
+        manifest, labels = prepared.manifest, prepared.labels
+        sp = prepared.tokenizer("src")
         report = SkipReport()
         lines = read_lines(path, on_error=on_error, report=report)
         if len(report):

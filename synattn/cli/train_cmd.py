@@ -110,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     model = build_model(exp)
     train = PreparedDataset(exp.data, "train")
     dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None
-    metrics = bleu_hook(model, exp, dev) if exp.task == "mt" and dev is not None and exp.eval.bleu_sentences else None
+    translates = exp.kind.translates and dev is not None and exp.eval.bleu_sentences
+    metrics = bleu_hook(model, exp, dev) if translates else None
     trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train, train, run_dir,
                       valid_data=dev, valid_metrics=metrics, run_config={"experiment": exp.to_dict()})
     try:

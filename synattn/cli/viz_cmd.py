@@ -16,7 +16,6 @@ induced tree is drawn too (``tree.png``). Input text (``-i``) has its words sepa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from synattn.cli.common import Sentences, add_run_arguments, load
 from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
 from synattn.cli.options import nonnegative_int, split_name
 from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.prepared import PreparedData
 from synattn.data.subwords import BOS
 from synattn.errors import InputError
 from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index)
     check_lengths(sentences, args.max_len, "raise", args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
-    manifest = json.loads((data / "manifest.json").read_text())
+    manifest = PreparedData(data).manifest
     pieces = {}
     for side in ("src", "tgt"):
         if f"{side}_ids" in example:

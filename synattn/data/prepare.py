@@ -35,21 +35,20 @@ from pathlib import Path
 import numpy as np
 
 from synattn import __version__
+from synattn.data.encoding import encode_sentence
 from synattn.data.indexed import write_field
-from synattn.data.subwords import segment_words, train_sentencepiece
+from synattn.data.prepared import MANIFEST, MARKER, check_output_folder
+from synattn.data.subwords import train_sentencepiece
 from synattn.data.text import SkipReport, read_lines
 from synattn.errors import DataError, UsageError
 from synattn.io import atomic_write
-from synattn.locks import LOCK_NAME, FolderLock
+from synattn.locks import FolderLock
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
 from synattn.trees.dependency import DependencyTree
-from synattn.trees.subword import project_to_subwords
 
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "dev", "test")
-MANIFEST = "manifest.json"
-MARKER = ".synattn-dataset"  # written first: the folder is (being made into) a prepared dataset
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _RESERVED = {"cache"}
 
@@ -278,38 +277,6 @@ def _check_config(cfg: PrepareConfig) -> None:
             raise UsageError(f"{option} {value}: must be at least {low}")
 
 
-def is_prepared_folder(folder: Path) -> bool:
-    """Whether ``folder`` is a folder ``prepare`` made (finished, or interrupted)."""
-    if (folder / MARKER).is_file():
-        return True
-    try:  # made before the marker existed: a manifest of synattn's
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and {"synattn", "splits", "spm"} <= set(manifest)
-
-
-def check_output_folder(out: Path, force: bool = False) -> None:
-    """Refuse to write into ``out`` unless it is new, empty or a prepared dataset (or ``force``).
-
-    Raises:
-        UsageError: ``out`` is a file, or a folder with other content and ``force`` is off.
-    """
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"-o {out}: exists and is not a folder")
-    if not out.is_dir() or is_prepared_folder(out):
-        return
-    content = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
-    if not content:
-        return
-    if not force:
-        shown = ", ".join(content[:3]) + (", ..." if len(content) > 3 else "")
-        raise UsageError(f"-o {out}: the folder exists and is not a prepared dataset (it holds {shown}); "
-                         f"choose a new folder, or add --force to write the dataset into it (its "
-                         f"split subfolders would be replaced)")
-    logger.warning("%s is not a prepared dataset; writing into it anyway (--force)", out)
-
-
 def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
     key = _hash(asdict(cfg), __version__)
     manifest_path = out / MANIFEST
@@ -403,34 +370,6 @@ def _parser_versions(cfg: PrepareConfig, trees_of: dict) -> dict[str, str]:
             except Exception:  # a model given as a path has no package version
                 info[model] = "?"
     return info
-
-
-def encode_sentence(side: str, words: list[str], sp, labels: dict[str, list[str]],
-                    tree: DependencyTree | None = None) -> dict[str, np.ndarray]:
-    """The stored fields of one sentence on one side (also used to encode input at translation time).
-
-    Args:
-        side: ``"src"`` or ``"tgt"`` (the prefix of the field names).
-        words: the sentence's words (each is segmented on its own).
-        sp: the side's sentencepiece model.
-        labels: the POS/deprel vocabularies (``labels.json``); unknown labels map to ``<unk>`` (1).
-        tree: the sentence's dependency tree, if any.
-
-    Returns:
-        ``{side}_ids``, ``{side}_word`` and, with a tree, ``{side}_heads`` (subword tree),
-        ``{side}_upos``, ``{side}_deprel`` (per piece, the label of its word).
-    """
-    pieces, per_word = segment_words(sp, words, out_type=int)
-    word_of_piece = np.repeat(np.arange(len(words)), per_word)  # [pieces]
-    out = {f"{side}_ids": np.asarray(pieces, dtype=np.int32), f"{side}_word": word_of_piece}
-    if tree is not None:
-        upos_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_upos", []))}
-        rel_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_deprels", []))}
-        out[f"{side}_heads"] = project_to_subwords(tree.heads, per_word)
-        out[f"{side}_upos"] = np.array([upos_index.get(tree.upos[w], 1) for w in word_of_piece], dtype=np.int16)
-        out[f"{side}_deprel"] = np.array([rel_index.get(tree.deprels[w], 1) for w in word_of_piece],
-                                         dtype=np.int16)
-    return out
 
 
 _DTYPES = {"upos": np.int16, "deprel": np.int16}

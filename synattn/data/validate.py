@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from synattn.data.prepared import LABELS, MANIFEST
 from synattn.errors import InputError
 
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -34,7 +35,7 @@ def _json(path: Path, what: str):
 def check_manifest(folder: str | Path) -> dict:
     """The manifest of ``folder``, checked: splits, sides, sentencepiece file names, sizes."""
     folder = Path(folder)
-    path = folder / "manifest.json"
+    path = folder / MANIFEST
     manifest = _json(path, "the manifest")
 
     def bad(cause: str):
@@ -62,7 +63,7 @@ def check_manifest(folder: str | Path) -> dict:
 
 def check_labels(folder: str | Path) -> dict[str, list[str]]:
     """``labels.json`` of ``folder`` (an empty dict when absent), checked."""
-    path = Path(folder) / "labels.json"
+    path = Path(folder) / LABELS
     if not path.exists():
         return {}
     labels = _json(path, "labels.json")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
 from synattn.evaluate.attachment import word_predictions
@@ -24,6 +23,7 @@ from synattn.errors import InputError, SynattnError
 from synattn.evaluate.translation import perplexity, translation_scores
 from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
+from synattn.models.config_io import config_error, parse_yaml
 from synattn.progress import progress
 from synattn.train.checkpoint import resolve_checkpoint
 from synattn.train.tasks import task_for
@@ -38,8 +38,6 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
     Raises:
         InputError: no such checkpoint, or no ``config.yaml`` in the run.
     """
-    from synattn.models.config_io import config_error
-
     run = Path(run)
     if not run.is_dir():
         raise InputError("not a run directory of 'synattn train' (no such folder)", str(run))
@@ -64,7 +62,7 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
         raise InputError(f"cannot read the checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]})",
                          str(checkpoint)) from None
     try:
-        exp = ExperimentConfig.from_dict(yaml.safe_load(config_path.read_text(encoding="utf-8"))["experiment"])
+        exp = ExperimentConfig.from_dict(parse_yaml(config_path.read_text(encoding="utf-8"))["experiment"])
     except (SynattnError, OSError):
         raise
     except (KeyError, TypeError, ValueError) as err:
@@ -144,7 +142,7 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
     request = task.syntax_request()
     has_trees = {s: dataset.has(f"{s}_heads") for s in ("src", "tgt")}
     probe = SyntaxRequest(src=request.src | ({"head_targets"} if has_trees["src"] else set()),
-                          tgt=request.tgt | ({"head_targets"} if has_trees["tgt"] and exp.task == "mt" else set()),
+                          tgt=request.tgt | ({"head_targets"} if has_trees["tgt"] and exp.kind.parallel else set()),
                           max_distance=request.max_distance, max_traversal=request.max_traversal)
     nll, tokens = 0.0, 0
     pred: dict[str, list] = defaultdict(list)
@@ -157,11 +155,9 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         batch = collate(dataset, indices, probe)
         _, logs = task.loss(model, batch)  # the probe's extra head targets are read by no feature
         nll, tokens = nll + float(logs["nll_loss"]), tokens + int(logs["ntokens"])
-        if exp.task == "lm":
+        if not exp.kind.attention_analysis:
             continue
-        out = (model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
-                     need_weights=True) if exp.task == "mt" else model(batch.src, syntax=batch.src_syntax,
-                                                                       need_weights=True))
+        out = exp.kind.evaluate(model, batch)
         examples = [dataset[int(i)] for i in indices]
         for key, log_probs in out.head_log_probs.items():
             side, offset = ("tgt", 1) if key.startswith("decoder") else ("src", 0)
@@ -186,7 +182,7 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
     for key in pred:
         result.attachment[key] = attachment_scores(pred[key], gold[key]).uas
     result.head_agreement = {k: (v / max(counts[k], 1)).round(4).tolist() for k, v in agree.items()}
-    if exp.task == "mt" and translate:
+    if exp.kind.translates and translate:
         from synattn.generate.translate import Translator
 
         ev = exp.eval

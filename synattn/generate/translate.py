@@ -3,16 +3,15 @@ beam search, decode pieces back to text."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import sentencepiece as spm
 import torch
 
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.data.prepare import encode_sentence
+from synattn.data.prepared import PreparedData
 from synattn.errors import InputError
 from synattn.generate.beam import beam_search
 from synattn.generate.greedy import greedy_search
@@ -38,13 +37,12 @@ class Translator:
         from synattn.train.tasks import syntax_request_for
 
         folder = Path(data)
-        self.manifest = json.loads((folder / "manifest.json").read_text())
+        prepared = PreparedData(folder)
+        self.manifest = prepared.manifest
         if "tgt" not in self.manifest["spm"]:
             raise InputError("the dataset is monolingual: nothing to translate into", str(folder))
-        self.src_sp = spm.SentencePieceProcessor(model_file=str(folder / self.manifest["spm"]["src"]))
-        self.tgt_sp = spm.SentencePieceProcessor(model_file=str(folder / self.manifest["spm"]["tgt"]))
-        labels_path = folder / "labels.json"
-        self.labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
+        self.src_sp, self.tgt_sp = prepared.tokenizer("src"), prepared.tokenizer("tgt")
+        self.labels = prepared.labels
         self.model = model
         request = syntax_request_for(model.config)  # the source side, with the model's label clipping
         self.request = SyntaxRequest(src=request.src, max_distance=request.max_distance,

@@ -10,8 +10,7 @@ A config names, per encoder/decoder stack, which attention features are on (docs
       constituent: true                        # Tree Transformer, every layer (encoders only)
       syntactic_attention: {layer: 1, head: 0, tree: projective, multiroot: false}
     decoder:
-      bird_eye: sg                             # BET(SG) pointer loss (sg) or BET(SF) (sf)
-      pointer_weight: 1.0
+      bird_eye: {variant: sg, pointer_weight: 1.0}   # BET(SG) pointer loss (sg) or BET(SF) (sf)
       cross_attention: segmentation            # or sigmoid (translation decoders only)
 
 Constructing a config checks the type of every field (recursively) and the compatibility of the
@@ -22,75 +21,29 @@ file to the message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import ClassVar, TypeVar
+from dataclasses import dataclass, field, make_dataclass
+from typing import ClassVar
 
 from synattn.errors import ConfigError
-from synattn.models.config_checks import BIRD_EYE, CROSS_ATTENTION, RELATIONS, StackChecks
-from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
+from synattn.methods import methods
+from synattn.methods.bird_eye import BIRD_EYE, BirdEyeConfig
+from synattn.methods.cross_attention import CROSS_ATTENTION
+from synattn.methods.relations import RELATIONS
+from synattn.methods.specialized import SpecializedHeadsConfig
+from synattn.methods.supervised import SupervisedHeadConfig
+from synattn.methods.syntactic import SyntacticAttentionConfig
+from synattn.models.config_checks import StackChecks
+from synattn.models.config_io import StrictConfig
 
-__all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "EncoderDecoderConfig", "LanguageModelConfig",
-           "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig", "SupervisedHeadConfig",
-           "SyntacticAttentionConfig"]
-
-C = TypeVar("C", bound="ModelConfig")
-
-
-@dataclass
-class SpecializedHeadsConfig:
-    """Specialized heads of encoder layer 0 (docs/methods.md §1): query/key from label embeddings.
-
-    Attributes:
-        source: ``"pos"`` (POS tags) or ``"deprel"`` (dependency labels).
-        heads: indices of the specialized heads.
-        label_dim: width of the label embedding (None: d_k).
-    """
-
-    source: str = "pos"
-    heads: list[int] = field(default_factory=lambda: [0])
-    label_dim: int | None = None
+__all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "EncoderDecoderConfig",
+           "LanguageModelConfig", "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig",
+           "SupervisedHeadConfig", "SyntacticAttentionConfig"]
 
 
-@dataclass
-class SupervisedHeadConfig:
-    """The dependency-supervised head of one layer (Deguchi et al. 2019; docs/methods.md §2).
+_STACK_DOC = """The layers of an encoder or decoder and their attention features.
 
-    Attributes:
-        layer: 0-based layer index (default: the 4th layer).
-        head: head index.
-        weight: λ, weight of its parse loss.
-    """
-
-    layer: int = 3
-    head: int = 0
-    weight: float = 1.0
-
-
-@dataclass
-class SyntacticAttentionConfig:
-    """Structured syntactic attention in one encoder layer (Kim et al. 2017; docs/methods.md §5).
-
-    Attributes:
-        layer: 0-based layer index.
-        head: the head that attends to each position's soft parent.
-        children_head: a head that attends to the soft children (None: none).
-        tree: ``projective`` (Eisner inside-outside) or ``nonprojective`` (Matrix-Tree).
-        multiroot: allow several words under ROOT.
-        arc_dim: width of the arc scorer's head/dependent projections.
-    """
-
-    layer: int = 0
-    head: int = 0
-    children_head: int | None = None
-    tree: str = "projective"
-    multiroot: bool = False
-    arc_dim: int = 64
-
-
-@dataclass
-class StackConfig:
-    """The layers of an encoder or decoder and their attention features.
+    The fields after ``layers`` are the settings of the registered methods (``synattn.methods``,
+    one module per method, in its order):
 
     Attributes:
         layers: number of layers.
@@ -107,39 +60,43 @@ class StackConfig:
             encoders only, one a-value record threaded through the layers).
         constituent_diagonal: C_ii of the constituent prior: 1 (the paper's empty product) or
             1e-9 (the public Tree Transformer code, for faithful reproductions).
-        bird_eye: ``sg`` (BET(SG): pointer loss toward the syntax hints on every block) or
-            ``sf`` (BET(SF): diagonal-free reweighted attention in every block), docs/methods.md §4;
-            causal stacks only.
-        pointer_weight: λ_p, the weight of each block's pointer loss (``bird_eye: sg``).
-        pointer_head: the head trained by the pointer loss (None: the head average).
+        bird_eye: Bird-Eye attention (:class:`BirdEyeConfig`, docs/methods.md §4; causal stacks
+            only): ``variant`` ``sg`` (BET(SG): pointer loss toward the syntax hints on every
+            block, weight ``pointer_weight``, on head ``pointer_head`` or the head average) or
+            ``sf`` (BET(SF): diagonal-free reweighted attention in every block). The string
+            ``sg``/``sf`` is short for ``{variant: …}``.
         cross_attention: ``segmentation`` (binary chain CRF) or ``sigmoid`` encoder-decoder
             attention in every layer (docs/methods.md §5; translation decoders only). None: softmax.
         cross_attention_normalize: rescale the structured weights to 2 p_i / Σ_j p_j (the
             public SAN code); off by default, as in the paper.
         syntactic_attention: one encoder layer's structured syntactic attention head(s).
+        (further keys: the sections of methods added to ``synattn.methods``)
     """
 
+
+@dataclass
+class _StackBase:
     layers: int = 6
-    relations: list[str] = field(default_factory=list)
-    relation_layers: list[int] | None = None
-    max_relative_position: int = 16
-    max_distance: int = 8
-    max_traversal: int = 4
-    relative_values: bool = True
-    specialized_heads: SpecializedHeadsConfig | None = None
-    supervised_head: SupervisedHeadConfig | None = None
-    constituent: bool = False
-    constituent_diagonal: float = 1.0
-    bird_eye: str | None = None
-    pointer_weight: float = 1.0
-    pointer_head: int | None = None
-    cross_attention: str | None = None
-    cross_attention_normalize: bool = False
-    syntactic_attention: SyntacticAttentionConfig | None = None
+
+    def __post_init__(self) -> None:
+        for m in methods():
+            m.coerce(self)
+
+    @classmethod
+    def upgrade(cls, data: dict, prefix: str = "") -> dict:
+        """Rewrites older spellings of the methods' keys (``bird_eye: sg``, flat ``pointer_weight``)."""
+        data = dict(data)
+        for m in methods():
+            data = m.upgrade(data, prefix)
+        return data
+
+
+StackConfig = make_dataclass("StackConfig", [o.field() for m in methods() for o in m.options()],
+                             bases=(_StackBase,), namespace={"__doc__": _STACK_DOC, "__module__": __name__})
 
 
 @dataclass(kw_only=True)
-class ModelConfig(StackChecks):
+class ModelConfig(StackChecks, StrictConfig):
     """Settings shared by every model (Vaswani et al. 2017 defaults).
 
     Attributes:
@@ -174,9 +131,6 @@ class ModelConfig(StackChecks):
     num_pos_tags: int = 0
     num_deprels: int = 0
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def stacks(self) -> dict[str, StackConfig]:
         """The model's stacks by name (``encoder`` / ``decoder``)."""
         return {}
@@ -193,9 +147,8 @@ class ModelConfig(StackChecks):
         """Whether the layers of stack ``side`` attend to an encoder memory."""
         return False
 
-    def validate(self) -> None:
-        """Checks types, ranges and feature compatibility; raises :class:`ConfigError` naming both sides."""
-        check_fields(self)
+    def check(self) -> None:
+        """Checks ranges and feature compatibility; raises :class:`ConfigError` naming both sides."""
         for name in ("d_model", "heads", "ffn_dim", *self.size_fields()):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
@@ -218,22 +171,6 @@ class ModelConfig(StackChecks):
             raise ConfigError(f"norm={self.norm!r}: use 'pre' or 'post'")
         for side, stack in self.stacks().items():
             self._validate_stack(side, stack)
-
-    @classmethod
-    def from_dict(cls: type[C], data: dict) -> C:
-        """Builds the config from a dict; unknown keys and wrong types are ``ValueError``."""
-        return from_dict(cls, data)
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    @classmethod
-    def from_yaml(cls: type[C], path: str | Path) -> C:
-        """Reads the config from a YAML file (errors are ``InputError`` naming the file)."""
-        return load_yaml(cls, path)
-
-    def to_yaml(self, path: str | Path) -> None:
-        save_yaml(self, path)
 
 
 @dataclass(kw_only=True)
@@ -263,8 +200,8 @@ class EncoderDecoderConfig(ModelConfig):
     def has_cross_attention(self, side: str) -> bool:
         return side == "decoder"
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
+        super().check()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(f"share_embeddings=true needs src_vocab_size == tgt_vocab_size, got "
                              f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}")

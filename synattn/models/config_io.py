@@ -121,6 +121,9 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     where = prefix.rstrip(".") or cls.__name__
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values, got {type(data).__name__} ({data!r})")
+    upgrade = getattr(cls, "upgrade", None)  # a config that still reads older spellings of its keys
+    if upgrade is not None:
+        data = upgrade(data, prefix)
     fields = [f for f in dataclasses.fields(cls) if f.init]
     known = [f.name for f in fields]
     for key in data:
@@ -198,3 +201,36 @@ def save_yaml(obj: Any, path: str | Path) -> None:
     """Writes the config to a YAML file."""
     with atomic_write(path) as f:
         yaml.safe_dump(to_dict(obj), f, sort_keys=False)
+
+
+class StrictConfig:
+    """Base of synattn's config dataclasses: constructing one checks the type of every field
+    (recursively, :func:`check_fields`) and then the subclass's ranges and compatibilities
+    (:meth:`check`); dict and YAML I/O is strict (:func:`from_dict`)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks types, then :meth:`check`; raises :class:`ConfigError` naming the key."""
+        check_fields(self)
+        self.check()
+
+    def check(self) -> None:
+        """Ranges and compatibilities of the subclass's fields (types are already checked)."""
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict) -> T:
+        """Builds the config from a dict; unknown keys and wrong types are ``ConfigError`` (a ``ValueError``)."""
+        return from_dict(cls, data)
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    @classmethod
+    def from_yaml(cls: type[T], path: str | Path) -> T:
+        """Reads the config from a YAML file (errors are ``InputError`` naming the file)."""
+        return load_yaml(cls, path)
+
+    def to_yaml(self, path: str | Path) -> None:
+        save_yaml(self, path)

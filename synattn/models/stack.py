@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from synattn.attention import ConstituentState, SyntaxInputs
+from synattn.methods.constituent import STATE as CONSTITUENT_STATE
 from synattn.models.config import ModelConfig, StackConfig
 from synattn.models.features import cross_features, layer_features
 from synattn.models.layer import TransformerLayer
@@ -30,11 +31,12 @@ class TransformerStack(nn.Module):
                  causal: bool):
         super().__init__()
         self.side, self.causal = side, causal
-        self.constituent_state = ConstituentState() if stack.constituent else None
+        shared: dict = {}  # what the methods share between the stack's layers
         self.layers = nn.ModuleList(
-            TransformerLayer(config, layer_features(config, stack, side, i, self.constituent_state),
-                             cross_attention, cross_features(config, stack) if cross_attention else None)
+            TransformerLayer(config, layer_features(config, stack, side, i, shared),
+                             cross_attention, cross_features(config, stack, i) if cross_attention else None)
             for i in range(stack.layers))
+        self.constituent_state: ConstituentState | None = shared.get(CONSTITUENT_STATE)
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else nn.Identity()
 
     def new_caches(self) -> list[LayerCache]:

@@ -3,13 +3,13 @@ scored against a treebank's gold trees (UD English-EWT in the ``supervised-head`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
+from synattn.data.prepared import PreparedData
 from synattn.evaluate.runner import gold_word_heads
 from synattn.train.tasks import task_for
 
@@ -36,7 +36,7 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
         punctuation is UPOS ``PUNCT`` of the gold tree.
     """
     dataset = PreparedDataset(data, split)
-    labels = json.loads((Path(data) / "labels.json").read_text())
+    labels = PreparedData(data).labels
     punct_id = labels.get("src_upos", []).index("PUNCT") if "PUNCT" in labels.get("src_upos", []) else -1
     model.eval()
     request = task_for(model, 0.0).syntax_request()

@@ -10,7 +10,7 @@ sentence-averaged (the paper's convention) and corpus-level, for all sentences a
 most 10 words (punctuation excluded).
 
 Gold brackets: no constituency treebank ships here, so the gold constituents are the yields of
-the treebank's projective gold dependency trees (``synattn.trees.constituency.dependency_spans``:
+the treebank's projective gold dependency trees (``synattn.trees.branching.dependency_spans``:
 each word with all its descendants is a span; non-projective sentences are left out and counted).
 ``--gold FILE`` scores against any PTB-bracketed file instead (its leaves are the sentences to
 parse; traces and empty elements are dropped). The decoding rule of the public code (a part whose
@@ -20,11 +20,11 @@ links all exceed 0.7 is decoded one layer lower) is reported next to the paper's
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
+from synattn.data.prepared import PreparedData
 from synattn.errors import InputError
 from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
@@ -143,14 +143,15 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     their projective gold trees, or the sentences of ``--gold``."""
     from synattn.cli.common import Sentences
     from synattn.evaluate.runner import gold_word_heads
-    from synattn.trees.constituency import leaves, read_brackets, tree_from_dependency
+    from synattn.trees.branching import tree_from_dependency
+    from synattn.trees.constituency import leaves, read_brackets
 
     gold_file = getattr(ctx.args, "gold", None)
     if gold_file:
         trees = [t for t in read_brackets(gold_file) if leaves(t)]
         return words_as_sentences(data, [leaves(t) for t in trees]), trees, 0
     all_sentences = Sentences.from_split(data, split)
-    labels = json.loads((data / "labels.json").read_text())
+    labels = PreparedData(data).labels
     upos = labels.get("src_upos", [])
     keep, trees = [], []
     for k, (example, words) in enumerate(zip(all_sentences.examples, all_sentences.words)):
@@ -170,13 +171,10 @@ def gold_sentences(ctx: Context, data: Path, split: str):
 
 def words_as_sentences(data: Path, words: list[list[str]]):
     """Encodes given word lists with the dataset's sentencepiece model (no trees needed)."""
-    import sentencepiece as spm
-
     from synattn.cli.common import Sentences
     from synattn.data.prepare import encode_sentence
 
-    manifest = json.loads((data / "manifest.json").read_text())
-    sp = spm.SentencePieceProcessor(model_file=str(data / manifest["spm"]["src"]))
+    sp = PreparedData(data).tokenizer("src")
     examples = [encode_sentence("src", w, sp, {}) for w in words]
     return Sentences(examples, words, list(range(1, len(words) + 1)), len(words))
 

@@ -15,10 +15,9 @@ as the model configs, :mod:`synattn.models.config_io`). Example ``train:`` secti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from synattn.errors import ConfigError
-from synattn.models.config_io import check_fields, from_dict, load_yaml, save_yaml, to_dict
+from synattn.models.config_io import StrictConfig
 
 BATCH_ORDER_KEYS = ("max_tokens", "max_sentences", "seed")
 SCHEDULES = ("inverse_sqrt", "cosine", "linear")
@@ -28,7 +27,7 @@ HIGHER_IS_BETTER = ("bleu", "chrf", "uas", "acc", "f1")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(StrictConfig):
     """Settings of :class:`synattn.train.Trainer`.
 
     Attributes:
@@ -94,12 +93,8 @@ class TrainConfig:
     progress_bar: bool = True
     tensorboard: bool = True
 
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Checks types and ranges; raises :class:`ConfigError` (a ``ValueError``) naming the key."""
-        check_fields(self)
+    def check(self) -> None:
+        """Checks ranges; raises :class:`ConfigError` (a ``ValueError``) naming the key."""
         positive = ["max_tokens", "update_freq", "log_interval"]
         positive += [k for k in ("max_sentences", "max_epochs", "max_steps", "keep_last_n")
                      if getattr(self, k) is not None]
@@ -132,18 +127,3 @@ class TrainConfig:
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
 
-    @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
-        """Builds the config from a dict; unknown keys and wrong types are ``ValueError``."""
-        return from_dict(cls, data)
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> TrainConfig:
-        """Reads the config from a YAML file (errors are ``InputError`` naming the file)."""
-        return load_yaml(cls, path)
-
-    def to_yaml(self, path: str | Path) -> None:
-        save_yaml(self, path)

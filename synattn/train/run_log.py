@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 from synattn.io import atomic_write
@@ -83,3 +84,34 @@ class RunLog:
         self.file.close()
         if self.writer is not None:
             self.writer.close()
+
+
+def console_line(metrics: dict[str, float]) -> str:
+    """One console line of logged metrics (the same numbers as log.jsonl)."""
+    skip = {"ntokens", "nsentences", "updates", "elapsed_s"}
+    parts = []
+    for key, value in metrics.items():
+        if key in skip:
+            continue
+        if key == "lr":
+            parts.append(f"lr {value:.2e}")
+        elif key == "tokens_per_s":
+            parts.append(f"tok/s {value:.0f}")
+        else:
+            parts.append(f"{key} {value:.4g}")
+    return " | ".join(parts)
+
+
+def summarize(sums: dict[str, float]) -> dict[str, float]:
+    """Per-token averages of summed logs: losses and aux per sample, nll and perplexity per token.
+
+    ``loss`` is the training objective (task loss + auxiliary losses); ``task_loss`` the task's
+    own loss alone (e.g. label-smoothed translation cross-entropy), which picks the best checkpoint.
+    """
+    size, tokens = max(sums.get("sample_size", 0.0), 1.0), max(sums.get("ntokens", 0.0), 1.0)
+    nll = sums.get("nll_loss", 0.0) / tokens
+    out = {"loss": sums.get("loss", 0.0) / size,
+           "task_loss": sums.get("task_loss", sums.get("loss", 0.0)) / size,
+           "nll_loss": nll, "ppl": math.exp(min(nll, 50.0))}
+    out.update({k: v / size for k, v in sums.items() if k.startswith("aux/")})
+    return out

@@ -31,6 +31,10 @@ from torch import Tensor, nn
 from synattn.attention.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch, SyntaxRequest
 from synattn.data.subwords import BOS, EOS, PAD
+from synattn.methods import methods
+
+CLIPS = {"tree_dist": "max_distance", "traversal": "max_traversal"}
+"""The stack setting that clips the labels of each relation field (one value per batch)."""
 
 FIRST_REGULAR_ID = EOS + 1
 """The first id of an ordinary piece (ids below are ``<pad> <unk> <s> </s>``)."""
@@ -86,10 +90,11 @@ def syntax_request_for(config) -> SyntaxRequest:
     """The syntax fields a ``synattn.models`` config needs, per side.
 
     Encoder features read the source (``src``), decoder features of a translation model read the
-    target (``tgt``): ``tree_distance`` → ``tree_dist``, ``traversal`` → ``traversal``,
-    specialized heads → ``pos`` / ``deprel``, a supervised head → ``head_targets``, BET(SG)
-    (``bird_eye: sg``) → ``hints``. A language model's decoder side is its input ``<s> x``, whose
-    hints ``collate`` computes from the monolingual data's trees.
+    target (``tgt``); each registered method (``synattn.methods``) says what it reads:
+    ``tree_distance`` → ``tree_dist``, ``traversal`` → ``traversal``, specialized heads → ``pos`` /
+    ``deprel``, a supervised head → ``head_targets``, BET(SG) (``bird_eye: sg``) → ``hints``. A
+    language model's decoder side is its input ``<s> x``, whose hints ``collate`` computes from
+    the monolingual data's trees.
 
     Raises:
         ValueError: two stacks use different ``max_distance``/``max_traversal`` (a batch has
@@ -100,23 +105,17 @@ def syntax_request_for(config) -> SyntaxRequest:
     clips: dict[str, tuple[int, str]] = {}
     for name, stack in config.stacks().items():
         fields = wanted[sides[name]]
-        for relation, field, clip in (("tree_distance", "tree_dist", "max_distance"),
-                                      ("traversal", "traversal", "max_traversal")):
-            if relation in stack.relations:
-                fields.add(field)
+        for method in methods():
+            fields |= method.reads(stack)
+        for field, clip in CLIPS.items():
+            if field in fields:
                 value = getattr(stack, clip)
                 if clip in clips and clips[clip][0] != value:
                     raise ValueError(f"{clips[clip][1]}.{clip}={clips[clip][0]} and {name}.{clip}={value} "
                                      f"differ, but a batch has one {clip}; use the same value")
                 clips[clip] = (value, name)
-        if stack.specialized_heads is not None:
-            fields.add(stack.specialized_heads.source)
-        if stack.supervised_head is not None:
-            fields.add("head_targets")
-        if stack.bird_eye == "sg":
-            fields.add("hints")
     unsupported = wanted["tgt"] - {"hints"}
-    if getattr(config, "model_type", "") == "language_model" and unsupported:
+    if "encoder" not in config.stacks() and unsupported:  # a decoder-only model reads monolingual text
         raise ValueError(f"the language model's decoder asks for {', '.join(sorted(unsupported))}, but "
                          f"batches of monolingual text carry no decoder-side syntax other than hints")
     return SyntaxRequest(src=frozenset(wanted["src"]), tgt=frozenset(wanted["tgt"]),
@@ -254,16 +253,10 @@ def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
     ``label_smoothing`` applies to translation; the language-model tasks train on plain
     cross-entropy (their perplexity is the usual measure) unless a task is built by hand.
     """
-    from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
+    from synattn.train.kinds import kind_of
 
+    kind = kind_of(model)  # TypeError for a model of no registered kind
     config = model.config
     if config.pad_id != PAD:
         raise ValueError(f"model pad_id={config.pad_id}, but prepared data pads with {PAD}")
-    request = syntax_request_for(config)
-    if isinstance(model, EncoderDecoderTransformer):
-        return TranslationTask(label_smoothing, request)
-    if isinstance(model, TransformerLM):
-        return LanguageModelTask(request=request)
-    if isinstance(model, MaskedLM):
-        return MaskedLMTask(config.mask_id, config.vocab_size, request=request)
-    raise TypeError(f"no task for {type(model).__name__}; build one by hand (see synattn.train.tasks)")
+    return kind.training(model, label_smoothing, syntax_request_for(config))

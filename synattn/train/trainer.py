@@ -47,7 +47,7 @@ from synattn.train.checkpoint import (CHECKPOINTS, load_checkpoint, resolve_chec
 from synattn.train.config import BATCH_ORDER_KEYS, HIGHER_IS_BETTER, TrainConfig
 from synattn.train.distributed import init_distributed
 from synattn.train.optim import build_optimizer
-from synattn.train.run_log import RunLog
+from synattn.train.run_log import RunLog, console_line, summarize
 from synattn.train.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ class Trainer:
             for key, value in logs.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
         totals = self.dist.sum_dict(sums)
-        metrics = _summary(totals)
+        metrics = summarize(totals)
         if self.valid_metrics is not None and self.dist.is_main:
             metrics.update(self.valid_metrics(self.model))
         self.model.train()
@@ -292,7 +292,7 @@ class Trainer:
         if self._log is not None:
             self._log.write("valid", self.step, self.epochs_started, metrics)
             if self.dist.is_main and self.config.progress_bar:
-                tqdm.write(f"valid | update {self.step} | " + _console(metrics), file=sys.stderr)
+                tqdm.write(f"valid | update {self.step} | " + console_line(metrics), file=sys.stderr)
         return metrics
 
     # ------------------------------------------------------------------ the loop
@@ -419,47 +419,16 @@ class Trainer:
         updates = interval.pop("updates")
         lr, grad_norm = interval.pop("lr") / updates, interval.pop("grad_norm") / updates
         sums = self.dist.sum_dict(interval)
-        metrics = _summary(sums)
+        metrics = summarize(sums)
         metrics.update(lr=lr, grad_norm=grad_norm, tokens_per_s=sums.get("ntokens", 0.0) / max(seconds, 1e-9),
                        ntokens=sums.get("ntokens", 0.0), nsentences=sums.get("nsentences", 0.0),
                        updates=updates, elapsed_s=self.elapsed)
         self._log.write("train", self.step, self.epochs_started, metrics)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)
         if self.dist.is_main and self.config.progress_bar:
-            tqdm.write(f"train | update {self.step} | epoch {self.epochs_started} | " + _console(metrics),
+            tqdm.write(f"train | update {self.step} | epoch {self.epochs_started} | " + console_line(metrics),
                        file=sys.stderr)
 
     def close(self) -> None:
         """Leaves the process group if this trainer joined it."""
         self.dist.close()
-
-
-def _console(metrics: dict[str, float]) -> str:
-    """One console line of logged metrics (the same numbers as log.jsonl)."""
-    skip = {"ntokens", "nsentences", "updates", "elapsed_s"}
-    parts = []
-    for key, value in metrics.items():
-        if key in skip:
-            continue
-        if key == "lr":
-            parts.append(f"lr {value:.2e}")
-        elif key == "tokens_per_s":
-            parts.append(f"tok/s {value:.0f}")
-        else:
-            parts.append(f"{key} {value:.4g}")
-    return " | ".join(parts)
-
-
-def _summary(sums: dict[str, float]) -> dict[str, float]:
-    """Per-token averages of summed logs: losses and aux per sample, nll and perplexity per token.
-
-    ``loss`` is the training objective (task loss + auxiliary losses); ``task_loss`` the task's
-    own loss alone (e.g. label-smoothed translation cross-entropy), which picks the best checkpoint.
-    """
-    size, tokens = max(sums.get("sample_size", 0.0), 1.0), max(sums.get("ntokens", 0.0), 1.0)
-    nll = sums.get("nll_loss", 0.0) / tokens
-    out = {"loss": sums.get("loss", 0.0) / size,
-           "task_loss": sums.get("task_loss", sums.get("loss", 0.0)) / size,
-           "nll_loss": nll, "ppl": math.exp(min(nll, 50.0))}
-    out.update({k: v / size for k, v in sums.items() if k.startswith("aux/")})
-    return out

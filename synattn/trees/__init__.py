@@ -6,9 +6,8 @@ may hang from the artificial ROOT.
 """
 
 from synattn.trees.conllu_io import ReadReport, read_conllu, read_conllu_with_report, write_conllu
-from synattn.trees.constituency import (Tree, leaves, left_branching, parse_brackets, random_binary,
-                                        read_brackets, right_branching, spans, to_brackets,
-                                        tree_from_spans)
+from synattn.trees.branching import left_branching, random_binary, right_branching, tree_from_spans
+from synattn.trees.constituency import Tree, leaves, parse_brackets, read_brackets, spans, to_brackets
 from synattn.trees.dependency import DependencyTree, is_projective_heads, validate_heads
 from synattn.trees.metrics import AttachmentScores, BracketScores, attachment_scores, bracket_f1
 from synattn.trees.relations import (batch_distance_labels, batch_relation_labels, batch_syntax_hints,

@@ -41,13 +41,13 @@ def _mt(**stacks) -> EncoderDecoderTransformer:
     (dict(encoder=dict(bird_eye="sg")),
      r"encoder\.bird_eye='sg', but Bird-Eye attention needs causal self-attention .* encoder is bidirectional"),
     (dict(decoder=dict(bird_eye="both")), r"decoder\.bird_eye='both': use one of sg, sf"),
-    (dict(decoder=dict(bird_eye="sf", pointer_head=1)),
-     r"decoder\.pointer_head=1 is set, but decoder\.bird_eye='sf'"),
-    (dict(decoder=dict(pointer_head=0)), r"decoder\.pointer_head=0 is set, but decoder\.bird_eye=None"),
-    (dict(decoder=dict(bird_eye="sg", pointer_head=2)), r"decoder\.pointer_head=2 is out of range for heads=2"),
-    (dict(decoder=dict(bird_eye="sg", pointer_weight=-1)), r"decoder\.pointer_weight=-1 must be >= 0"),
-    (dict(decoder=dict(layers=2, bird_eye="sg", pointer_head=1, supervised_head=dict(layer=1, head=1))),
-     r"decoder\.pointer_head=1 and decoder\.supervised_head \(layer 1, head 1\) train the same head"),
+    (dict(decoder=dict(bird_eye=dict(variant="sf", pointer_head=1))),
+     r"decoder\.bird_eye\.pointer_head=1 is set, but decoder\.bird_eye='sf'"),
+    (dict(decoder=dict(bird_eye=dict(variant="sg", pointer_head=2))),
+     r"decoder\.bird_eye\.pointer_head=2 is out of range for heads=2"),
+    (dict(decoder=dict(bird_eye=dict(pointer_weight=-1))), r"decoder\.bird_eye\.pointer_weight=-1 must be >= 0"),
+    (dict(decoder=dict(layers=2, bird_eye=dict(pointer_head=1), supervised_head=dict(layer=1, head=1))),
+     r"decoder\.bird_eye\.pointer_head=1 and decoder\.supervised_head \(layer 1, head 1\) claim the same head"),
     (dict(encoder=dict(cross_attention="segmentation")),
      r"encoder\.cross_attention='segmentation', but the encoder of this encoder_decoder model has no "
      r"cross-attention"),
@@ -113,7 +113,7 @@ def test_bird_eye_needs_a_causal_call():
 def test_features_land_in_the_configured_layers():
     model = _mt(encoder=dict(layers=3, constituent=True, relations=["sequential"],
                              syntactic_attention=dict(layer=1, head=1, tree="nonprojective", multiroot=True)),
-                decoder=dict(layers=2, bird_eye="sg", pointer_weight=0.25, pointer_head=1,
+                decoder=dict(layers=2, bird_eye=dict(variant="sg", pointer_weight=0.25, pointer_head=1),
                              cross_attention="sigmoid", cross_attention_normalize=True))
     kinds = [[type(f) for f in layer.self_attn.features] for layer in model.encoder.layers]
     assert kinds == [[RelativePositions, ConstituentAttention],
@@ -239,7 +239,7 @@ def test_collate_gives_shifted_hints_for_lm_and_translation_targets():
 def test_lm_with_bet_sg_trains_with_the_pointer_loss_of_every_block():
     torch.manual_seed(4)
     lm = TransformerLM(LanguageModelConfig.from_dict(
-        dict(TINY, vocab_size=VOCAB, decoder=dict(layers=2, bird_eye="sg", pointer_weight=0.5))))
+        dict(TINY, vocab_size=VOCAB, decoder=dict(layers=2, bird_eye=dict(variant="sg", pointer_weight=0.5)))))
     examples = _monolingual(8, seed=5)
     request = syntax_request_for(lm.config)
     task = LanguageModelTask(request=request)

@@ -1,0 +1,105 @@
+"""A prepared dataset folder as one object: its manifest, label vocabularies and sentencepiece
+tokenizers, each read once (the splits' arrays are read by :class:`synattn.data.batching.PreparedDataset`).
+
+The folder holds ``manifest.json`` (:data:`MANIFEST`: splits, sides, sentencepiece file names,
+vocabulary sizes, which sides have trees), ``labels.json`` (:data:`LABELS`: the POS and
+dependency-label vocabularies, when the data was parsed) and the sentencepiece models.
+
+Example:
+    >>> PreparedData.is_prepared("/nonexistent")
+    False
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from synattn.errors import UsageError
+from synattn.locks import LOCK_NAME
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+"""The manifest's file name in a prepared folder."""
+
+LABELS = "labels.json"
+"""The label vocabularies' file name in a prepared folder."""
+
+MARKER = ".synattn-dataset"  # written first: the folder is (being made into) a prepared dataset
+
+
+class PreparedData:
+    """The folder ``folder`` written by :func:`synattn.data.prepare.prepare`.
+
+    Reading a property that needs a missing or unreadable file raises the ``OSError`` or
+    ``ValueError`` of the read; callers turn it into their own one-line error.
+    """
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    @staticmethod
+    def is_prepared(folder: str | Path) -> bool:
+        """Whether ``folder`` has a manifest."""
+        return (Path(folder) / MANIFEST).is_file()
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / MANIFEST
+
+    @cached_property
+    def manifest(self) -> dict[str, Any]:
+        """The parsed ``manifest.json``."""
+        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+
+    @cached_property
+    def labels(self) -> dict[str, list[str]]:
+        """The label vocabularies by name (``src_upos``, ``src_deprels``, …); {} when not parsed."""
+        path = self.folder / LABELS
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+    def tokenizer_path(self, side: str) -> Path:
+        """The sentencepiece model of ``side`` (``src`` or ``tgt``)."""
+        return self.folder / self.manifest["spm"][side]
+
+    def tokenizer(self, side: str):
+        """The sentencepiece processor of ``side``."""
+        import sentencepiece as spm
+
+        return spm.SentencePieceProcessor(model_file=str(self.tokenizer_path(side)))
+
+
+def is_prepared_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a folder ``prepare`` made (finished, or interrupted)."""
+    if (folder / MARKER).is_file():
+        return True
+    try:  # made before the marker existed: a manifest of synattn's
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and {"synattn", "splits", "spm"} <= set(manifest)
+
+
+def check_output_folder(out: Path, force: bool = False) -> None:
+    """Refuse to write into ``out`` unless it is new, empty or a prepared dataset (or ``force``).
+
+    Raises:
+        UsageError: ``out`` is a file, or a folder with other content and ``force`` is off.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out}: exists and is not a folder")
+    if not out.is_dir() or is_prepared_folder(out):
+        return
+    content = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
+    if not content:
+        return
+    if not force:
+        shown = ", ".join(content[:3]) + (", ..." if len(content) > 3 else "")
+        raise UsageError(f"-o {out}: the folder exists and is not a prepared dataset (it holds {shown}); "
+                         f"choose a new folder, or add --force to write the dataset into it (its "
+                         f"split subfolders would be replaced)")
+    logger.warning("%s is not a prepared dataset; writing into it anyway (--force)", out)

@@ -1,0 +1,265 @@
+"""What a method is: one :class:`Method` spec, registered once and read by every step that needs it.
+
+A spec declares
+
+- its **settings**: the fields it adds to a stack config (``StackConfig``), usually one nested
+  section (``supervised_head: {layer: 3, head: 0}``) whose dataclass is :attr:`Method.config`;
+- the **syntax inputs** it reads (fields of :class:`synattn.attention.SyntaxInputs`), so that
+  batches carry them (``synattn.train.tasks.syntax_request_for``);
+- **where it may go**: :attr:`Method.sides`, any of ``encoder`` (bidirectional self-attention),
+  ``decoder`` (causal self-attention) and ``cross`` (a translation decoder's attention to the
+  source);
+- its **checks** (:meth:`Method.validate`) and the heads it **claims** (:meth:`Method.claims`): two
+  methods claiming one head of one layer cannot be combined; the rule is written once, in
+  :func:`check_claims`;
+- how it **builds** its attention features for one layer (:meth:`Method.layer_features`,
+  :meth:`Method.cross_features`), and for Hugging Face models (:meth:`Method.hf_features`,
+  generated from :attr:`Method.config` and :meth:`Method.feature` unless a method writes its own).
+
+Model configs (``synattn.models.config``), the syntax request, model building
+(``synattn.models.features``) and ``synattn.hf.FEATURES`` iterate :func:`methods`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from synattn.attention.feature import AttentionFeature
+from synattn.errors import ConfigError
+
+SIDES = ("encoder", "decoder", "cross")
+"""Where a feature can go: bidirectional self-attention, causal self-attention, cross-attention."""
+
+_MISSING = dataclasses.MISSING
+
+
+@dataclass(frozen=True)
+class Site:
+    """One attention module of a model, as the builders see it.
+
+    Attributes:
+        side: ``"encoder"``, ``"decoder"`` or ``"cross"``.
+        layer: the layer index within its side.
+        heads: number of query heads H.
+        head_dim: d_k.
+        d_model: width of the hidden states the attention reads.
+    """
+
+    side: str
+    layer: int
+    heads: int
+    head_dim: int
+    d_model: int
+
+    @property
+    def key(self) -> str:
+        """Name of the site's submodule under ``model.synattn`` (``"encoder_3"``)."""
+        return f"{self.side}_{self.layer}"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One field a method adds to ``StackConfig``: name, type annotation, default (or factory)."""
+
+    name: str
+    type: Any
+    default: Any = None
+    factory: Callable[[], Any] | None = None
+
+    def field(self) -> tuple[str, Any, Any]:
+        """The ``(name, type, dataclasses.field)`` triple of ``dataclasses.make_dataclass``."""
+        if self.factory is not None:
+            return self.name, self.type, dataclasses.field(default_factory=self.factory)
+        return self.name, self.type, dataclasses.field(default=self.default)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Heads whose attention one method replaces or trains.
+
+    Attributes:
+        label: the setting in config terms (``encoder.supervised_head (layer 3, head 0)``).
+        heads: the claimed head indices.
+        layers: the layers where they are claimed (None: every layer of the stack).
+    """
+
+    label: str
+    heads: tuple[int, ...]
+    layers: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
+class HFFeature:
+    """How a method is built inside a Hugging Face model (``synattn.hf.FeatureKind``'s fields).
+
+    ``build(site, options, shared)`` returns the feature; ``shared`` is a dict kept for one model
+    and side. ``reads_hidden``: the feature reads the attention's input hidden states.
+    """
+
+    defaults: dict[str, Any]
+    sides: tuple[str, ...]
+    build: Callable[[Site, dict[str, Any], dict[str, Any]], AttentionFeature]
+    reads_hidden: bool = False
+
+
+class Method:
+    """One attention method: its settings, inputs, placement, checks and builders.
+
+    Subclass it in one module of :mod:`synattn.methods`, set the class attributes, override the
+    hooks you need and decorate the class with :func:`register`. The defaults fit a method with one
+    nested section ``name: config | None`` (off when null) and one feature per layer built by
+    :meth:`feature`.
+
+    Class attributes:
+        name: the method's key in a stack config (and its Hugging Face feature name).
+        config: the dataclass of its section (None: the method writes its own :meth:`options`).
+        sides: where it may go (:data:`SIDES`).
+        order: its place among a layer's features (0 first; see ``synattn.models.features``).
+        fields_read: the syntax fields it reads when on.
+        reads_hidden: its feature reads the attention's input hidden states (Hugging Face sites
+            then capture them).
+    """
+
+    name: ClassVar[str]
+    config: ClassVar[type | None] = None
+    sides: ClassVar[tuple[str, ...]] = ("encoder", "decoder")
+    order: ClassVar[float] = 50.0
+    fields_read: ClassVar[frozenset[str]] = frozenset()
+    reads_hidden: ClassVar[bool] = False
+
+    # ---------------------------------------------------------------- settings
+    def options(self) -> list[Option]:
+        """The fields this method adds to ``StackConfig`` (default: ``name: config | None = None``)."""
+        return [Option(self.name, self.config | None, None)]
+
+    def upgrade(self, data: dict[str, Any], where: str) -> dict[str, Any]:
+        """Rewrites older spellings of this method's keys in a stack's dict (``where``: its path)."""
+        return data
+
+    def coerce(self, stack: Any) -> None:
+        """Normalises a directly constructed stack config in place (e.g. a shorthand string)."""
+
+    def section(self, stack: Any) -> Any:
+        """This method's settings in ``stack`` (None when off)."""
+        return getattr(stack, self.name)
+
+    def active(self, stack: Any) -> bool:
+        """Whether the method is on in ``stack``."""
+        return self.section(stack) is not None
+
+    # ---------------------------------------------------------------- inputs and placement
+    def reads(self, stack: Any) -> set[str]:
+        """The syntax fields the method needs for ``stack`` (none when off)."""
+        return set(self.fields_read) if self.active(stack) else set()
+
+    def allowed(self, model: Any, side: str) -> bool:
+        """Whether the method may be on in stack ``side`` of ``model`` (a model config)."""
+        if "cross" in self.sides and model.has_cross_attention(side):
+            return True
+        return side in self.sides
+
+    def misplaced(self, model: Any, side: str, stack: Any) -> str:
+        """The error when the method is on in a stack where it cannot go."""
+        goes = " and ".join({"encoder": "encoders (bidirectional self-attention)",
+                             "decoder": "decoders (causal self-attention)",
+                             "cross": "translation decoders' cross-attention"}[s] for s in self.sides)
+        return f"{side}.{self.name} is set, but {self.name} goes into {goes} only"
+
+    # ---------------------------------------------------------------- checks
+    def validate(self, model: Any, side: str, stack: Any) -> None:
+        """Raises :class:`ConfigError` for bad values of this method's settings in ``stack``."""
+
+    def claims(self, model: Any, side: str, stack: Any) -> list[Claim]:
+        """The heads the method replaces or trains (see :func:`check_claims`)."""
+        return []
+
+    # ---------------------------------------------------------------- building
+    def position(self, stack: Any) -> float:
+        """Its place among a layer's features (default :attr:`order`)."""
+        return self.order
+
+    def applies(self, stack: Any, layer: int) -> bool:
+        """Whether layer ``layer`` gets the method (default: the section's ``layers``, None = all)."""
+        layers = getattr(self.section(stack), "layers", None)
+        return layers is None or layer in layers
+
+    def feature(self, site: Site, settings: Any) -> AttentionFeature:
+        """The method's feature at ``site`` from its section ``settings`` (an instance of :attr:`config`)."""
+        raise NotImplementedError(f"{type(self).__name__} builds no single feature")
+
+    def layer_features(self, model: Any, stack: Any, site: Site, shared: dict[str, Any]
+                       ) -> list[AttentionFeature]:
+        """The self-attention features of one layer (``shared``: a dict kept for the stack)."""
+        if "cross" in self.sides and not ({"encoder", "decoder"} & set(self.sides)):
+            return []
+        if not self.active(stack) or not self.applies(stack, site.layer):
+            return []
+        return [self.feature(site, self.section(stack))]
+
+    def cross_features(self, model: Any, stack: Any, site: Site) -> list[AttentionFeature]:
+        """The cross-attention features of one decoder layer."""
+        return []
+
+    def hf_features(self) -> dict[str, HFFeature]:
+        """Its entries of ``synattn.hf.FEATURES`` (default: one, options = :attr:`config`'s fields)."""
+        if self.config is None:
+            return {}
+        config = self.config
+        defaults = {f.name: _default(f) for f in dataclasses.fields(config) if f.name != "layers"}
+
+        def build(site: Site, options: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
+            return self.feature(site, config(**options))
+
+        return {self.name: HFFeature(defaults, self.sides, build, self.reads_hidden)}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not _MISSING else f.default
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: registers one instance of a :class:`Method` subclass under its ``name``."""
+    if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
+        raise ValueError(f"method {cls.name!r} is registered twice ({type(_REGISTRY[cls.name]).__name__} "
+                         f"and {cls.__name__})")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def registered() -> list[Method]:
+    """The registered methods, in registration order (without importing the built-in ones)."""
+    return list(_REGISTRY.values())
+
+
+def check_claims(model: Any, side: str, stack: Any, methods: list[Method]) -> None:
+    """Raises :class:`ConfigError` when two claims of stack ``side`` share a head of one layer.
+
+    The later-registered method is named first (``encoder.syntactic_attention (layer 1, heads
+    [1, 0]) and encoder.supervised_head (layer 1, head 0) claim the same head``).
+    """
+    claims = [claim for method in reversed(methods) if method.active(stack)
+              for claim in method.claims(model, side, stack)]
+    for i, first in enumerate(claims):
+        for second in claims[i + 1:]:
+            layers = (set(range(stack.layers)) if first.layers is None else set(first.layers)) & (
+                set(range(stack.layers)) if second.layers is None else set(second.layers))
+            if layers and set(first.heads) & set(second.heads):
+                raise ConfigError(f"{first.label} and {second.label} claim the same head")
+
+
+def check_head(value: int, where: str, heads: int) -> None:
+    """Raises :class:`ConfigError` unless ``0 <= value < heads``."""
+    if not 0 <= value < heads:
+        raise ConfigError(f"{where}={value} is out of range for heads={heads}")
+
+
+def check_layer(value: int, where: str, side: str, layers: int) -> None:
+    """Raises :class:`ConfigError` unless ``0 <= value < layers``."""
+    if not 0 <= value < layers:
+        raise ConfigError(f"{where}={value} is out of range for {side}.layers={layers}")

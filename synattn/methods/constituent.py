@@ -1,0 +1,63 @@
+"""Tree Transformer constituent attention (Wang, Lee, Chen 2019, eq. 4–7; docs/methods.md §3).
+
+Settings (flat keys of a stack config)::
+
+    constituent: true            # in every layer of an encoder; one a-value record per stack
+    constituent_diagonal: 1.0    # C_ii: 1 (the paper's empty product) or 1e-9 (the public code)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from synattn.attention import ConstituentAttention, ConstituentState
+from synattn.attention.feature import AttentionFeature
+from synattn.errors import ConfigError
+from synattn.methods.base import HFFeature, Method, Option, Site, register
+
+STATE = "constituent_state"
+"""Key of the stack's :class:`ConstituentState` in the dict shared by its layers."""
+
+
+def _constituent(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
+    state = shared.setdefault(STATE, ConstituentState())
+    index = shared["constituent_layers"] = shared.get("constituent_layers", -1) + 1
+    return ConstituentAttention(site.d_model, index, state)
+
+
+@register
+class Constituent(Method):
+    """The constituent prior C on every head of every encoder layer."""
+
+    name = "constituent"
+    sides = ("encoder",)
+    order = 40
+    reads_hidden = True
+
+    def options(self):
+        return [Option("constituent", bool, False), Option("constituent_diagonal", float, 1.0)]
+
+    def active(self, stack: Any) -> bool:
+        return stack.constituent
+
+    def misplaced(self, model: Any, side: str, stack: Any) -> str:
+        return (f"{side}.constituent=true, but constituent attention (Tree Transformer) needs "
+                f"bidirectional self-attention and the {side} is causal; use it in an encoder")
+
+    def validate(self, model: Any, side: str, stack: Any) -> None:
+        if not 0.0 <= stack.constituent_diagonal <= 1.0:
+            raise ConfigError(f"{side}.constituent_diagonal={stack.constituent_diagonal} must lie in [0, 1]")
+        if stack.constituent_diagonal != 1.0 and not stack.constituent:
+            raise ConfigError(f"{side}.constituent_diagonal={stack.constituent_diagonal}, but "
+                              f"{side}.constituent is off")
+
+    def layer_features(self, model: Any, stack: Any, site: Site, shared: dict[str, Any]
+                       ) -> list[AttentionFeature]:
+        if not stack.constituent:
+            return []
+        state = shared.setdefault(STATE, ConstituentState())
+        return [ConstituentAttention(site.d_model, site.layer, state, diagonal=stack.constituent_diagonal)]
+
+    def hf_features(self) -> dict[str, HFFeature]:
+        # Tree Transformer constituent prior (Wang, Lee, Chen 2019, eq. 4-7)
+        return {"constituent": HFFeature({}, ("encoder",), _constituent, reads_hidden=True)}

@@ -1,0 +1,60 @@
+"""Structured encoder-decoder attention: segmentation attention (Kim, Denton, Hoang, Rush 2017,
+sec. 3.1; docs/methods.md §5) or its sigmoid baseline, in every layer of a translation decoder.
+
+Settings (flat keys of a stack config)::
+
+    cross_attention: segmentation     # or sigmoid; null: softmax
+    cross_attention_normalize: false  # the public code's 2 p_i / Σ_j p_j
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from synattn.attention import SegmentationAttention
+from synattn.attention.feature import AttentionFeature
+from synattn.errors import ConfigError
+from synattn.methods.base import HFFeature, Method, Option, Site, register
+
+CROSS_ATTENTION = ("segmentation", "sigmoid")
+"""Structured encoder-decoder attention (docs/methods.md §5): the chain CRF, or its sigmoid baseline."""
+
+
+def _segmentation(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
+    return SegmentationAttention(site.heads, o["mode"], o["normalize"])
+
+
+@register
+class CrossAttention(Method):
+    """Segmentation (or sigmoid) attention on a translation decoder's cross-attention."""
+
+    name = "cross_attention"
+    sides = ("cross",)
+    order = 0
+
+    def options(self):
+        return [Option("cross_attention", str | None, None), Option("cross_attention_normalize", bool, False)]
+
+    def misplaced(self, model: Any, side: str, stack: Any) -> str:
+        return (f"{side}.cross_attention={stack.cross_attention!r}, but the {side} of this {model.model_type} "
+                "model has no cross-attention (only a translation decoder attends to the source)")
+
+    def validate(self, model: Any, side: str, stack: Any) -> None:
+        kind = stack.cross_attention
+        if kind is not None and kind not in CROSS_ATTENTION:
+            raise ConfigError(f"{side}.cross_attention={kind!r}: use one of {', '.join(CROSS_ATTENTION)} "
+                              "(or null for softmax attention)")
+        if stack.cross_attention_normalize and kind is None:
+            raise ConfigError(f"{side}.cross_attention_normalize=true, but {side}.cross_attention is "
+                              "not set (segmentation or sigmoid)")
+
+    def cross_features(self, model: Any, stack: Any, site: Site) -> list[AttentionFeature]:
+        if stack.cross_attention is None:
+            return []
+        mode = "structured" if stack.cross_attention == "segmentation" else "sigmoid"
+        return [SegmentationAttention(model.heads, mode, stack.cross_attention_normalize)]
+
+    def hf_features(self) -> dict[str, HFFeature]:
+        # segmentation attention (Kim et al. 2017, sec. 3.1) on the decoder's cross-attention
+        return {"segmentation": HFFeature({"mode": "structured", "normalize": False}, ("cross",),
+                                          _segmentation)}

@@ -1,0 +1,108 @@
+"""Relative attention over sequential, tree-distance and tree-traversal relations (Shaw,
+Uszkoreit, Vaswani 2018, eq. 3–4; docs/methods.md §1).
+
+Settings (flat keys of a stack config)::
+
+    relations: [tree_distance, sequential]   # any of sequential, tree_distance, traversal; summed
+    relation_layers: null                     # the layers that get them (null: every layer)
+    max_relative_position: 16                 # Shaw's clipping distance k
+    max_distance: 8                           # largest tree distance with its own label
+    max_traversal: 4                          # longest traversal path with its own label
+    relative_values: true                     # also learn value embeddings a^V
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from synattn.attention import RelativePositions, TreeRelations
+from synattn.attention.feature import AttentionFeature
+from synattn.errors import ConfigError
+from synattn.methods.base import HFFeature, Method, Option, Site, register
+from synattn.trees.relations import distance_vocab, traversal_vocab
+
+RELATIONS = ("sequential", "tree_distance", "traversal")
+"""Relation kinds of relative attention: Shaw positions, tree distance, tree traversal."""
+
+FIELDS = {"tree_distance": "tree_dist", "traversal": "traversal"}
+"""The syntax field each tree relation reads."""
+
+
+def relation_labels(field: str, max_distance: int, max_traversal: int) -> int:
+    """Number of tree-relation labels: the vocabulary of ``field`` plus one ``outside`` label
+    (special tokens and padding, :mod:`synattn.hf.align`)."""
+    vocab = distance_vocab(max_distance) if field == "tree_dist" else traversal_vocab(max_traversal)
+    return len(vocab) + 1
+
+
+def _tree_relations(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
+    labels = relation_labels(o["field"], o["max_distance"], o["max_traversal"])
+    return TreeRelations(o["field"], labels, site.head_dim, values=o["values"])
+
+
+def _relative_positions(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
+    return RelativePositions(o["max_relative"], site.head_dim, values=o["values"])
+
+
+@register
+class Relations(Method):
+    """Shaw relative positions and tree-label relations on the self-attention."""
+
+    name = "relations"
+    sides = ("encoder", "decoder")
+    order = 10
+
+    def options(self) -> list[Option]:
+        return [Option("relations", list[str], factory=list), Option("relation_layers", list[int] | None, None),
+                Option("max_relative_position", int, 16), Option("max_distance", int, 8),
+                Option("max_traversal", int, 4), Option("relative_values", bool, True)]
+
+    def active(self, stack: Any) -> bool:
+        return bool(stack.relations)
+
+    def reads(self, stack: Any) -> set[str]:
+        return {FIELDS[r] for r in stack.relations if r in FIELDS}
+
+    def validate(self, model: Any, side: str, stack: Any) -> None:
+        for relation in stack.relations:
+            if relation not in RELATIONS:
+                raise ConfigError(f"{side}.relations: unknown relation {relation!r}; known: {', '.join(RELATIONS)}")
+        if len(set(stack.relations)) != len(stack.relations):
+            raise ConfigError(f"{side}.relations={stack.relations} lists a relation twice")
+        if stack.relation_layers is not None:
+            if not stack.relations:
+                raise ConfigError(f"{side}.relation_layers is set but {side}.relations is empty")
+            for layer in stack.relation_layers:
+                if not 0 <= layer < stack.layers:
+                    raise ConfigError(f"{side}.relation_layers has layer {layer}, out of range for "
+                                      f"{side}.layers={stack.layers}")
+        for name in ("max_relative_position", "max_distance", "max_traversal"):
+            if getattr(stack, name) < 1:
+                raise ConfigError(f"{side}.{name}={getattr(stack, name)} must be at least 1")
+
+    def layer_features(self, model: Any, stack: Any, site: Site, shared: dict[str, Any]
+                       ) -> list[AttentionFeature]:
+        if stack.relation_layers is not None and site.layer not in stack.relation_layers:
+            return []
+        values, features = stack.relative_values, []
+        for relation in stack.relations:
+            if relation == "sequential":
+                features.append(RelativePositions(stack.max_relative_position, site.head_dim, values))
+            elif relation == "tree_distance":
+                features.append(TreeRelations("tree_dist", len(distance_vocab(stack.max_distance)),
+                                              site.head_dim, values))
+            else:
+                features.append(TreeRelations("traversal", len(traversal_vocab(stack.max_traversal)),
+                                              site.head_dim, values))
+        return features
+
+    def hf_features(self) -> dict[str, HFFeature]:
+        return {
+            # Shaw, Uszkoreit, Vaswani 2018 eq. 3-4 on tree labels (docs/methods.md, tree relations)
+            "tree_relations": HFFeature(
+                {"field": "tree_dist", "max_distance": 8, "max_traversal": 4, "values": True},
+                ("encoder", "decoder"), _tree_relations),
+            # Shaw et al. 2018 sequential relative positions
+            "relative_positions": HFFeature({"max_relative": 16, "values": True},
+                                            ("encoder", "decoder"), _relative_positions),
+        }

@@ -1,0 +1,74 @@
+"""The dependency-supervised head (Deguchi et al. 2019; Strubell et al. 2018; docs/methods.md §2).
+
+Settings::
+
+    supervised_head: {layer: 3, head: 0, weight: 1.0}   # its parse loss is named ``parse``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from synattn.attention import SupervisedHead
+from synattn.attention.feature import AttentionFeature
+from synattn.errors import ConfigError
+from synattn.methods.base import Claim, HFFeature, Method, Site, register
+
+
+@dataclass
+class SupervisedHeadConfig:
+    """The dependency-supervised head of one layer (Deguchi et al. 2019; docs/methods.md §2).
+
+    Attributes:
+        layer: 0-based layer index (default: the 4th layer).
+        head: head index.
+        weight: λ, weight of its parse loss.
+    """
+
+    layer: int = 3
+    head: int = 0
+    weight: float = 1.0
+
+
+def _supervised(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
+    return SupervisedHead(site.head_dim, o["head"], o["weight"], o["name"])
+
+
+@register
+class SupervisedHeadMethod(Method):
+    """A biaffine head trained toward the dependency heads (its loss: ``<side>.<layer>.parse``)."""
+
+    name = "supervised_head"
+    config = SupervisedHeadConfig
+    sides = ("encoder", "decoder")
+    order = 30
+    fields_read = frozenset({"head_targets"})
+
+    def validate(self, model: Any, side: str, stack: Any) -> None:
+        sup = stack.supervised_head
+        if sup is None:
+            return
+        if sup.weight < 0:
+            raise ConfigError(f"{side}.supervised_head.weight={sup.weight} must be >= 0")
+        if not 0 <= sup.layer < stack.layers:
+            raise ConfigError(f"{side}.supervised_head.layer={sup.layer} is out of range for "
+                              f"{side}.layers={stack.layers}")
+        if not 0 <= sup.head < model.heads:
+            raise ConfigError(f"{side}.supervised_head.head={sup.head} is out of range for heads={model.heads}")
+
+    def claims(self, model: Any, side: str, stack: Any) -> list[Claim]:
+        sup = stack.supervised_head
+        return [Claim(f"{side}.supervised_head (layer {sup.layer}, head {sup.head})", (sup.head,),
+                      frozenset({sup.layer}))]
+
+    def applies(self, stack: Any, layer: int) -> bool:
+        return layer == stack.supervised_head.layer
+
+    def feature(self, site: Site, settings: SupervisedHeadConfig) -> AttentionFeature:
+        return SupervisedHead(site.head_dim, settings.head, settings.weight, name="parse")
+
+    def hf_features(self) -> dict[str, HFFeature]:
+        # biaffine dependency-supervised head (Strubell et al. 2018; docs/methods.md, supervised head)
+        return {"supervised_head": HFFeature({"head": 0, "weight": 1.0, "name": "parse"},
+                                             ("encoder", "decoder"), _supervised)}

@@ -1,0 +1,107 @@
+"""The kinds of model synattn trains (the ``task:`` of an experiment), one registered
+:class:`TaskKind` each: its name, model config and model classes, its training loss and the hooks
+evaluation uses. Code elsewhere asks a kind what it does (``kind.parallel``, ``kind.translates``)
+instead of comparing task names.
+
+Example:
+    >>> from synattn.train.kinds import task_kind
+    >>> kind = task_kind("mt")
+    >>> kind.config.__name__, kind.model.__name__, kind.translates
+    ('EncoderDecoderConfig', 'EncoderDecoderTransformer', True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from synattn.data.batching import Batch, SyntaxRequest
+from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, MaskedLM,
+                            MaskedLMConfig, TransformerLM)
+from synattn.train.tasks import LanguageModelTask, MaskedLMTask, Task, TranslationTask
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """One kind of model and how it is trained and evaluated.
+
+    Attributes:
+        name: the ``task:`` of an experiment config (``mt``, ``lm``, ``mlm``).
+        config, model: the model config class and the model class.
+        training: ``training(model, label_smoothing, request)`` → the :class:`Task` giving its loss.
+        parallel: needs a parallel dataset (source and target text).
+        translates: decodes translations (BLEU and chrF while training and at evaluation).
+        attention_analysis: evaluation reads its supervised heads and attention distributions.
+        evaluate: ``evaluate(model, batch)`` → the model output with attentions (evaluation hook).
+    """
+
+    name: str
+    config: type
+    model: type
+    training: Callable[[nn.Module, float, SyntaxRequest], Task]
+    parallel: bool = False
+    translates: bool = False
+    attention_analysis: bool = True
+    evaluate: Callable[[nn.Module, Batch], Any] | None = None
+
+    def vocab_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
+        """The model's vocabulary-size keys from a dataset manifest's ``vocab_size`` (by side)."""
+        if self.parallel:
+            return {"src_vocab_size": sizes["src"], "tgt_vocab_size": sizes["tgt"]}
+        return {"vocab_size": sizes["src"]}
+
+    def data_sides(self, request: SyntaxRequest) -> tuple[tuple[str, frozenset[str]], ...]:
+        """The syntax the model needs from each side's trees: a monolingual model reads the source
+        trees for both of its request's sides (a language model's hints come from them)."""
+        if self.parallel:
+            return (("src", request.src), ("tgt", request.tgt))
+        return (("src", request.src | request.tgt),)
+
+
+TASK_KINDS: dict[str, TaskKind] = {}
+"""The registered kinds by name."""
+
+
+def register_task(kind: TaskKind) -> TaskKind:
+    """Registers ``kind`` under its name (a name is registered once)."""
+    if kind.name in TASK_KINDS:
+        raise ValueError(f"task {kind.name!r} is registered twice")
+    TASK_KINDS[kind.name] = kind
+    return kind
+
+
+def task_kind(name: str) -> TaskKind:
+    """The kind called ``name`` (``KeyError`` listing the known ones)."""
+    if name not in TASK_KINDS:
+        raise KeyError(f"task {name!r}: expected one of {', '.join(TASK_KINDS)}")
+    return TASK_KINDS[name]
+
+
+def kind_of(model_or_config: Any) -> TaskKind:
+    """The kind of a model or model config (by class; a wrapped DDP model is unwrapped)."""
+    obj = getattr(model_or_config, "module", model_or_config)
+    config = getattr(obj, "config", obj)
+    for kind in TASK_KINDS.values():
+        if isinstance(config, kind.config):
+            return kind
+    raise TypeError(f"no task for {type(obj).__name__}; build one by hand (see synattn.train.tasks)")
+
+
+register_task(TaskKind(
+    "mt", EncoderDecoderConfig, EncoderDecoderTransformer,
+    lambda model, smoothing, request: TranslationTask(smoothing, request),
+    parallel=True, translates=True,
+    evaluate=lambda model, batch: model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax,
+                                        tgt_syntax=batch.tgt_syntax, need_weights=True)))
+register_task(TaskKind(
+    "lm", LanguageModelConfig, TransformerLM,
+    lambda model, smoothing, request: LanguageModelTask(request=request),
+    attention_analysis=False))
+register_task(TaskKind(
+    "mlm", MaskedLMConfig, MaskedLM,
+    lambda model, smoothing, request: MaskedLMTask(model.config.mask_id, model.config.vocab_size,
+                                                   request=request),
+    evaluate=lambda model, batch: model(batch.src, syntax=batch.src_syntax, need_weights=True)))

@@ -1,0 +1,121 @@
+"""The method registry (synattn.methods): what the stack configs, the syntax request, the layers and
+synattn.hf read from it, and the older spellings of the Bird-Eye settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import pytest
+
+from synattn.experiment import ExperimentConfig
+from synattn.hf import FEATURES
+from synattn.methods import Claim, Method, check_claims, method, methods, register
+from synattn.models import EncoderDecoderConfig, LanguageModelConfig, StackConfig
+from synattn.models.config import BirdEyeConfig
+
+TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_the_built_in_methods_and_their_settings():
+    names = [m.name for m in methods()]
+    assert names[:7] == ["relations", "specialized_heads", "supervised_head", "constituent", "bird_eye",
+                         "cross_attention", "syntactic_attention"]
+    fields = [f.name for f in dataclasses.fields(StackConfig)]
+    assert fields[:15] == ["layers", "relations", "relation_layers", "max_relative_position", "max_distance",
+                           "max_traversal", "relative_values", "specialized_heads", "supervised_head",
+                           "constituent", "constituent_diagonal", "bird_eye", "cross_attention",
+                           "cross_attention_normalize", "syntactic_attention"]
+    assert set(fields[15:]) == {o.name for m in methods()[7:] for o in m.options()}
+
+
+def test_hugging_face_features_come_from_the_registry():
+    assert list(FEATURES)[:9] == ["tree_relations", "relative_positions", "specialized_heads",
+                                  "supervised_head", "constituent", "pointer", "bird_eye_reweighting",
+                                  "segmentation", "syntactic"]
+    assert set(FEATURES) == {name for m in methods() for name in m.hf_features()}
+    assert FEATURES["pointer"].sides == ("decoder",) and FEATURES["segmentation"].sides == ("cross",)
+
+
+def test_a_name_is_registered_once():
+    class Twice(Method):
+        name = "supervised_head"
+
+    with pytest.raises(ValueError, match="method 'supervised_head' is registered twice"):
+        register(Twice)
+    with pytest.raises(KeyError, match="no method 'nope'"):
+        method("nope")
+
+
+def test_the_default_placement_check_names_the_sides():
+    class CrossOnly(Method):
+        name = "cross_only"
+        sides = ("cross",)
+
+    mt = EncoderDecoderConfig(src_vocab_size=9, tgt_vocab_size=9, **TINY)
+    spec = CrossOnly()
+    assert spec.allowed(mt, "decoder") and not spec.allowed(mt, "encoder")
+    assert spec.misplaced(mt, "encoder", None) == ("encoder.cross_only is set, but cross_only goes into "
+                                                   "translation decoders' cross-attention only")
+
+
+def test_claims_on_different_layers_or_heads_compose():
+    stack = StackConfig(layers=3)
+    spec = Method()
+    a = Claim("a", (0,), frozenset({1}))
+
+    class Claims(Method):
+        name = "claims"
+
+        def __init__(self, claims):
+            self._claims = claims
+
+        def active(self, stack):
+            return True
+
+        def claims(self, model, side, stack):
+            return self._claims
+
+    check_claims(None, "encoder", stack, [Claims([a, Claim("b", (0,), frozenset({2})), Claim("c", (1,))])])
+    with pytest.raises(ValueError, match="^c and a claim the same head$"):
+        check_claims(None, "encoder", stack, [Claims([a]), Claims([Claim("c", (0, 1))])])
+    del spec
+
+
+def _decoder(**decoder):
+    return EncoderDecoderConfig.from_dict(dict(TINY, src_vocab_size=9, tgt_vocab_size=9, decoder=decoder)).decoder
+
+
+def test_bird_eye_is_a_section_and_its_string_is_a_shorthand():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _decoder(bird_eye="sf").bird_eye == BirdEyeConfig("sf")
+        assert _decoder(bird_eye={"pointer_head": 1}).bird_eye == BirdEyeConfig("sg", 1.0, 1)
+        assert StackConfig(bird_eye="sg").bird_eye == BirdEyeConfig()
+        # the full dump of an older config without Bird-Eye attention loads silently
+        old = dict(StackConfig().__dict__, bird_eye=None, pointer_weight=1.0, pointer_head=None)
+        del old["layers"]
+        assert _decoder(**old).bird_eye is None
+
+
+def test_the_older_flat_pointer_keys_still_load_with_a_warning():
+    with pytest.warns(FutureWarning, match=r"decoder\.pointer_weight, pointer_head: write them inside "
+                                           r"decoder\.bird_eye"):
+        stack = _decoder(layers=2, bird_eye="sg", pointer_weight=0.25, pointer_head=1)
+    assert stack.bird_eye == BirdEyeConfig("sg", 0.25, 1)
+    with pytest.raises(ValueError, match=r"decoder\.pointer_head=0 is set, but decoder\.bird_eye=None"):
+        _decoder(pointer_head=0)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=r"decoder\.bird_eye\.pointer_head=1 is "
+                                                                     r"set, but decoder\.bird_eye='sf'"):
+        _decoder(bird_eye="sf", pointer_head=1)
+    lm = LanguageModelConfig.from_dict(dict(TINY, vocab_size=9, decoder={"bird_eye": "sg", "pointer_weight": 1.0}))
+    assert lm.decoder.bird_eye == BirdEyeConfig()
+
+
+def test_the_bet_configs_load_as_sections():
+    sg = ExperimentConfig.from_yaml(CONFIGS / "bet_sg.yaml")
+    sf = ExperimentConfig.from_yaml(CONFIGS / "bet_sf.yaml")
+    assert sg.model["decoder"]["bird_eye"] == {"variant": "sg", "pointer_weight": 1.0}
+    assert sf.model["decoder"]["bird_eye"] == "sf"

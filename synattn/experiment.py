@@ -207,6 +207,7 @@ class ExperimentConfig:
                 dataset, the model needs trees the dataset lacks, or shared embeddings meet two
                 tokenizers.
         """
+        from synattn.data.validate import check_labels, check_manifest
         from synattn.train.tasks import syntax_request_for
 
         folder = Path(self.data)
@@ -217,12 +218,7 @@ class ExperimentConfig:
         if not manifest_path.is_file():
             raise ConfigError(f"data: {folder} is not a prepared dataset (no manifest.json); run "
                               "'synattn prepare' first")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            labels_path = folder / "labels.json"
-            labels = json.loads(labels_path.read_text(encoding="utf-8")) if labels_path.exists() else {}
-        except (ValueError, OSError) as err:
-            raise ConfigError(f"data: cannot read {manifest_path.name} of {folder}: {err}") from None
+        manifest, labels = check_manifest(folder), check_labels(folder)  # a damaged file: InputError naming it
         spm = manifest.get("spm", {})
         if self.model.get("share_embeddings") and spm.get("src") != spm.get("tgt"):
             raise ConfigError(f"model.share_embeddings=true needs one vocabulary for both sides, but data "

@@ -22,11 +22,13 @@ from pathlib import Path
 
 import torch
 
+from synattn.cli.paths import input_file, output_folder
 from synattn.data.batching import PreparedDataset
+from synattn.data.validate import check_dataset, check_split
 from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, build_model
 from synattn.models.config_io import read_yaml
-from synattn.runs import check_dataset, run_vocab, save_run_vocab
+from synattn.runs import check_dataset as check_run_dataset, run_vocab, save_run_vocab
 from synattn.train import Trainer, resolve_checkpoint, task_for
 
 
@@ -67,7 +69,9 @@ def load_experiment(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     if args.config is None and not (args.resume and args.run_dir):
         raise ConfigError("--config is required (without it, --resume --run-dir RUN continues RUN with its "
                           "own config)")
-    run_dir = Path(args.run_dir or Path("runs") / Path(args.config).stem)
+    if args.config is not None:
+        input_file(args.config, "--config")
+    run_dir = output_folder(args.run_dir or Path("runs") / Path(args.config).stem, "--run-dir")
     saved = run_dir / "config.yaml"
     if args.resume and resolve_checkpoint(run_dir) is not None and saved.is_file():
         raw = read_yaml(saved)
@@ -98,13 +102,24 @@ def _prepare_run_dir(run_dir: Path, exp: ExperimentConfig, resume: bool) -> None
         raise ConfigError(f"--run-dir {run_dir} already has checkpoints: resume it (--resume) or choose "
                           "another directory")
     if started and run_vocab(run_dir) is not None:
-        check_dataset(run_dir, exp.data)
+        check_run_dataset(run_dir, exp.data)
     elif int(os.environ.get("RANK", "0")) == 0:  # under torchrun, the first process writes
         save_run_vocab(run_dir, exp.data)
 
 
+def check_training_data(folder: str | Path) -> None:
+    """The dataset a run trains on, checked before anything is written: manifest, labels,
+    sentencepiece models, and every array of ``train`` and ``dev`` with every stored index
+    (:mod:`synattn.data.validate`; under a second for 30k sentence pairs)."""
+    manifest = check_dataset(folder)
+    for split in ("train", "dev"):
+        if split in manifest["splits"] or split == "train":
+            check_split(folder, split, manifest)
+
+
 def run(args: argparse.Namespace) -> int:
     exp, run_dir = load_experiment(args)
+    check_training_data(exp.data)
     _prepare_run_dir(run_dir, exp, args.resume)
     torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
     model = build_model(exp)

@@ -27,6 +27,7 @@ from synattn.data.batching import PreparedDataset
 from synattn.data.validate import check_dataset, check_split
 from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, build_model
+from synattn.locks import FolderLock
 from synattn.models.config_io import read_yaml
 from synattn.runs import check_dataset as check_run_dataset, run_vocab, save_run_vocab
 from synattn.train import Trainer, resolve_checkpoint, task_for
@@ -120,18 +121,25 @@ def check_training_data(folder: str | Path) -> None:
 def run(args: argparse.Namespace) -> int:
     exp, run_dir = load_experiment(args)
     check_training_data(exp.data)
-    _prepare_run_dir(run_dir, exp, args.resume)
-    torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
-    model = build_model(exp)
-    train = PreparedDataset(exp.data, "train")
-    dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None
-    metrics = bleu_hook(model, exp, dev) if exp.task == "mt" and dev is not None and exp.eval.bleu_sentences else None
-    trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train, train, run_dir,
-                      valid_data=dev, valid_metrics=metrics, run_config={"experiment": exp.to_dict()})
+    lock = FolderLock(run_dir, "run directory")
+    if int(os.environ.get("RANK", "0")) == 0:  # one writer, from before the run's tokenizers are copied
+        lock.acquire()
     try:
-        result = trainer.train(resume=args.resume)
+        _prepare_run_dir(run_dir, exp, args.resume)
+        torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
+        model = build_model(exp)
+        train = PreparedDataset(exp.data, "train")
+        dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None
+        metrics = bleu_hook(model, exp, dev) if exp.task == "mt" and dev is not None and exp.eval.bleu_sentences \
+            else None
+        trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train, train, run_dir,
+                          valid_data=dev, valid_metrics=metrics, run_config={"experiment": exp.to_dict()})
+        try:
+            result = trainer.train(resume=args.resume, lock=lock)
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        lock.release()
     if trainer.dist.is_main:
         best = "none" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
         print(f"stopped by {result.stopped_by} at step {result.step} (epoch {trainer.epochs_started}); best valid "

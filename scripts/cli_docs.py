@@ -50,7 +50,7 @@ GENERAL = """## Exit status, errors and safety
   or hand-edited file is a one-line error naming it. `--data` must have the run's vocabulary.
   Opening a split of a prepared dataset always checks the manifest and the shapes of its arrays
   (one sentence count, offsets that fit: milliseconds); `synattn train` also checks every stored
-  index of `train` and `dev` against its range before it writes anything (under a second for 30k
+  index of `train` and `dev` against its range before it writes anything (about a second for 30k
   sentence pairs)."""
 
 

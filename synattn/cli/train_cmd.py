@@ -111,7 +111,7 @@ def _prepare_run_dir(run_dir: Path, exp: ExperimentConfig, resume: bool) -> None
 def check_training_data(folder: str | Path) -> None:
     """The dataset a run trains on, checked before anything is written: manifest, labels,
     sentencepiece models, and every array of ``train`` and ``dev`` with every stored index
-    (:mod:`synattn.data.validate`; under a second for 30k sentence pairs)."""
+    (:mod:`synattn.data.validate`; about a second for 30k sentence pairs)."""
     manifest = check_dataset(folder)
     for split in ("train", "dev"):
         if split in manifest["splits"] or split == "train":

@@ -195,6 +195,7 @@ class ExperimentConfig(StrictConfig):
                 dataset, the model needs trees the dataset lacks, or shared embeddings meet two
                 tokenizers.
         """
+        from synattn.data.validate import check_labels, check_manifest
         from synattn.train.tasks import syntax_request_for
 
         folder = Path(self.data)
@@ -205,10 +206,7 @@ class ExperimentConfig(StrictConfig):
         if not prepared.is_prepared(folder):
             raise ConfigError(f"data: {folder} is not a prepared dataset (no {MANIFEST}); run "
                               "'synattn prepare' first")
-        try:
-            manifest, labels = prepared.manifest, prepared.labels
-        except (ValueError, OSError) as err:
-            raise ConfigError(f"data: cannot read {prepared.manifest_path.name} of {folder}: {err}") from None
+        manifest, labels = check_manifest(folder), check_labels(folder)  # a damaged file: InputError naming it
         spm = manifest.get("spm", {})
         if self.model.get("share_embeddings") and spm.get("src") != spm.get("tgt"):
             raise ConfigError(f"model.share_embeddings=true needs one vocabulary for both sides, but data "

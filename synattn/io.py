@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,19 +22,39 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     """Write ``path`` through a temporary file in the same folder, renamed into place on success.
 
     A crash or an exception inside the ``with`` block leaves the previous file (if any) untouched and
-    no half-written file under ``path``.
+    no half-written file under ``path``. An operating-system error of the writing itself (a full
+    disk, a folder that cannot be written, ``path`` being a folder) is raised as an ``OSError``
+    naming ``path``, not the temporary file.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected", str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise _naming(err, path) from None
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+    writing = True
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+            writing = False
             yield f
+            writing = True
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and (writing or err.filename is None):
+            raise _naming(err, path) from None  # a write of the block (no file name) or the final flush
         raise
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` (a full disk, a permission denied ...) as an ``OSError`` of the same kind naming ``path``."""
+    cause = err.strerror or str(err)
+    if err.errno == errno.ENOSPC:
+        cause += " (is the disk full?)"
+    return OSError(err.errno, f"cannot write: {cause}", str(path))

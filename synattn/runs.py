@@ -19,12 +19,13 @@ files; a dataset whose files differ (prepared again, or another one) is refused 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import shutil
 from pathlib import Path
 
-from synattn.errors import ConfigError
+from synattn.errors import ConfigError, RunFailure
 
 VOCAB = "vocab"
 MANIFEST = "manifest.json"
@@ -93,6 +94,16 @@ def save_run_vocab(run: str | Path, folder: str | Path) -> Path:
     dataset's fingerprint (written into a temporary folder and renamed into place)."""
     run, folder = Path(run), Path(folder)
     manifest = _manifest(folder)
+    try:
+        return _save_run_vocab(run, folder, manifest)
+    except OSError as err:
+        cause = err.strerror or str(err)
+        if err.errno == errno.ENOSPC:
+            cause += " (is the disk full?)"
+        raise RunFailure(f"{run / VOCAB}: cannot write the run's copy of the tokenizers: {cause}") from None
+
+
+def _save_run_vocab(run: Path, folder: Path, manifest: dict) -> Path:
     target = run / VOCAB
     tmp = run / (VOCAB + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -15,6 +15,7 @@ import typing
 
 import pytest
 import yaml
+from cli_sandbox import FUZZ_SCALE, count_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -98,14 +99,15 @@ def _check(capsys, argv):
     return err
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=FUZZ_SCALE or 150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(overrides=st.lists(OVERRIDE, min_size=1, max_size=3))
 def test_fuzzed_overrides(setup, capsys, overrides):
     _, _, run, config = setup
     _check(capsys, ["train", "--config", str(config), "--run-dir", str(run), *overrides])
+    count_case("config overrides")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=FUZZ_SCALE or 60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=FILES, overrides=st.lists(OVERRIDE, max_size=2), data_option=st.sampled_from([None, "DATA", "missing"]),
        resume=st.booleans())
 def test_fuzzed_config_files_and_options(setup, capsys, text, overrides, data_option, resume):
@@ -119,3 +121,4 @@ def test_fuzzed_config_files_and_options(setup, capsys, text, overrides, data_op
     if resume:  # the checkpoint is empty: a config that passes every check fails to load it
         argv.insert(1, "--resume")
     _check(capsys, argv)
+    count_case("config files and options")

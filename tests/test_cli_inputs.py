@@ -68,7 +68,7 @@ def test_translate_refuses_another_datasets_vocabulary_and_a_masked_lm(tiny, cap
     code = main([*base, "--run", str(tiny / "mt"), "--data", str(tiny / "other")])
     _one_line_error(capsys, code, 2, "is not the dataset run", "spm.tgt.model differ")
     code = main([*base, "--run", str(tiny / "mt"), "--data", str(tiny / "nowhere")])
-    _one_line_error(capsys, code, 2, "not a prepared dataset")
+    _one_line_error(capsys, code, 2, f"--data: {tiny / 'nowhere'}: no such folder")
     code = main([*base, "--run", str(tiny / "mlm")])
     _one_line_error(capsys, code, 2, "translate needs a EncoderDecoderTransformer", "MaskedLM")
     copy = tiny / "copy"  # the same vocabulary in another folder is fine
@@ -95,7 +95,7 @@ def test_evaluate_falls_back_to_last_and_names_a_missing_split(tiny, capsys):
     code = main(["evaluate", "--run", str(tiny / "mt"), "--split", "nosuch"])
     _one_line_error(capsys, code, 2, "has no split 'nosuch'")
     code = main(["evaluate", "--run", str(tiny / "nowhere")])
-    _one_line_error(capsys, code, 2, "not a run directory")
+    _one_line_error(capsys, code, 2, f"--run: {tiny / 'nowhere'}: no such folder")
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "state.pt", "config.json"])

@@ -8,21 +8,16 @@ it; inputs are the shared tiny runs and dataset (``tiny_runs``), which must stay
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import io
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
-import pytest
 import yaml
+from cli_sandbox import FUZZ_CASES, FUZZ_SCALE, count_case, run_cli, sandbox
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from synattn.cli.main import build_parser, main
+from synattn.cli.main import build_parser
 
 COMMANDS = ("translate", "evaluate", "induce", "viz", "stats", "prepare")
 OUTPUTS = {"-o", "--output", "--out", "--json", "--hypotheses", "--out-prefix", "--plot"}
@@ -30,10 +25,9 @@ SKIPPED = {"--help", "-h", "--corpus"}  # --corpus reads a whole built-in corpus
 NUMBERS = ["-5", "0", "1", "2", "3", "7", "1000000", "nan", "inf", "-inf", "abc", "1e3", "0.5", "-0", ""]
 SPLITS = ["train", "test", "dev", "nosuch", "../x", "cache", "a/b", ".h", "train=x"]
 SANDBOX_OUT = ["out", "out.txt", "sub/dir/out.txt", "sub/", ".", "x.json", "x.png"]
-CASES = {"argv": 0, "checkpoint": 0, "dataset": 0}
 # Examples per fuzzer: a handful by default (the suite stays fast); SYNATTN_FUZZ_EXAMPLES=500 for a
 # deep run. No shrinking: a failing example is printed as found (shrinking CLI runs takes minutes).
-SCALE = int(os.environ.get("SYNATTN_FUZZ_EXAMPLES", "0")) or None
+SCALE = FUZZ_SCALE
 FUZZ = dict(deadline=None, suppress_health_check=list(HealthCheck),
             phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
@@ -47,46 +41,6 @@ def _options(command: str) -> list[tuple[str, bool]]:
             if option not in SKIPPED:
                 out.append((option, action.nargs != 0))
     return out
-
-
-def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".synattn.lock"}
-
-
-def run_cli(argv: list[str]) -> tuple[int, str]:
-    """Runs ``synattn argv`` in-process; returns (exit status, stderr) after checking the outcome."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = main(argv)
-        except SystemExit as exit_:  # argparse: a usage error (2)
-            code = exit_.code
-    text = err.getvalue()
-    assert "Traceback" not in text, text
-    assert code in (0, 1, 2), (argv, code, text)
-    if code:
-        last = text.strip().splitlines()[-1] if text.strip() else ""
-        assert last.startswith(f"synattn {argv[0]}: error: "), (argv, text)
-        assert len([line for line in text.splitlines() if ": error: " in line]) == 1, text
-    return code, text
-
-
-@contextlib.contextmanager
-def sandbox(protected: Path):
-    """A fresh working directory; afterwards, ``protected`` and the sandbox's parent are unchanged."""
-    before = _digest(protected)
-    with tempfile.TemporaryDirectory(prefix="synattn-fuzz-") as outer:
-        folder = Path(outer) / "box"  # the working directory; its parent must stay as it is
-        folder.mkdir()
-        cwd = os.getcwd()
-        os.chdir(folder)
-        try:
-            yield folder
-        finally:
-            os.chdir(cwd)
-        assert os.listdir(outer) == ["box"]
-    assert _digest(protected) == before
 
 
 @st.composite
@@ -128,7 +82,7 @@ def test_fuzz_argument_lists(tiny_runs, data):
     argv = data.draw(argv_of(tiny_runs))
     with sandbox(tiny_runs):
         run_cli(argv)
-    CASES["argv"] += 1
+    count_case("argument lists")
 
 
 def _damage(data: bytes, how: str, position: float, seed: int) -> bytes:
@@ -171,7 +125,7 @@ def test_fuzz_damaged_checkpoints(tiny_runs, name, how, position, seed, resume):
             config["train"]["max_steps"] = 3
             (box / "exp.yaml").write_text(yaml.safe_dump(config))
             run_cli(["train", "--config", "exp.yaml", "--run-dir", str(run), "--resume"])
-    CASES["checkpoint"] += 1
+    count_case("damaged checkpoints")
 
 
 def _mutate_json(data: bytes, seed: int) -> bytes:
@@ -196,7 +150,8 @@ def _mutate_json(data: bytes, seed: int) -> bytes:
 
 @settings(max_examples=SCALE or 10, **FUZZ)
 @given(name=st.sampled_from(["manifest.json", "manifest.json", "labels.json", "spm.src.model", "test/src_ids.data.npy",
-                             "test/src_ids.offsets.npy", "test/tgt_word.data.npy", "test/tgt.txt", ".synattn-dataset"]),
+                             "test/src_ids.offsets.npy", "test/tgt_word.data.npy", "test/tgt.txt", ".synattn-dataset",
+                             "train/src_ids.data.npy", "train/tgt_ids.offsets.npy", "train/src_word.data.npy"]),
        how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16))
 def test_fuzz_damaged_datasets(tiny_runs, name, how, position, seed):
     with sandbox(tiny_runs) as box:
@@ -210,12 +165,19 @@ def test_fuzz_damaged_datasets(tiny_runs, name, how, position, seed):
                  "--no-translate"])
         run_cli(["translate", "--run", str(tiny_runs / "mt"), "--data", str(data), "--split", "test",
                  "--beam", "1", "-o", "t.txt"])
+        # training on it: checked before anything is written; the run directory already has a
+        # checkpoint, so a dataset that passes every check stops at "already has checkpoints"
+        (box / "run" / "checkpoints" / "ckpt_000001").mkdir(parents=True)
+        config = yaml.safe_load((tiny_runs / "mt.yaml").read_text())
+        (box / "exp.yaml").write_text(yaml.safe_dump({**config, "data": str(data)}))
+        code, _ = run_cli(["train", "--config", "exp.yaml", "--run-dir", "run"])
+        assert code != 0 and not (box / "run" / "vocab").exists()
         run_cli(["prepare", "--train", str(tiny_runs / "train"), "--no-parse-source", "--vocab-size", "40",
                  "-o", str(data)])
-    CASES["dataset"] += 1
+    count_case("damaged datasets")
 
 
 def test_fuzz_case_counts():
-    """Runs last in this module: how many cases the fuzzers tried (shown with -rP)."""
-    print(f"fuzz cases: {CASES} = {sum(CASES.values())}")
-    assert sum(CASES.values()) >= 0
+    """Runs last (after test_cli_fuzz too): how many cases the fuzzers tried (shown with -rP)."""
+    print(f"fuzz cases: {FUZZ_CASES} = {sum(FUZZ_CASES.values())}")
+    assert all(count > 0 for count in FUZZ_CASES.values())

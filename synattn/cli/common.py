@@ -14,6 +14,7 @@ import sentencepiece as spm
 from synattn.data.batching import PreparedDataset
 from synattn.data.prepare import encode_sentence
 from synattn.data.prepared import PreparedData
+from synattn.cli.paths import input_folder
 from synattn.data.text import SkipReport, read_lines
 from synattn.errors import InputError
 from synattn.evaluate.runner import load_run
@@ -35,6 +36,9 @@ def load(args: argparse.Namespace):
     against the run's dataset fingerprint), else the run's own copy of its tokenizers and labels
     (``RUN/vocab``, :mod:`synattn.runs`; :meth:`Sentences.from_split` finds the dataset from it),
     else (runs of older versions) the dataset folder of the run's config."""
+    input_folder(args.run, "--run")
+    if args.data is not None:
+        input_folder(args.data, "--data")
     which = args.checkpoint
     if which == "best" and resolve_checkpoint(args.run, "best") is None:
         which = "last"

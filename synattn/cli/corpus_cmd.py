@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from synattn.cli.options import positive_int
+from synattn.cli.paths import output_folder
 from synattn.data.corpora import BIBLE_TRANSLATIONS, SPLITS, load_bible_pairs, load_ptb_lm
 from synattn.io import atomic_write
 
@@ -34,6 +35,7 @@ def _lang(code: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     prefix = Path(args.out_prefix)
+    output_folder(prefix.absolute().parent, "-o")  # the files PREFIX.* can be written there
     if args.name == "bible":
         src_lang, tgt_lang = _lang(args.source), _lang(args.target)
         if src_lang == tgt_lang:

@@ -130,7 +130,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = Path(args.out)
+    from synattn.cli.paths import output_folder
+
+    out = output_folder(args.out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     data = prepare(PrepareConfig(out=str(out / "data"), corpus="bible", bible_source="4", bible_target="l",

@@ -28,6 +28,7 @@ import torch
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
 from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
 from synattn.cli.options import float_in, nonnegative_int, positive_int, split_name
+from synattn.cli.paths import input_file, output_file
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.errors import InputError
 from synattn.io import atomic_write
@@ -132,6 +133,11 @@ def format_scores(scores: dict[str, BracketScores]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.json and not args.gold:
         raise InputError("--json writes F1 scores, which need --gold", args.json)
+    for path, option in ((args.input, "-i"), (args.gold, "--gold")):
+        if path is not None:
+            input_file(path, option)
+    output_file(args.output, "-o")
+    output_file(args.json, "--json")
     model, exp, data = load(args)
     check_constituent(model, args.run)
     min_layer = resolve_min_layer(model, args.min_layer)

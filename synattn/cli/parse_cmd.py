@@ -6,8 +6,10 @@ import argparse
 import sys
 
 from synattn.cli.options import positive_int
+from synattn.cli.paths import input_file, output_file
 from synattn.data.parsing import DEFAULT_MODEL, load_pipeline, parse
 from synattn.data.text import SkipReport, read_lines
+from synattn.errors import InputError
 from synattn.io import atomic_write
 from synattn.trees.conllu_io import write_conllu
 
@@ -27,16 +29,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=256, help="sentences per spaCy batch")
     p.add_argument("--max-words", type=positive_int, default=None, help="lines with more words are bad input")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                   help="what to do with an empty, non-UTF-8 or over-long line (default: stop there)")
+                   help="what to do with an empty, non-UTF-8 or over-long line (--max-words, or more characters "
+                        "than the parser takes: spaCy's nlp.max_length, 1,000,000 by default): stop there "
+                        "(default) or leave it out with a warning")
     p.set_defaults(func=run)
 
 
+def _within_limit(lines: list[tuple[int, str]], limit: int, path: str, on_error: str) -> list[tuple[int, str]]:
+    """The lines of at most ``limit`` characters; a longer one stops the command (file:line and
+    the ways out) or, with ``--on-error skip``, is left out with a warning."""
+    keep = []
+    for number, text in lines:
+        if len(text) <= limit:
+            keep.append((number, text))
+        elif on_error == "skip":
+            print(f"{path}:{number}: left out: {len(text)} characters, more than the parser's limit of {limit}",
+                  file=sys.stderr)
+        else:
+            raise InputError(f"line has {len(text)} characters, more than the parser's limit of {limit} (spaCy's "
+                             "nlp.max_length): limit the words with --max-words, or leave such lines out with "
+                             "--on-error skip", path, number)
+    return keep
+
+
 def run(args: argparse.Namespace) -> int:
+    input_file(args.input, "input")
+    output_file(args.output, "-o")
     report = SkipReport()
     lines = read_lines(args.input, on_error=args.on_error, max_words=args.max_words, report=report)
     if len(report):
         print(report.summary(args.input), file=sys.stderr)
     nlp = load_pipeline(args.model, allow_split=args.allow_split)
+    if not args.pretokenized:  # spaCy's tokenizer refuses a text longer than nlp.max_length characters
+        lines = _within_limit(lines, nlp.max_length, args.input, args.on_error)
     trees = []
     for (number, _), tree in zip(lines, parse([t for _, t in lines], nlp=nlp, batch_size=args.batch_size,
                                               pretokenized=args.pretokenized)):

@@ -15,6 +15,7 @@ import json
 import sys
 
 from synattn.cli.options import positive_int
+from synattn.cli.paths import input_file, output_folder
 from synattn.data.prepare import MANIFEST, PrepareConfig, check_split_name, prepare
 from synattn.errors import UsageError
 
@@ -30,8 +31,23 @@ def _split_paths(items: list[str] | None) -> dict[str, str]:
             raise UsageError(f"--src-trees: split {split!r} is given twice")
         if not path:
             raise UsageError(f"--src-trees: {item!r} has no file after '='")
-        out[split] = path
+        out[split] = str(input_file(path, f"--src-trees {split}"))
     return out
+
+
+def _check_prefixes(prefixes: dict[str, str], src_lang: str, tgt_lang: str | None) -> None:
+    """The files of every ``--train``/``--dev``/``--test`` prefix exist (a ``.tsv`` file, or
+    ``PREFIX.SRC_LANG`` and, for parallel text, ``PREFIX.TGT_LANG``)."""
+    for split, prefix in prefixes.items():
+        files = [prefix] if prefix.endswith(".tsv") else [f"{prefix}.{lang}" for lang in (src_lang, tgt_lang) if lang]
+        for path in files:
+            try:
+                input_file(path, f"--{split}")
+            except UsageError as err:
+                if path == prefix:
+                    raise
+                raise UsageError(f"{err} (--{split} takes a prefix: PREFIX.{src_lang}"
+                                 + (f" and PREFIX.{tgt_lang}" if tgt_lang else "") + ", or a .tsv file)") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         pretokenized=args.pretokenized, parse_source=not args.no_parse_source, parse_target=args.parse_target,
         src_model=args.src_model, tgt_model=args.tgt_model, vocab_size=args.vocab_size,
         joint_vocab=args.joint_vocab, limit=args.limit, max_words=args.max_words, on_error=args.on_error)
+    _check_prefixes(prefixes, args.src_lang, tgt_lang)
+    output_folder(args.out, "-o")
     given = sum(bool(x) for x in (args.corpus, prefixes or cfg.src_trees))
     if given != 1:
         raise UsageError("give one input: --corpus, or --train/--dev/--test (optionally with --src-trees), "

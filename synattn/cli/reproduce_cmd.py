@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     arms = [a for a in study.arms if a is study.arms[0] or not args.arms or a.name in args.arms]
     minutes = 0.05 if args.toy and args.minutes == study.minutes else args.minutes
     out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
+    from synattn.cli.paths import output_folder
+
+    output_folder(out, "-o")
     ctx = Context(out=out, args=args, toy=args.toy)
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from synattn.cli.options import positive_int
+from synattn.cli.paths import input_file, output_file
 from synattn.errors import InputError
 from synattn.trees.conllu_io import read_conllu
 from synattn.trees.stats import treebank_statistics
@@ -23,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    input_file(args.conllu, "conllu")
+    output_file(args.plot, "--plot")
     trees = read_conllu(args.conllu, on_error=args.on_error)
     if not trees:
         raise InputError("no sentences to summarise (the file is empty)", args.conllu)

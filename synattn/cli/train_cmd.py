@@ -22,11 +22,14 @@ from pathlib import Path
 
 import torch
 
+from synattn.cli.paths import input_file, output_folder
 from synattn.data.batching import PreparedDataset
+from synattn.data.validate import check_dataset, check_split
 from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, build_model
+from synattn.locks import FolderLock
 from synattn.models.config_io import read_yaml
-from synattn.runs import check_dataset, run_vocab, save_run_vocab
+from synattn.runs import check_dataset as check_run_dataset, run_vocab, save_run_vocab
 from synattn.train import Trainer, resolve_checkpoint, task_for
 
 
@@ -67,7 +70,9 @@ def load_experiment(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     if args.config is None and not (args.resume and args.run_dir):
         raise ConfigError("--config is required (without it, --resume --run-dir RUN continues RUN with its "
                           "own config)")
-    run_dir = Path(args.run_dir or Path("runs") / Path(args.config).stem)
+    if args.config is not None:
+        input_file(args.config, "--config")
+    run_dir = output_folder(args.run_dir or Path("runs") / Path(args.config).stem, "--run-dir")
     saved = run_dir / "config.yaml"
     if args.resume and resolve_checkpoint(run_dir) is not None and saved.is_file():
         raw = read_yaml(saved)
@@ -98,26 +103,43 @@ def _prepare_run_dir(run_dir: Path, exp: ExperimentConfig, resume: bool) -> None
         raise ConfigError(f"--run-dir {run_dir} already has checkpoints: resume it (--resume) or choose "
                           "another directory")
     if started and run_vocab(run_dir) is not None:
-        check_dataset(run_dir, exp.data)
+        check_run_dataset(run_dir, exp.data)
     elif int(os.environ.get("RANK", "0")) == 0:  # under torchrun, the first process writes
         save_run_vocab(run_dir, exp.data)
 
 
+def check_training_data(folder: str | Path) -> None:
+    """The dataset a run trains on, checked before anything is written: manifest, labels,
+    sentencepiece models, and every array of ``train`` and ``dev`` with every stored index
+    (:mod:`synattn.data.validate`; about a second for 30k sentence pairs)."""
+    manifest = check_dataset(folder)
+    for split in ("train", "dev"):
+        if split in manifest["splits"] or split == "train":
+            check_split(folder, split, manifest)
+
+
 def run(args: argparse.Namespace) -> int:
     exp, run_dir = load_experiment(args)
-    _prepare_run_dir(run_dir, exp, args.resume)
-    torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
-    model = build_model(exp)
-    train = PreparedDataset(exp.data, "train")
-    dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None
-    translates = exp.kind.translates and dev is not None and exp.eval.bleu_sentences
-    metrics = bleu_hook(model, exp, dev) if translates else None
-    trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train, train, run_dir,
-                      valid_data=dev, valid_metrics=metrics, run_config={"experiment": exp.to_dict()})
+    check_training_data(exp.data)
+    lock = FolderLock(run_dir, "run directory")
+    if int(os.environ.get("RANK", "0")) == 0:  # one writer, from before the run's tokenizers are copied
+        lock.acquire()
     try:
-        result = trainer.train(resume=args.resume)
+        _prepare_run_dir(run_dir, exp, args.resume)
+        torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
+        model = build_model(exp)
+        train = PreparedDataset(exp.data, "train")
+        dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None
+        translates = exp.kind.translates and dev is not None and exp.eval.bleu_sentences
+        metrics = bleu_hook(model, exp, dev) if translates else None
+        trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train, train, run_dir,
+                          valid_data=dev, valid_metrics=metrics, run_config={"experiment": exp.to_dict()})
+        try:
+            result = trainer.train(resume=args.resume, lock=lock)
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        lock.release()
     if trainer.dist.is_main:
         best = "none" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
         print(f"stopped by {result.stopped_by} at step {result.step} (epoch {trainer.epochs_started}); best valid "

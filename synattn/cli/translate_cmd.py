@@ -15,6 +15,7 @@ import sys
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, require_model
 from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
 from synattn.cli.options import finite_float, positive_int, split_name
+from synattn.cli.paths import input_file, output_file
 from synattn.generate.translate import Translator
 from synattn.models import EncoderDecoderTransformer
 
@@ -41,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.input is not None:
+        input_file(args.input, "-i")
+    output_file(args.output, "-o")
     model, exp, data = load(args)
     require_model(model, (EncoderDecoderTransformer,), args.run, "translate")
     check_vocabulary(model, exp.data, data, args.split)

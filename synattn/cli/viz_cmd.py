@@ -27,6 +27,7 @@ from synattn.cli.checks import check_lengths, check_vocabulary, resolve_min_laye
 from synattn.cli.common import Sentences, add_run_arguments, load
 from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
 from synattn.cli.options import nonnegative_int, split_name
+from synattn.cli.paths import input_file, output_folder
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.data.prepared import PreparedData
 from synattn.data.subwords import BOS
@@ -96,6 +97,9 @@ def attention_maps(model, example: dict[str, np.ndarray], pieces: dict[str, list
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.input is not None:
+        input_file(args.input, "-i")
+    output_folder(args.output, "-o")
     model, exp, data = load(args)
     if not isinstance(model, (MaskedLM, EncoderDecoderTransformer, TransformerLM)):
         raise InputError(f"cannot draw the attention of a {type(model).__name__}", args.run)

@@ -16,7 +16,6 @@ monolingual data the decoder-side hints come from the source trees with the same
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,10 +24,8 @@ import torch
 from torch import Tensor
 
 from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
-from synattn.data.indexed import IndexedField
-from synattn.data.prepare import MANIFEST
 from synattn.data.subwords import BOS, EOS, PAD
-from synattn.errors import DataError
+from synattn.errors import DataError, InputError
 from synattn.trees.relations import (batch_relation_labels, batch_syntax_hints, distance_vocab,
                                      traversal_vocab)
 
@@ -36,25 +33,33 @@ from synattn.trees.relations import (batch_relation_labels, batch_syntax_hints, 
 class PreparedDataset:
     """One split of a folder written by :func:`synattn.data.prepare.prepare`.
 
+    Opening it checks the manifest and the shapes of the split's arrays (every field there, one
+    sentence count, offsets that fit: :func:`synattn.data.validate.check_fields`, milliseconds
+    for tens of thousands of sentences), so a damaged or hand-edited folder is an
+    :class:`~synattn.errors.InputError` naming the file and the cause, not a crash later;
+    :func:`synattn.data.validate.check_split` also checks every stored index (``synattn train``
+    runs it on the splits it trains and validates on).
+
     Args:
         folder: the prepared folder (with ``manifest.json``).
         split: ``"train"``, ``"dev"`` or ``"test"``.
+
+    Raises:
+        InputError: the folder is not a prepared dataset, has no such split, or is damaged.
     """
 
     def __init__(self, folder: str | Path, split: str):
+        from synattn.data.validate import check_fields, check_manifest, load_fields
+
         self.folder = Path(folder)
-        manifest_path = self.folder / MANIFEST
-        if not manifest_path.exists():
-            raise FileNotFoundError(f"{self.folder} is not a prepared dataset (no {MANIFEST}); "
-                                    f"run 'synattn prepare' first")
-        self.manifest = json.loads(manifest_path.read_text())
+        self.manifest = check_manifest(self.folder)
         if split not in self.manifest["splits"]:
-            raise KeyError(f"{self.folder} has no split {split!r} (has {', '.join(self.manifest['splits'])})")
+            raise InputError(f"has no split {split!r} (has {', '.join(self.manifest['splits']) or 'none'})",
+                             str(self.folder))
         self.split = split
         self.sides = self.manifest["sides"]
-        folder = self.folder / split
-        self.fields = {p.name[: -len(".data.npy")]: IndexedField(folder, p.name[: -len(".data.npy")])
-                       for p in sorted(folder.glob("*.data.npy"))}
+        self.fields = load_fields(self.folder, split)
+        check_fields(self.fields, self.manifest, split, self.folder / split)
 
     def __len__(self) -> int:
         return len(self.fields["src_ids"])

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from synattn.errors import MissingDependencyError, UsageError
+from synattn.errors import DataError, MissingDependencyError, UsageError
 from synattn.progress import progress
 from synattn.trees.dependency import DependencyTree
 
@@ -112,9 +112,16 @@ def parse(lines: Sequence[str] | Iterable[str], model: str = DEFAULT_MODEL, *,
 
     def inputs():
         from spacy.tokens import Doc
-        for line in lines:
+        for number, line in enumerate(lines, start=1):
             # whitespace normalised: spaCy would make tokens of runs of (non-breaking) spaces
-            yield Doc(nlp.vocab, words=line.split()) if pretokenized else " ".join(line.split())
+            if pretokenized:
+                yield Doc(nlp.vocab, words=line.split())
+                continue
+            text = " ".join(line.split())
+            if len(text) > nlp.max_length:
+                raise DataError(f"sentence {number} has {len(text)} characters, more than the parser's limit "
+                                f"of {nlp.max_length} (spaCy's nlp.max_length); shorten or leave it out")
+            yield text
 
     docs = nlp.pipe(inputs(), batch_size=batch_size, n_process=n_process)
     for number, doc in enumerate(progress(docs, desc="parse", total=total, unit="sent",

@@ -289,15 +289,15 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
             logger.info("%s is already prepared with these settings", out)
             return out
         refuse_changing_prepared(out, manifest, cfg, force)
+    data = _load_text(cfg)  # bad input stops here, before anything is written into OUT
+    for split, by_side in data.items():
+        if not by_side["src"].lines:
+            raise DataError(f"split {split} has no sentences", by_side["src"].path)
     if not (out / MARKER).is_file():
         with atomic_write(out / MARKER) as f:
             f.write("a dataset folder of 'synattn prepare'\n")
     (out / "cache").mkdir(parents=True, exist_ok=True)
     manifest_path.unlink(missing_ok=True)  # from here on the folder is not "prepared"
-    data = _load_text(cfg)
-    for split, by_side in data.items():
-        if not by_side["src"].lines:
-            raise DataError(f"split {split} has no sentences", by_side["src"].path)
     sides = ("src",) if cfg.monolingual else ("src", "tgt")
     for split, by_side in data.items():
         if by_side["src"].trees is None and cfg.parse_source:

@@ -52,6 +52,9 @@ def check_manifest(folder: str | Path) -> dict:
     for split, sizes in manifest["splits"].items():
         if not _FILE_NAME.fullmatch(split) or split.startswith(".") or not isinstance(sizes, dict):
             raise bad(f"split {split!r} is not a plain folder name with its sizes")
+    for key in ("trees", "config"):
+        if not isinstance(manifest.get(key, {}), dict):
+            raise bad(f"'{key}' must be an object, got {manifest.get(key)!r}")
     for side in sides:
         name, size = manifest["spm"].get(side), manifest["vocab_size"].get(side)
         if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
@@ -89,53 +92,85 @@ def load_sentencepiece(folder: str | Path, manifest: dict, side: str):
     return sp
 
 
-def check_split(folder: str | Path, split: str, manifest: dict | None = None) -> None:
-    """Every array of ``split``: loadable, of one sentence count, every index inside its range."""
+def load_fields(folder: str | Path, split: str) -> dict:
+    """The memory-mapped arrays of ``folder/split`` by field name (:class:`IndexedField`); a file
+    numpy cannot read (damaged header, truncated data, offsets that do not fit) is an
+    :class:`InputError` naming it."""
     from synattn.data.indexed import IndexedField
 
+    where = Path(folder) / split
+    fields = {}
+    for path in sorted(where.glob("*.data.npy")):
+        name = path.name[: -len(".data.npy")]
+        try:
+            fields[name] = IndexedField(where, name)
+        except Exception as err:  # numpy reports a damaged header as ValueError, EOFError, TokenError...
+            raise InputError(f"array {name} cannot be read ({' '.join(str(err).split())[:120]}); prepare the "
+                             f"dataset again", str(where)) from None
+    return fields
+
+
+def check_fields(fields: dict, manifest: dict, split: str, where: str | Path,
+                 labels: dict[str, list[str]] | None = None) -> None:
+    """Checks the arrays of a split against each other and the manifest.
+
+    Without ``labels`` only their shapes are checked, which costs O(sentences): every field the
+    manifest's sides need is there, 1-D of an integer type, with one count of sentences (the
+    manifest's) and the offsets of its side's ``*_ids``. With ``labels`` (the folder's
+    ``labels.json``) every stored index is also checked against its range, O(pieces): ids below
+    the vocabulary size, heads inside their sentence, tags inside their label vocabulary.
+    """
+    where = str(where)
+    for side in manifest["sides"]:
+        for name in (f"{side}_ids", f"{side}_word"):
+            if name not in fields:
+                raise InputError(f"array {name} is missing; prepare the dataset again", where)
+    count = len(fields["src_ids"])
+    expected = manifest["splits"][split].get("sentences")
+    if isinstance(expected, int) and expected != count:
+        raise InputError(f"{count} sentences in the arrays, {expected} in the manifest; prepare the dataset "
+                         "again", where)
+    for name, field in fields.items():
+        side = name.split("_", 1)[0]
+        reference = fields.get(f"{side}_ids", field)
+        offsets = field.offsets
+        if (field.data.ndim != 1 or field.data.dtype.kind not in "iu" or offsets.dtype.kind not in "iu"
+                or offsets[0] != 0 or (len(offsets) > 1 and np.diff(offsets).min() < 0)):
+            raise InputError(f"array {name} is not a list of integer sequences (damaged dataset?)", where)
+        if len(field) != count or not np.array_equal(offsets, reference.offsets):
+            raise InputError(f"array {name} does not line up with {side}_ids (damaged dataset?)", where)
+    if labels is None:
+        return
+    spans: dict[str, np.ndarray] = {}  # per side: the length of the sentence of every piece
+    for name, field in fields.items():
+        side, kind = name.split("_", 1) if "_" in name else (name, "")
+        data = np.asarray(field.data)
+        if not len(data):
+            continue
+        if data.min() < 0:
+            raise InputError(f"array {name} holds values that are not indices (damaged dataset?)", where)
+        if kind in ("heads", "word"):
+            if side not in spans:
+                spans[side] = np.repeat(field.lengths, field.lengths)
+            ok = bool((data <= spans[side]).all() if kind == "heads" else (data < spans[side]).all())
+        else:
+            limit = {"ids": manifest["vocab_size"].get(side, 0), "upos": len(labels.get(f"{side}_upos", [])),
+                     "deprel": len(labels.get(f"{side}_deprels", []))}.get(kind)
+            ok = limit is None or bool(data.max() < limit)
+        if not ok:
+            raise InputError(f"array {name} holds an index outside its range (damaged dataset?)", where)
+
+
+def check_split(folder: str | Path, split: str, manifest: dict | None = None) -> None:
+    """Every array of ``split``: loadable, of one sentence count, every index inside its range
+    (:func:`check_fields` with the labels), and its text files of one line per sentence."""
     folder = Path(folder)
     manifest = manifest or check_manifest(folder)
     if split not in manifest["splits"]:
         raise InputError(f"has no split {split!r} (has {', '.join(manifest['splits']) or 'none'})", str(folder))
-    labels = check_labels(folder)
-    fields = {}
-    for path in sorted((folder / split).glob("*.data.npy")):
-        name = path.name[: -len(".data.npy")]
-        try:
-            fields[name] = IndexedField(folder / split, name)
-        except Exception as err:  # numpy reports a damaged header as ValueError, EOFError, TokenError...
-            raise InputError(f"array {name} cannot be read ({' '.join(str(err).split())[:120]})",
-                             str(folder / split)) from None
-    where = str(folder / split)
-    for side in manifest["sides"]:
-        for name in (f"{side}_ids", f"{side}_word"):
-            if name not in fields:
-                raise InputError(f"array {name} is missing", where)
+    fields = load_fields(folder, split)
+    check_fields(fields, manifest, split, folder / split, check_labels(folder))
     count = len(fields["src_ids"])
-    expected = manifest["splits"][split].get("sentences")
-    if isinstance(expected, int) and expected != count:
-        raise InputError(f"{count} sentences in the arrays, {expected} in the manifest", where)
-    for name, field in fields.items():
-        side, kind = name.split("_", 1) if "_" in name else (name, "")
-        reference = fields.get(f"{side}_ids")
-        if len(field) != count or (reference is not None and not np.array_equal(field.offsets, reference.offsets)):
-            raise InputError(f"array {name} does not line up with {side}_ids", where)
-        data = np.asarray(field.data)
-        if data.dtype.kind not in "iu" or (len(data) and data.min() < 0):
-            raise InputError(f"array {name} holds values that are not indices", where)
-        if not len(data):
-            continue
-        lengths = np.repeat(field.lengths, field.lengths)
-        limit = {"ids": manifest["vocab_size"].get(side, 0), "upos": len(labels.get(f"{side}_upos", [])),
-                 "deprel": len(labels.get(f"{side}_deprels", []))}.get(kind)
-        if kind == "heads":
-            limit_ok = bool((data <= lengths).all())
-        elif kind == "word":
-            limit_ok = bool((data < lengths).all())
-        else:
-            limit_ok = limit is None or bool(data.max() < limit)
-        if not limit_ok:
-            raise InputError(f"array {name} holds an index outside its range (damaged dataset?)", where)
     for side in manifest["sides"]:
         path = folder / split / f"{side}.txt"
         if path.exists():

@@ -19,7 +19,7 @@ import torch
 
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
 from synattn.evaluate.attachment import word_predictions
-from synattn.errors import InputError, SynattnError
+from synattn.errors import InputError, SynattnError, UsageError
 from synattn.evaluate.translation import perplexity, translation_scores
 from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
@@ -50,8 +50,11 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
             checkpoint = resolve_checkpoint(run, "last")
     else:
         checkpoint = Path(which)
-    if checkpoint is None or not checkpoint.is_dir():
-        raise InputError(f"no {which} checkpoint (--checkpoint)", str(checkpoint or run))
+        if not checkpoint.is_dir():
+            raise UsageError(f"--checkpoint: {checkpoint}: no such checkpoint folder (give best, last, or a "
+                             "folder under RUN/checkpoints)")
+    if checkpoint is None:
+        raise InputError(f"has no {which} checkpoint (--checkpoint)", str(run))
     try:
         model = PretrainedModel.from_pretrained(checkpoint)
     except (SynattnError, MemoryError):

@@ -317,20 +317,23 @@ class Trainer:
             with atomic_write(self.run_dir / CONFIG_NAME) as f:
                 yaml.safe_dump({"train": self.config.to_dict(), **self.run_config}, f, sort_keys=False)
 
-    def train(self, resume: bool = False) -> TrainResult:
+    def train(self, resume: bool = False, lock: FolderLock | None = None) -> TrainResult:
         """Trains until ``max_epochs``, ``max_steps`` or ``max_minutes``.
 
         Args:
             resume: continue from the run directory's last checkpoint (a fresh start when there
                 is none). Without it, a run directory that has checkpoints is an error.
+            lock: the run directory's lock when the caller already holds it (``synattn train``
+                takes it before writing the run's tokenizers); else rank 0 takes it here.
 
         Returns:
             How the run ended.
         """
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        lock = FolderLock(self.run_dir, "run directory")
+        given = lock is not None and lock.held
+        lock = lock if given else FolderLock(self.run_dir, "run directory")
         failure = None
-        if self.dist.is_main:  # rank 0 writes the run directory; the other ranks write nothing there
+        if self.dist.is_main and not given:  # rank 0 writes the run directory; the other ranks write nothing there
             try:
                 lock.acquire()
             except RunFailure as err:
@@ -340,7 +343,8 @@ class Trainer:
         try:
             return self._train(resume)
         finally:
-            lock.release()
+            if not given:
+                lock.release()
 
     def _train(self, resume: bool) -> TrainResult:
         c, world = self.config, self.dist.world_size

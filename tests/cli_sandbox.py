@@ -1,0 +1,70 @@
+"""Running the ``synattn`` command in-process in a throw-away working directory, with the checks
+every hostile-input test makes: exit status 0, 1 or 2, a failure is one error line (no traceback),
+and nothing outside the sandbox is touched."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import tempfile
+from pathlib import Path
+
+from synattn.cli.main import main
+
+#: Cases the fuzzers tried in this session, by fuzzer (printed by the last test of test_fuzz_cli).
+FUZZ_CASES: dict[str, int] = {}
+#: Examples per fuzzer: the fuzzer's own default (the suite stays fast), or SYNATTN_FUZZ_EXAMPLES
+#: for a deep run.
+FUZZ_SCALE = int(os.environ.get("SYNATTN_FUZZ_EXAMPLES", "0")) or None
+
+
+def count_case(fuzzer: str) -> None:
+    FUZZ_CASES[fuzzer] = FUZZ_CASES.get(fuzzer, 0) + 1
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """SHA-1 of every file under ``folder`` (lock files left out: taking a lock is not a change)."""
+    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".synattn.lock"}
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """Runs ``synattn argv`` in-process; returns (exit status, stderr) after checking the outcome:
+    status 0, 1 or 2, no traceback, and on failure a last line ``synattn CMD: error: ...`` that is
+    the only error line (argparse's usage lines may come before it)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse: a usage error (2)
+            code = exit_.code
+    text = err.getvalue()
+    assert "Traceback" not in text, text
+    assert code in (0, 1, 2), (argv, code, text)
+    if code:
+        last = text.strip().splitlines()[-1] if text.strip() else ""
+        assert last.startswith(f"synattn {argv[0]}: error: "), (argv, text)
+        assert len([line for line in text.splitlines() if ": error: " in line]) == 1, text
+    return code, text
+
+
+@contextlib.contextmanager
+def sandbox(protected: Path):
+    """A fresh working directory; afterwards, ``protected`` and the sandbox's parent are unchanged."""
+    before = digest(protected)
+    with tempfile.TemporaryDirectory(prefix="synattn-sandbox-") as outer:
+        folder = Path(outer) / "box"  # the working directory; its parent must stay as it is
+        folder.mkdir()
+        cwd = os.getcwd()
+        os.chdir(folder)
+        try:
+            yield folder
+        finally:
+            os.chdir(cwd)
+            for path in folder.rglob("*"):  # read-only folders made by a test can be removed
+                if path.is_dir():
+                    path.chmod(0o755)
+        assert os.listdir(outer) == ["box"]
+    assert digest(protected) == before

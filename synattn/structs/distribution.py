@@ -142,22 +142,34 @@ class Decoding:
         its marginal given the choices of positions ``< i`` (chain rule), each conditional
         computed as the marginals of the CRF with those choices fixed (the others masked)."""
         batch, n = self.lengths.shape[0], self._num_positions()
-        V = self._num_choices()
         index = torch.arange(batch, device=self.lengths.device).repeat(count)  # [count * B]
-        allowed = torch.ones(len(index), n, V, dtype=torch.bool, device=index.device)
         out = torch.full((len(index), n), -1, dtype=torch.long, device=index.device)
+        out = self._continue_sample(index, out, torch.zeros_like(index), generator)
+        feasible = self.log_partition.detach()[index] > -float("inf")
+        return out.masked_fill(~feasible.unsqueeze(-1), -1).view(count, batch, n)
+
+    def _continue_sample(self, index: torch.Tensor, out: torch.Tensor, start: torch.Tensor,
+                         generator: torch.Generator | None) -> torch.Tensor:
+        """``out [M, n]`` completed by conditioning (see :meth:`_sequential_sample`): row ``m``
+        is a sample of batch element ``index[m]`` whose choices at positions ``< start[m]`` are
+        given (drawn from the exact conditionals by the caller) and the rest are drawn here."""
+        n, V = self._num_positions(), self._num_choices()
         lengths = self.lengths[index]
+        pos = torch.arange(n, device=index.device)
+        given = (pos < start.unsqueeze(1)) & (out >= 0)  # [M, n]
+        fixed = torch.nn.functional.one_hot(out.clamp_min(0), V).bool()  # [M, n, V]
+        allowed = torch.where(given.unsqueeze(-1), fixed, torch.ones_like(fixed))
         with torch.no_grad():
-            for i in range(n):
+            for i in range(int(start.min()) if len(start) else n, n):
                 crf = self._restricted(index, allowed)
                 probs = self._choice_marginals(crf, i).double().clamp_min(0.0)  # [M, V]
                 choice = _gumbel_argmax(probs.log(), generator)
-                active = (i < lengths) & (probs.sum(-1) > 0)
-                out[:, i] = torch.where(active, choice, -1)
-                fixed = torch.nn.functional.one_hot(choice, V).bool()
-                allowed[:, i] = torch.where(active.unsqueeze(-1), fixed, allowed[:, i])
-            feasible = self.log_partition.detach()[index] > -float("inf")
-        return out.masked_fill(~feasible.unsqueeze(-1), -1).view(count, batch, n)
+                draw = i >= start
+                active = draw & (i < lengths) & (probs.sum(-1) > 0)
+                out[:, i] = torch.where(active, choice, torch.where(draw, -1, out[:, i]))
+                pick = torch.nn.functional.one_hot(choice, V).bool()
+                allowed[:, i] = torch.where(active.unsqueeze(-1), pick, allowed[:, i])
+        return out
 
     def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` best structures of each batch element, exactly, best first.

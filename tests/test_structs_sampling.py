@@ -97,3 +97,33 @@ def test_sampling_is_seeded_and_cheap():
     assert torch.equal(a, b)
     assert bool(torch.isfinite(crf.log_prob(a.flatten(0, 1).view(50, 3, 30)[0])).all())
     assert ((a == 0).sum(-1) == 1).all()  # one root child per tree
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tree_crf_kbest_is_the_sorted_brute_force_list(backend):
+    from test_structs_cky import bracketings, random_batch, tree_scores
+
+    from synattn.structs import TreeCRF
+    from synattn.structs.cky import spans_to_chart
+
+    scores, lengths = random_batch(3, [5, 4, 1, 3])
+    scores[1, 0, 1] = -INF  # forbidden spans
+    scores[1, 2, 3] = -INF
+    scores[3, 0, 1] = scores[3, 1, 2] = -INF  # no tree at all
+    with on(backend):
+        crf = TreeCRF(scores, lengths)
+        best, charts = crf.kbest(16)
+    assert best.shape == (4, 16) and charts.shape == (4, 16, 5, 5)
+    for b, n in enumerate(lengths.tolist()):
+        s = scores[b].masked_fill(scores[b] <= -1e9, -INF)
+        exact = tree_scores(s, n).sort(descending=True).values
+        exact = exact[exact > -INF][:16]
+        m = len(exact)
+        torch.testing.assert_close(best[b, :m], exact, rtol=1e-10, atol=1e-10)
+        assert (best[b, m:] == -INF).all() and (charts[b, m:] == 0).all()
+        trees = {frozenset(t) for t in bracketings(0, n - 1)}
+        found = [frozenset((i, j) for i, j in torch.nonzero(c > 0.5).tolist()) for c in charts[b, :m]]
+        assert len(set(found)) == m and set(found) <= trees  # distinct valid bracketings
+        rescored = TreeCRF(scores[b:b + 1].expand(m, -1, -1), lengths[b:b + 1].expand(m))
+        torch.testing.assert_close(rescored.score(spans_to_chart([sorted(t) for t in found], 5,
+                                                                 torch.float64)), best[b, :m])

@@ -352,6 +352,15 @@ class TreeCRF:
         d = self.cross_entropy(other) - self.entropy
         return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
 
+    def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` best trees, exactly, best first: ``scores [batch_size, k]`` (``-inf`` where
+        fewer than ``k`` exist) and 0/1 span charts ``[batch_size, k, N, N]`` (all 0 for the
+        missing ones). Lawler's partition scheme over masked CKY argmaxes
+        (:func:`~synattn.structs.kbest.tree_kbest`)."""
+        from .kbest import tree_kbest
+
+        return tree_kbest(self, k)
+
     @fp32_inside
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[n, batch_size, N, N]`` trees drawn from the CRF as 0/1 span charts (no gradient).

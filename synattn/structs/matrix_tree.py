@@ -53,12 +53,10 @@ the best tree has exactly one root arc and is the best such tree.
 
 from __future__ import annotations
 
-import warnings
 from functools import cached_property
 
 import numpy as np
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from .arc_scores import ArcCRF
 from .backend import use_numba
@@ -69,7 +67,7 @@ from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY, _comp
 from .matrix_tree_sample import matrix_tree_sample
 from .matrix_tree_log import (_has_tree, _log_space_marginals, _log_space_marginals_tangent,
                               _wide_columns)
-from .semiring import NEG
+from .semiring import NEG, forward_derivative
 
 __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDependencyCRF",
            "best_tree", "matrix_tree_log_partition"]
@@ -236,12 +234,8 @@ def _fast_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, 
     """The Hessian of ``log Z`` times ``g`` by forward-mode differentiation of the GTH code."""
     if compiled:
         return _compiled_marginals_tangent(scores, lengths, multiroot, g)
-    with fwAD.dual_level(), warnings.catch_warnings():
-        # (torch's first use of forward AD loads decompositions through torch.jit.script)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        dual = fwAD.make_dual(scores, g.to(scores.dtype))
-        mu = _gth_marginals(dual, lengths, multiroot)[1]
-        return fwAD.unpack_dual(mu).tangent.to(scores.dtype)
+    tangent = forward_derivative(lambda x: _gth_marginals(x, lengths, multiroot)[1], scores, g)
+    return tangent.to(scores.dtype)
 
 
 class _MatrixTreeLogPartition(torch.autograd.Function):

@@ -12,6 +12,7 @@ import torch
 
 from .arc_scores import usable_arcs
 from .backend import as_array, set_threads
+from .backend import kernels as backend_kernels
 from .semiring import NEG, serial_if_small
 
 TINY = 1e-300
@@ -191,8 +192,7 @@ def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: 
                         need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log Z [B]`` (float64) and marginals ``[B, N+1, N+1]`` (the scores' dtype, or None) by the
     compiled GTH kernels."""
-    from . import _matrix_tree_kernels as kernels
-
+    kernels = backend_kernels("_matrix_tree_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape if need_marginals else (0, 0, 0), dtype=s.dtype)  # (empty: unused)
     log_z = kernels.gth_forward(s, as_array(lengths), multiroot, need_marginals, out,
@@ -205,8 +205,7 @@ def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, mul
                                 direction: torch.Tensor) -> torch.Tensor:
     """``[B, N+1, N+1]`` derivative of the marginals in ``direction`` (the Hessian of ``log Z``
     times ``direction``) by the compiled forward-mode GTH kernel, in the scores' dtype."""
-    from . import _matrix_tree_kernels as kernels
-
+    kernels = backend_kernels("_matrix_tree_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape, dtype=s.dtype)
     kernels.gth_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot, out,

@@ -120,7 +120,7 @@ class Decoding:
     - ``_num_positions()`` (``n``) and ``_num_choices()`` (``V``).
 
     The CRF must also give ``lengths``, ``max``, ``argmax`` and ``log_partition``. A class may
-    override ``sample`` with a faster exact sampler (the chain and Eisner do).
+    override ``sample`` with a faster exact sampler (the chain, Eisner and Matrix-Tree do).
     """
 
     lengths: torch.Tensor

@@ -4,6 +4,10 @@ Usage::
 
     python benchmarks/bench_attention.py [--batch 16] [--lengths 64 128] [--d-model 512]
         [--heads 8] [--threads 2] [--repeats 20] [--crf-repeats 5] [--only tree|structured]
+        [--quick]
+
+``--quick`` changes the defaults to B = 8, n = 32, d = 256, 5 repeats (2 with a CRF) and 1
+warm-up: ``--only structured --quick`` takes a few minutes on two cores.
 
 Prints, per sequence length, the median milliseconds of forward + backward of one
 ``MultiheadAttention`` layer (fp32, CPU) and the ratio to the plain layer of the same kind measured
@@ -277,20 +281,30 @@ def step(module: nn.Module, kind: str, backend: str, x: torch.Tensor, source: to
     return time.perf_counter() - start
 
 
+FULL = {"batch": 16, "lengths": [64, 128], "d_model": 512, "repeats": 20, "crf_repeats": 5,
+        "warmup": 2}
+QUICK = {"batch": 8, "lengths": [32], "d_model": 256, "repeats": 5, "crf_repeats": 2, "warmup": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--lengths", type=int, nargs="+")
+    parser.add_argument("--d-model", type=int)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--crf-repeats", type=int, default=5,
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--crf-repeats", type=int,
                         help="repeats of the variants with a CRF (slow on torch-struct)")
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--warmup", type=int)
     parser.add_argument("--only", choices=("tree", "structured"),
                         help="only the features of docs/methods.md §1–§2 (tree) or §3–§5 (structured)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a few minutes: defaults {QUICK} instead of {FULL}")
     args = parser.parse_args()
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

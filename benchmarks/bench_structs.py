@@ -16,7 +16,10 @@ The peer libraries are installed only for this script (never for the package or 
 
 Run (``--quick`` takes fewer repetitions)::
 
-    python benchmarks/bench_structs.py [--threads 2] [--quick] [--only cky]
+    python benchmarks/bench_structs.py [--threads 2] [--quick] [--only cky|decoding]
+
+The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
+CKY) against the peers' ``sample``/``topk`` where they have them (``n/a`` where they raise).
 
 Notes: torch-struct's Matrix-Tree adds ``eps = 1e-5`` to every arc weight, so its values differ
 from the exact ones by up to ~1e-2; under torch 2.13 its ``DependencyCRF.partition`` needs inputs
@@ -293,6 +296,72 @@ def peak_memory_mib(lib: str, batch: int, n: int, threads: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Sampling and k-best.
+# ---------------------------------------------------------------------------------------------
+
+SAMPLES = 32
+KBEST = 8
+DECODING_SIZES = [(16, 20)]
+
+
+def decoding_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
+    """``(sample_fn, kbest_fn)`` of one library (``None`` where it has none): ``SAMPLES`` exact
+    samples and the ``KBEST`` best structures. supar draws one sample per call (so ``SAMPLES``
+    calls); its ``topk`` exists for some structures only."""
+    if lib == "synattn":
+        def make():
+            if kind == "cky":
+                return TreeCRF(scores, lengths)
+            cls = {"eisner": DependencyCRF, "matrix_tree": NonProjectiveDependencyCRF}[kind]
+            return cls(scores, lengths, multiroot=True)
+        return (lambda: make().sample(SAMPLES)), (lambda: make().kbest(KBEST))
+    if lib == "torch-struct":
+        import torch_struct
+        if kind == "cky":
+            x = convert.spans_to_torch_struct(scores)
+            make = lambda: torch_struct.TreeCRF(x.clone().requires_grad_(), lengths=lengths)  # noqa: E731
+        else:
+            cls = torch_struct.DependencyCRF if kind == "eisner" else torch_struct.NonProjectiveDependencyCRF
+            x = convert.arcs_to_torch_struct(scores)
+            make = lambda: cls(x.clone().requires_grad_(), lengths=lengths, multiroot=True)  # noqa: E731
+        return (lambda: make().sample((SAMPLES,))), (lambda: make().topk(KBEST))
+    from supar.structs import ConstituencyCRF
+    from supar.structs import DependencyCRF as SuparDep, MatrixTree
+    if kind == "cky":
+        x = convert.spans_to_supar(scores)
+        make = lambda: ConstituencyCRF(x.clone().requires_grad_(), lengths)  # noqa: E731
+    else:
+        cls = SuparDep if kind == "eisner" else MatrixTree
+        x = convert.arcs_to_supar(scores)
+        make = lambda: cls(x.clone().requires_grad_(), lengths, multiroot=True)  # noqa: E731
+    return (lambda: [make().sample() for _ in range(SAMPLES)]), (lambda: make().topk(KBEST))
+
+
+def decoding_rows(peers: list[str], reps: int) -> None:
+    """Rows for ``SAMPLES`` samples and the ``KBEST`` best structures: a peer that lacks the
+    operation (raises) is shown as ``n/a``; timings take turns as in :func:`median_ms`."""
+    for batch, n in DECODING_SIZES:
+        gen = torch.Generator().manual_seed(11 * 1000 + n)
+        lengths = torch.randint(max(1, n // 2), n + 1, (batch,), generator=gen)
+        lengths[0] = n
+        for kind, label in (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree"), ("cky", "CKY")):
+            shape = (batch, n, n) if kind == "cky" else (batch, n + 1, n + 1)
+            scores = torch.randn(*shape, generator=gen)
+            fns = {lib: decoding_fns(lib, kind, scores, lengths) for lib in ["synattn", *peers]}
+            for which, index in ((f"{SAMPLES} samples", 0), (f"{KBEST}-best", 1)):
+                runnable, others = {}, {}
+                for lib, pair in fns.items():
+                    try:
+                        pair[index]()
+                        runnable[lib] = pair[index]
+                    except Exception:  # the peer lacks it (NotImplementedError and the like)
+                        others[lib] = "n/a"
+                ms = median_ms(runnable, max(2, reps // 2), budget_s=20.0)
+                ours = ms.pop("synattn")
+                row(f"{label} {which} B={batch} N={n}", ours, {**ms, **others}, {})
+
+
+# ---------------------------------------------------------------------------------------------
 # Main.
 # ---------------------------------------------------------------------------------------------
 
@@ -322,7 +391,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
-    parser.add_argument("--only", choices=("cky",), help="only the constituency (CKY) rows")
+    parser.add_argument("--only", choices=("cky", "decoding"),
+                        help="only the constituency (CKY) rows, or only sampling and k-best")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     reps = 4 if args.quick else 8
@@ -333,6 +403,9 @@ def main() -> None:
     print(f"{'case':<34} | {'synattn':>9} | {'torch path':>12} | {'torch-struct':>12} | {'supar':>12} "
           "| speed-up | max |difference| from synattn (log Z, marginals)")
 
+    if args.only == "decoding":
+        decoding_rows(peers, reps)
+        return
     trees = () if args.only else (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree"))
     for kind, label in trees:
         for batch, n in EISNER_SIZES:
@@ -401,6 +474,7 @@ def main() -> None:
 
     if args.only:
         return
+    decoding_rows(peers, reps)
     print("\n# peak resident memory of Eisner marginals, B=4 N=160 (MiB above the state before, "
           "fresh process each)")
     for lib in ["synattn", "torch path", *peers]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 from typing import Iterator
 
@@ -66,6 +67,13 @@ def numba_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def kernels(name: str):
+    """The compiled-kernel module ``synattn.structs.<name>`` (e.g. ``"_eisner_kernels"``),
+    imported on first use: ``import synattn`` never needs numba, and the kernels' modules are
+    only loaded on the compiled path."""
+    return importlib.import_module(f"{__package__}.{name}")
 
 
 def use_numba(*tensors: torch.Tensor) -> bool:

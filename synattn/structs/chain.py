@@ -32,298 +32,16 @@ from functools import cached_property
 
 import torch
 
-from .backend import use_numba
+from .backend import kernels, use_numba
+from .chain_dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first,
+                       _step_elements, chain_log_partition, forward_backward, pair_marginals,
+                       viterbi)
 from .distribution import Decoding, StructDistribution
-from .semiring import (IMPOSSIBLE, NEG, check_scores, fp32_inside, float_dtype, lengths_mask,
-                       logsumexp, mask_impossible, serial_if_small, signed_exp, signed_log,
-                       signed_logsumexp)
+from .semiring import (IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, lengths_mask,
+                       mask_impossible, serial_if_small)
 
-PROMOTE_ABOVE = 100.0
-"""On the PyTorch path, float32 potentials above this magnitude run in float64 inside: the log-space
-sums of long chains (``n × |potential|``) lose too many bits in float32."""
-
-SCAN_MAX_LABELS = 4
-"""Label sets up to this size use the parallel prefix scan (its work grows like ``C**3 log N``)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Log-space forward-backward. Internal layout: labels first, batch innermost (fast reductions
-# and broadcasts on CPU): u0 [C, B], T [C(from), C(to), n-1, B], alpha and beta [C, n, B].
-# ---------------------------------------------------------------------------------------------
-
-def _log_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Log-space matrix product over the first two dims: ``LSE_q a[p, q, ...] + b[q, c, ...]``."""
-    return logsumexp(a.unsqueeze(2) + b.unsqueeze(0), 1)  # [C, C, C, ...] -> [C, C, ...]
-
-
-def _prefix_products(T: torch.Tensor) -> torch.Tensor:
-    """Inclusive log-space prefix products ``P[:, :, i] = T[:, :, 0] ⊗ .. ⊗ T[:, :, i]`` (Hillis–Steele).
-
-    Args:
-        T: ``[C, C, m, batch_size]`` transfer matrices.
-
-    Returns:
-        ``[C, C, m, batch_size]``.
-    """
-    k = 1
-    while k < T.shape[2]:
-        T = torch.cat((T[:, :, :k], _log_matmul(T[:, :, :-k], T[:, :, k:])), 2)
-        k *= 2
-    return T
-
-
-def _alpha_beta_scan(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    P = _prefix_products(T)  # [C, C, n-1, B]
-    alpha = torch.cat((u0.unsqueeze(1), logsumexp(u0[:, None, None] + P, 0)), 1)  # [C, n, B]
-    # suffix products T[i] ⊗ .. ⊗ T[-1] are transposed prefix products of the reversed transposes
-    Q = _prefix_products(T.flip(2).transpose(0, 1))  # Q[:, :, j] = (T[-1-j] ⊗ .. ⊗ T[-1])^T
-    beta = logsumexp(Q, 0).flip(1)  # [C, n-1, B]: beta[:, i] for i < n-1
-    return alpha, torch.cat((beta, torch.zeros_like(u0).unsqueeze(1)), 1)  # [C, n, B]
-
-
-def _alpha_beta_sequential(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    # alpha left to right and beta right to left in the same steps: beta's recursion is alpha's
-    # with the transposed transfer matrices in reverse order
-    TT = torch.stack((T, T.flip(2).transpose(0, 1)))  # [2, C, C, n-1, B]
-    v = torch.stack((u0, torch.zeros_like(u0)))  # [2, C, B]: alpha_0, beta_{n-1}
-    steps = [v]
-    for i in range(T.shape[2]):
-        v = logsumexp(v.unsqueeze(2) + TT[:, :, :, i], 1)  # [2, C, B]
-        steps.append(v)
-    alpha = torch.stack([step[0] for step in steps], 1)  # [C, n, B]
-    beta = torch.stack([step[1] for step in reversed(steps)], 1)
-    return alpha, beta
-
-
-def _step_elements(T: torch.Tensor, scan: bool | None) -> int:
-    """Elements of one step's largest temporary: ``[C, C, C, n-1, B]`` (scan), ``[2, C, C, B]``."""
-    C, _, m, batch = T.shape
-    if scan or (scan is None and C <= SCAN_MAX_LABELS):
-        return C ** 3 * m * batch
-    return 2 * C * C * batch
-
-
-def forward_backward(u0: torch.Tensor, T: torch.Tensor,
-                     scan: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward and backward log-vectors of a chain in transfer-matrix form.
-
-    Args:
-        u0: ``[C, batch_size]`` scores of the first label.
-        T: ``[C, C, n-1, batch_size]`` transfer matrices (see the module docstring).
-        scan: parallel prefix scan (True), sequential (False) or by label count (None).
-
-    Returns:
-        ``alpha, beta``, each ``[C, n, batch_size]``: ``alpha[c, i]`` is the log-sum of the
-        prefixes ending in ``y_i = c``, ``beta[c, i]`` of the suffixes starting from it.
-    """
-    if scan is None:
-        scan = T.shape[0] <= SCAN_MAX_LABELS
-    return (_alpha_beta_scan if scan else _alpha_beta_sequential)(u0, T)
-
-
-def chain_log_partition(u0: torch.Tensor, T: torch.Tensor, scan: bool | None = None) -> torch.Tensor:
-    """Differentiable log-partition ``[batch_size]`` of a chain in transfer-matrix form.
-
-    With the scan schedule the transfer matrices are multiplied as a balanced tree.
-    """
-    if scan is None:
-        scan = T.shape[0] <= SCAN_MAX_LABELS
-    if not scan:
-        alpha = u0
-        for i in range(T.shape[2]):
-            alpha = logsumexp(alpha.unsqueeze(1) + T[:, :, i], 0)
-        return logsumexp(alpha, 0)
-    while T.shape[2] > 1:
-        if T.shape[2] % 2:
-            T = torch.cat((T[:, :, :-2], _log_matmul(T[:, :, -2:-1], T[:, :, -1:])), 2)
-        T = _log_matmul(T[:, :, 0::2], T[:, :, 1::2])  # [C, C, m/2, B]
-    if T.shape[2] == 1:
-        u0 = logsumexp(u0.unsqueeze(1) + T[:, :, 0], 0)
-    return logsumexp(u0, 0)
-
-
-def pair_marginals(u0: torch.Tensor, T: torch.Tensor,
-                   scan: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Differentiable marginals of the first label ``[C, B]`` and of label pairs
-    ``[C, C, n-1, B]`` (``p(y_i = p, y_{i+1} = c)``) of a chain in transfer-matrix form: together,
-    the gradient of ``log Z`` with respect to ``u0`` and ``T``."""
-    alpha, beta = forward_backward(u0, T, scan)
-    log_z = logsumexp(alpha[:, -1], 0)
-    return ((alpha[:, 0] + beta[:, 0] - log_z).exp(),
-            (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp())
-
-
-# ---------------------------------------------------------------------------------------------
-# Marginals with the seed's signed log-space backward.
-# ---------------------------------------------------------------------------------------------
-
-class ChainMarginals(torch.autograd.Function):
-    """Node marginals ``p(y_i = c)`` whose backward runs in the signed log-space semifield.
-
-    Forward: forward-backward in log space, ``mu = exp(alpha + beta - A)``.
-
-    Backward (Kim et al. 2017, "Backpropagating through Forward-Backward"): with ``g = dL/dmu``,
-    the adjoints of ``alpha`` and ``beta`` scaled by ``exp(-alpha)``, ``exp(-beta)`` obey linear
-    recursions of the same shape as forward-backward run in the opposite directions,
-
-        â[i-1, p] = g[i-1,p] e^{beta[i-1,p]-A}  ⊕  ⊕_c T[p, c, i-1] ⊗ â[i, c]
-        b̂[i, c]   = g[i,c] e^{alpha[i,c]-A}     ⊕  ⊕_p b̂[i-1, p] ⊗ T[p, c, i-1]
-
-    whose values can be negative and as large as ``e^{-alpha}``: they are carried as
-    ``(log|x|, sign x)`` pairs. The potential gradients are then
-
-        dL/dT[p,c,i-1] = signexp(â[i,c] ⊗ alpha[i-1,p] ⊗ T  ⊕  b̂[i-1,p] ⊗ beta[i,c] ⊗ T
-                                 ⊕  Ā ⊗ alpha[i-1,p] ⊗ T ⊗ beta[i,c] ⊗ (-A))
-
-    with ``Ā = -Σ g mu`` the adjoint of the log-partition.
-
-    Inputs are ``u0 [C, B]``, ``T [C, C, N-1, B]`` (identity-padded) and ``mask [B, N]`` (valid
-    positions, a prefix of each chain); the output ``[B, N, C]`` is zero at padded positions.
-    On the compiled path (numba, CPU; ``scan`` is ignored) the forward is the same
-    forward-backward, and the backward computes the same vector-Jacobian product in its
-    expectation form (a covariance, see :mod:`synattn.structs._chain_kernels`): in float64 with
-    probabilities only, it needs no semifield and a third of the exponentials. The tests check
-    the two backwards against each other, autograd's double backward and finite differences.
-    """
-
-    @staticmethod
-    def forward(ctx, u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,
-                scan: bool | None = None) -> torch.Tensor:
-        ctx.compiled = use_numba(u0, T)
-        if ctx.compiled:
-            from . import _chain_kernels
-
-            mu, alpha, beta, log_z = _chain_kernels.marginals(u0.t(), _batch_first(T), mask)
-            ctx.save_for_backward(u0, T, mask, alpha, beta, log_z)
-            return mu
-        with serial_if_small(_step_elements(T, scan), T.device):
-            alpha, beta = forward_backward(u0, T, scan)
-        log_z = logsumexp(alpha[:, -1], 0)  # [B]
-        mu = (alpha + beta - log_z).exp_().permute(2, 1, 0) * mask.unsqueeze(-1)  # [B, N, C]
-        ctx.save_for_backward(u0, T, mask, alpha, beta, log_z, mu)
-        return mu
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):
-        if torch.is_grad_enabled():  # a third derivative was asked for: autograd throughout
-            u0, T, mask = ctx.saved_tensors[:3]
-            return (*_differentiable_marginals_vjp(u0, T, mask, g), None, None)
-        if ctx.compiled:
-            from . import _chain_kernels
-
-            _, T, mask, alpha, beta, log_z = ctx.saved_tensors
-            grad_u0, grad_T = _chain_kernels.marginals_backward(_batch_first(T), mask, alpha, beta,
-                                                                log_z, g)
-            return grad_u0.t(), grad_T.permute(2, 3, 1, 0), None, None  # [C, B], [C, C, N-1, B]
-        _, T, mask, alpha, beta, log_z, mu = ctx.saved_tensors
-        g = (g * mask.unsqueeze(-1)).permute(2, 1, 0)  # [C, N, B]
-        lg, sg = signed_log(g)
-        d_alpha = lg + beta - log_z  # direct adjoint of alpha, times exp(-alpha); sign sg
-        d_beta = lg + alpha - log_z
-        n = alpha.shape[1]
-
-        # adjoint of alpha, right to left: a[i-1] = d_alpha[i-1] ⊕ T[:, :, i-1] ⊗ a[i]
-        a_l, a_s = [d_alpha[:, -1]], [sg[:, -1]]
-        for i in range(n - 1, 0, -1):
-            terms = torch.cat((T[:, :, i - 1] + a_l[-1], d_alpha[:, i - 1, None]), 1)  # [C, C+1, B]
-            signs = torch.cat((a_s[-1].expand_as(T[:, :, i - 1]), sg[:, i - 1, None]), 1)
-            l, s = signed_logsumexp(terms, signs, 1)  # [C, B]
-            a_l.append(l)
-            a_s.append(s)
-        a_l, a_s = torch.stack(a_l[::-1], 1), torch.stack(a_s[::-1], 1)  # [C, N, B]
-
-        # adjoint of beta, left to right: b[i] = d_beta[i] ⊕ b[i-1] ⊗ T[:, :, i-1]
-        b_l, b_s = [d_beta[:, 0]], [sg[:, 0]]
-        for i in range(1, n):
-            terms = torch.cat((T[:, :, i - 1] + b_l[-1].unsqueeze(1), d_beta[None, :, i]), 0)  # [C+1, C, B]
-            signs = torch.cat((b_s[-1].unsqueeze(1).expand_as(T[:, :, i - 1]), sg[None, :, i]), 0)
-            l, s = signed_logsumexp(terms, signs, 0)  # [C, B]
-            b_l.append(l)
-            b_s.append(s)
-        b_l, b_s = torch.stack(b_l, 1), torch.stack(b_s, 1)  # [C, N, B]
-
-        lA, sA = signed_log(-(g * mu.permute(2, 1, 0)).sum((0, 1)))  # [B]
-        # gradient of the transfer matrices: three signed terms, ⊕ then signexp
-        base = alpha[:, None, :-1] + T  # [C, C, N-1, B]: alpha[p, i-1] ⊗ T[p, c, i-1]
-        t1 = base + a_l[None, :, 1:]
-        t2 = T + b_l[:, None, :-1] + beta[None, :, 1:]
-        t3 = base + beta[None, :, 1:] - log_z + lA
-        signs = (a_s[None, :, 1:].expand_as(T), b_s[:, None, :-1].expand_as(T), sA.expand_as(T))
-        grad_T = signed_exp(*signed_logsumexp(torch.stack((t1, t2, t3)), torch.stack(signs), 0))
-        # gradient of u0: alpha[:, 0] = u0
-        l0, s0 = signed_logsumexp(
-            torch.stack((a_l[:, 0] + alpha[:, 0], lA + alpha[:, 0] + beta[:, 0] - log_z)),
-            torch.stack((a_s[:, 0], sA.expand_as(a_s[:, 0]))), 0)
-        return signed_exp(l0, s0), grad_T, None, None
-
-
-def _differentiable_marginals_vjp(u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,
-                                  g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The backward of :class:`ChainMarginals` built from differentiable PyTorch operations
-    (autograd's double backward of forward-backward), so that derivatives of every order are
-    exact. Used only when a derivative of the backward itself is wanted."""
-    with torch.enable_grad():
-        node0, xi = pair_marginals(u0, T, scan=False)  # [C, B], [C, C, N-1, B]
-        mu = torch.cat((node0.unsqueeze(1), xi.sum(0)), 1).permute(2, 1, 0)  # [B, N, C]
-        mu = mu * mask.unsqueeze(-1)
-        inputs = [t for t in (u0, T) if t.requires_grad]
-        grads = iter(torch.autograd.grad(mu, inputs, g, create_graph=True, allow_unused=True))
-        return tuple(next(grads) if t.requires_grad else None for t in (u0, T))
-
-
-def _batch_first(T: torch.Tensor) -> torch.Tensor:
-    """``[B, N-1, C, C]`` view of transfer matrices ``[C, C, N-1, B]`` (the kernels' layout)."""
-    return T.permute(3, 2, 0, 1)
-
-
-class ChainLogPartition(torch.autograd.Function):
-    """Log-partition ``[B]`` by the compiled forward recursion; its gradient is the edge marginals.
-
-    Inputs as :class:`ChainMarginals` (``u0 [C, B]``, identity-padded ``T [C, C, N-1, B]``,
-    ``mask [B, N]``). The backward runs the compiled forward-backward; under ``create_graph``
-    (a second derivative is wanted) it computes the same edge marginals with differentiable
-    PyTorch operations instead.
-    """
-
-    @staticmethod
-    def forward(ctx, u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        from . import _chain_kernels
-
-        ctx.save_for_backward(u0, T, mask)
-        return _chain_kernels.log_partition(u0.t(), _batch_first(T), mask)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        u0, T, mask = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            node0, xi = pair_marginals(u0, T)
-            return node0 * grad, xi * grad, None
-        from . import _chain_kernels
-
-        node0, xi = _chain_kernels.edge_marginals(u0.t(), _batch_first(T), mask, grad,
-                                                  pad_diagonal=True)
-        return node0.t(), xi.permute(2, 3, 1, 0), None  # [C, B], [C, C, N-1, B]
-
-
-# ---------------------------------------------------------------------------------------------
-# Viterbi.
-# ---------------------------------------------------------------------------------------------
-
-def viterbi(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Best labelling of each chain in transfer-matrix form (``u0 [C, B]``, ``T [C, C, n-1, B]``).
-
-    Returns:
-        ``scores [batch_size]`` and ``labels [batch_size, n]`` (the first best on ties).
-    """
-    delta, pointers = u0, []
-    for i in range(T.shape[2]):
-        delta, arg = (delta.unsqueeze(1) + T[:, :, i]).max(0)  # [C, B]
-        pointers.append(arg)
-    score, last = delta.max(0)
-    labels = [last]
-    for arg in reversed(pointers):
-        labels.append(arg.gather(0, labels[-1].unsqueeze(0)).squeeze(0))
-    return score, torch.stack(labels[::-1], 1)
+__all__ = ["ChainLogPartition", "ChainMarginals", "LinearChainCRF", "chain_log_partition",
+           "forward_backward", "transfer_matrices"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,9 +178,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         """
         u0, T = self._potentials
         if use_numba(u0, T) and not (torch.is_grad_enabled() and T.requires_grad):
-            from . import _chain_kernels
-
-            _, xi = _chain_kernels.edge_marginals(u0.t(), _batch_first(T), self.mask,
+            _, xi = kernels("_chain_kernels_grad").edge_marginals(u0.t(), _batch_first(T), self.mask,
                                                   self.mask.new_ones(T.shape[-1], dtype=T.dtype),
                                                   pad_diagonal=False)
             return self._valid(xi)
@@ -477,9 +193,7 @@ class LinearChainCRF(StructDistribution, Decoding):
             u0, T = transfer_matrices(self.unary.detach(), self.edge.detach(), self.mask,
                                       batch_innermost=not compiled)
             if compiled:
-                from . import _chain_kernels
-
-                return _chain_kernels.viterbi(u0.t(), _batch_first(T), self.mask)
+                return kernels("_chain_kernels").viterbi(u0.t(), _batch_first(T), self.mask)
             return viterbi(u0, T)
 
     @property

@@ -33,212 +33,17 @@ Python iteration per width. On CPU tensors the same passes run as compiled numba
 
 from __future__ import annotations
 
-import warnings
 from functools import cached_property
 
 import torch
-import torch.autograd.forward_ad as fwAD
-import torch.nn.functional as F
 
 from .backend import use_numba
-from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, float_dtype, fp32_inside,
-                       serial_if_small)
+from .cky_dp import (DEAD, CKYMarginals, _CKYLogPartition, _zero_dead, check_span_scores,
+                     cky_inside, cky_marginals, from_width_major, span_mask, to_width_major)
+from .semiring import NEG, MaxSemiring, fp32_inside
 
-DEAD = NEG / 2
-"""A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Layout helpers.
-# ---------------------------------------------------------------------------------------------
-
-def _diagonals(x: torch.Tensor) -> torch.Tensor:
-    """View ``[B, N(w), N(i)]`` of ``x [B, N, 2N]`` with ``[b, w, i] = x[b, i, i+w]``."""
-    batch, N = x.shape[0], x.shape[1]
-    return x.as_strided((batch, N, N), (2 * N * N, 1, 2 * N + 1), x.storage_offset())
-
-
-def to_width_major(scores: torch.Tensor) -> torch.Tensor:
-    """``[B, N, N]`` span scores → ``[N(w), N(i), B]`` with ``[w, i] = scores[:, i, i+w]``."""
-    N = scores.shape[-1]
-    return _diagonals(F.pad(scores, (0, N))).permute(1, 2, 0).contiguous()
-
-
-def from_width_major(sd: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`to_width_major` (entries past the chart, ``i + w >= N``, are dropped)."""
-    N, batch = sd.shape[0], sd.shape[-1]
-    out = sd.new_zeros(batch, N, 2 * N)
-    _diagonals(out).copy_(sd.permute(2, 0, 1))
-    return out[:, :, :N]
-
-
-def span_mask(lengths: torch.Tensor, N: int) -> torch.Tensor:
-    """``[batch_size, N, N]`` True at the spans ``i <= j < lengths[b]`` of each sentence."""
-    pos = torch.arange(N, device=lengths.device)
-    inside = pos < lengths.unsqueeze(-1)  # [B, N]
-    return (pos[:, None] <= pos[None, :]) & inside.unsqueeze(1) & inside.unsqueeze(2)
-
-
-def check_span_scores(scores: torch.Tensor,
-                      lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate span scores and lengths.
-
-    Returns:
-        Scores in float32/float64 with ignored entries set to 0 and forbidden ones (``<= NEG``,
-        ``-inf`` included) set to ``NEG`` (with zero gradient), and long lengths on their device.
-    """
-    if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 1:
-        raise ValueError(f"span scores must be [B, N, N] with N >= 1, got {tuple(scores.shape)}")
-    batch, N, _ = scores.shape
-    if lengths is None:
-        lengths = torch.full((batch,), N, dtype=torch.long, device=scores.device)
-    lengths = torch.as_tensor(lengths, device=scores.device).long()
-    if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > N).any()):
-        raise ValueError(f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}")
-    scores = scores.to(float_dtype(scores))
-    scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(()))
-    return scores.clamp_min(NEG), lengths
-
-
-# ---------------------------------------------------------------------------------------------
-# PyTorch path: inside and outside passes.
-# ---------------------------------------------------------------------------------------------
-
-def cky_inside(sd: torch.Tensor, lengths: torch.Tensor, semiring: Semiring = LogSemiring
-               ) -> tuple[torch.Tensor, torch.Tensor, list]:
-    """Inside pass over width-major scores ``sd [N, N, B]`` (autograd and forward-mode AD work).
-
-    Returns:
-        ``log_z [B]`` (or the best score), the chart ``K [2, N, N, B]`` and the split sums
-        ``S`` ``[N-w, B]`` per width ``w`` (index 0 unused), which :func:`cky_outside` needs.
-    """
-    N, _, batch = sd.shape
-    K = torch.full((2, N, N, batch), NEG, dtype=sd.dtype, device=sd.device)
-    K[0, 0] = sd[0]
-    K[1, N - 1] = sd[0]
-    sums = [sd.new_zeros(0)]
-    for w in range(1, N):
-        S = semiring.sum(K[0, :w, :N - w] + K[1, N - w:, w:], 0, overwrite=True)  # [N-w, B]
-        sums.append(S)
-        beta = S + sd[w, :N - w]
-        K[0, w, :N - w] = beta
-        K[1, N - 1 - w, w:] = beta
-    log_z = K[0, lengths - 1, 0, torch.arange(batch, device=sd.device)]
-    return log_z, K, sums
-
-
-def cky_outside(sd: torch.Tensor, lengths: torch.Tensor, K: torch.Tensor, sums: list,
-                semiring: Semiring = LogSemiring) -> torch.Tensor:
-    """Adjoint of :func:`cky_inside`: ``d log_z / d sd`` ``[N, N, B]`` (width-major span
-    marginals with the log semiring, the best tree's spans as 0/1 with the max semiring)."""
-    N, _, batch = sd.shape
-    gK = torch.zeros_like(K)
-    grad = torch.zeros_like(sd)
-    gK[0, lengths - 1, 0, torch.arange(batch, device=sd.device)] = 1.0
-    for w in range(N - 1, 0, -1):
-        g = gK[0, w, :N - w] + gK[1, N - 1 - w, w:]  # [N-w, B]
-        grad[w, :N - w] = g
-        t = K[0, :w, :N - w] + K[1, N - w:, w:]  # [w, N-w, B]
-        semiring.backward_(t, sums[w], g, 0)
-        gK[0, :w, :N - w] += t
-        gK[1, N - w:, w:] += t
-    grad[0] = gK[0, 0] + gK[1, N - 1]
-    return grad
-
-
-def _kernels():
-    """The compiled kernels (imported on first use: ``import synattn`` never needs numba)."""
-    from . import _cky_kernels
-
-    return _cky_kernels
-
-
-def _step_elements(N: int, batch: int) -> int:
-    return (N // 2) ** 2 * batch
-
-
-def cky_marginals(scores: torch.Tensor, lengths: torch.Tensor, semiring: Semiring = LogSemiring,
-                  compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``log_z [B]`` and ``d log_z / d scores [B, N, N]`` for checked scores (inside + outside).
-
-    Sentences without a valid tree get ``log_z = -inf`` and zero marginals.
-    """
-    if compiled:
-        log_z, mu = _kernels().marginals(scores, lengths, viterbi=semiring is MaxSemiring)
-    else:
-        sd = to_width_major(scores)
-        with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
-            log_z, K, sums = cky_inside(sd, lengths, semiring)
-            mu = from_width_major(cky_outside(sd, lengths, K, sums, semiring))
-    return _dead_to_inf(log_z), _zero_dead(mu, log_z, lengths)
-
-
-def _dead_to_inf(log_z: torch.Tensor) -> torch.Tensor:
-    return torch.where(log_z < DEAD, float("-inf"), log_z)
-
-
-def _zero_dead(x: torch.Tensor, log_z: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``x [B, N, N]`` with 0 outside each sentence's spans and in sentences without a tree."""
-    keep = span_mask(lengths, x.shape[-1]) & (log_z >= DEAD)[:, None, None]
-    return torch.where(keep, x, 0.0)
-
-
-class CKYMarginals(torch.autograd.Function):
-    """Span marginals; backward is the Hessian-vector product of ``log Z`` by forward-mode AD
-    (``O(B·N²)`` memory), or autograd throughout when a third derivative is asked for."""
-
-    @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        ctx.compiled = use_numba(scores)
-        log_z, mu = cky_marginals(scores, lengths, compiled=ctx.compiled)
-        ctx.save_for_backward(scores, lengths, log_z)
-        return mu
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):
-        scores, lengths, log_z = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            with torch.enable_grad():
-                x = scores.detach().requires_grad_()
-                inner = cky_inside(to_width_major(x), lengths)[0]
-                (mu,) = torch.autograd.grad(inner.sum(), x, create_graph=True)
-            out = torch.autograd.grad(mu, x, g, create_graph=True)[0]
-        elif ctx.compiled:
-            out = _kernels().marginals_jvp(scores, lengths, g)
-        else:
-            with fwAD.dual_level(), warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                dual = fwAD.make_dual(scores, g.to(scores.dtype))
-                sd = to_width_major(dual)
-                _, K, sums = cky_inside(sd, lengths)
-                mu = from_width_major(cky_outside(sd, lengths, K, sums))
-                out = fwAD.unpack_dual(mu).tangent
-        return _zero_dead(out, log_z, lengths), None
-
-
-class _CKYLogPartition(torch.autograd.Function):
-    """``log Z`` whose backward is the outside pass (the marginals)."""
-
-    @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        compiled = use_numba(scores)
-        if not ctx.needs_input_grad[0]:
-            if compiled:
-                return _dead_to_inf(_kernels().log_partition(scores, lengths))
-            sd = to_width_major(scores)
-            with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
-                return _dead_to_inf(cky_inside(sd, lengths)[0])
-        log_z, mu = cky_marginals(scores, lengths, compiled=compiled)
-        ctx.save_for_backward(scores, lengths, mu, log_z)
-        return log_z
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):
-        scores, lengths, mu, log_z = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            mu = CKYMarginals.apply(scores, lengths)
-        g = torch.where(torch.isfinite(log_z), g, 0.0)  # no tree: zero gradient, whatever g is
-        return mu * g[:, None, None], None
+__all__ = ["DEAD", "CKYMarginals", "TreeCRF", "chart_to_spans", "check_span_scores",
+           "cky_inside", "cky_marginals", "sample_trees", "span_mask", "spans_to_chart"]
 
 
 class TreeCRF:
@@ -351,6 +156,15 @@ class TreeCRF:
         """``[batch_size]`` ``KL(p || q) = H(p, q) - H(p)`` for ``p = self``, ``q = other``."""
         d = self.cross_entropy(other) - self.entropy
         return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
+
+    def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` best trees, exactly, best first: ``scores [batch_size, k]`` (``-inf`` where
+        fewer than ``k`` exist) and 0/1 span charts ``[batch_size, k, N, N]`` (all 0 for the
+        missing ones). Lawler's partition scheme over masked CKY argmaxes
+        (:func:`~synattn.structs.kbest.tree_kbest`)."""
+        from .kbest import tree_kbest
+
+        return tree_kbest(self, k)
 
     @fp32_inside
     def sample(self, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from .kbest import lawler
 from .semiring import NEG
 
 
@@ -119,7 +120,7 @@ class Decoding:
     - ``_num_positions()`` (``n``) and ``_num_choices()`` (``V``).
 
     The CRF must also give ``lengths``, ``max``, ``argmax`` and ``log_partition``. A class may
-    override ``sample`` with a faster exact sampler (the chain and Eisner do).
+    override ``sample`` with a faster exact sampler (the chain, Eisner and Matrix-Tree do).
     """
 
     lengths: torch.Tensor
@@ -142,79 +143,73 @@ class Decoding:
         its marginal given the choices of positions ``< i`` (chain rule), each conditional
         computed as the marginals of the CRF with those choices fixed (the others masked)."""
         batch, n = self.lengths.shape[0], self._num_positions()
-        V = self._num_choices()
         index = torch.arange(batch, device=self.lengths.device).repeat(count)  # [count * B]
-        allowed = torch.ones(len(index), n, V, dtype=torch.bool, device=index.device)
         out = torch.full((len(index), n), -1, dtype=torch.long, device=index.device)
+        out = self._continue_sample(index, out, torch.zeros_like(index), generator)
+        feasible = self.log_partition.detach()[index] > -float("inf")
+        return out.masked_fill(~feasible.unsqueeze(-1), -1).view(count, batch, n)
+
+    def _continue_sample(self, index: torch.Tensor, out: torch.Tensor, start: torch.Tensor,
+                         generator: torch.Generator | None) -> torch.Tensor:
+        """``out [M, n]`` completed by conditioning (see :meth:`_sequential_sample`): row ``m``
+        is a sample of batch element ``index[m]`` whose choices at positions ``< start[m]`` are
+        given (drawn from the exact conditionals by the caller) and the rest are drawn here."""
+        n, V = self._num_positions(), self._num_choices()
         lengths = self.lengths[index]
+        pos = torch.arange(n, device=index.device)
+        given = (pos < start.unsqueeze(1)) & (out >= 0)  # [M, n]
+        fixed = torch.nn.functional.one_hot(out.clamp_min(0), V).bool()  # [M, n, V]
+        allowed = torch.where(given.unsqueeze(-1), fixed, torch.ones_like(fixed))
         with torch.no_grad():
-            for i in range(n):
+            for i in range(int(start.min()) if len(start) else n, n):
                 crf = self._restricted(index, allowed)
                 probs = self._choice_marginals(crf, i).double().clamp_min(0.0)  # [M, V]
                 choice = _gumbel_argmax(probs.log(), generator)
-                active = (i < lengths) & (probs.sum(-1) > 0)
-                out[:, i] = torch.where(active, choice, -1)
-                fixed = torch.nn.functional.one_hot(choice, V).bool()
-                allowed[:, i] = torch.where(active.unsqueeze(-1), fixed, allowed[:, i])
-            feasible = self.log_partition.detach()[index] > -float("inf")
-        return out.masked_fill(~feasible.unsqueeze(-1), -1).view(count, batch, n)
+                draw = i >= start
+                active = draw & (i < lengths) & (probs.sum(-1) > 0)
+                out[:, i] = torch.where(active, choice, torch.where(draw, -1, out[:, i]))
+                pick = torch.nn.functional.one_hot(choice, V).bool()
+                allowed[:, i] = torch.where(active.unsqueeze(-1), pick, allowed[:, i])
+        return out
 
     def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` best structures of each batch element, exactly, best first.
 
-        Lawler's (1972) partition scheme over constrained argmaxes: after the ``j``-th best
-        structure ``y`` (found under constraints), the rest of its subspace splits into one
-        subproblem per free position ``i``: positions before ``i`` keep ``y``'s choices, ``i``
-        must differ from ``y``'s. Each subproblem's best is a masked argmax of the same dynamic
-        program (Viterbi, Eisner, Chu-Liu-Edmonds), so the list is exact; ties are broken by the
-        argmax's own order. Cost: ``k`` batched argmax calls, each over up to ``n`` sub-problems
-        per batch element.
+        Lawler's (1972) partition scheme over constrained argmaxes
+        (:func:`~synattn.structs.kbest.lawler`): after the ``j``-th best structure ``y`` (found
+        under constraints), the rest of its subspace splits into one subproblem per free
+        position ``i``: positions before ``i`` keep ``y``'s choices, ``i`` must differ from
+        ``y``'s. Each subproblem's best is a masked argmax of the same dynamic program (Viterbi,
+        Eisner, Chu-Liu-Edmonds), so the list is exact; ties are broken by the argmax's own
+        order. Cost: ``k`` batched argmax calls, each over up to ``n`` sub-problems per batch
+        element.
 
         Returns:
             ``scores [B, k]`` (``-inf`` where fewer than ``k`` structures exist) and structures
             ``[B, k, n]`` (``-1`` padding, also for missing ones).
         """
-        import heapq
-
-        if k < 1:
-            raise ValueError(f"kbest: k must be >= 1, got {k}")
         batch, n = self.lengths.shape[0], self._num_positions()
         V = self._num_choices()
         device = self.lengths.device
         lengths = self.lengths.tolist()
-        scores = torch.full((batch, k), -float("inf"), dtype=torch.float64)
-        structures = torch.full((batch, k, n), -1, dtype=torch.long)
-        heaps: list[list] = [[] for _ in range(batch)]
-        counter = 0
-        # sub-problems, solved together: sentences [M], first free positions [M], allowed [M, n, V]
-        todo = [(torch.arange(batch), torch.zeros(batch, dtype=torch.long),
-                 torch.ones(batch, n, V, dtype=torch.bool))]
         pos = torch.arange(n)
-        for j in range(k):
-            if todo:
-                sents, firsts, allowed = (torch.cat(parts) for parts in zip(*todo))
-                crf = self._restricted(sents.to(device), allowed.to(device))
-                best, arg = crf.max.detach().double().cpu().tolist(), crf.argmax.cpu()
-                for m, b in enumerate(sents.tolist()):
-                    if best[m] > -float("inf"):
-                        heapq.heappush(heaps[b], (-best[m], counter, arg[m], int(firsts[m]),
-                                                  allowed[m]))
-                        counter += 1
-            todo = []
-            for b in range(batch):
-                if not heaps[b]:
-                    continue
-                neg, _, y, first, allowed = heapq.heappop(heaps[b])
-                scores[b, j], structures[b, j] = -neg, y
-                if j == k - 1 or first >= lengths[b]:
-                    continue
-                # Lawler: sub-problem i keeps y at first..i-1 and differs from it at i
-                at = torch.arange(first, lengths[b])  # [m]
-                keep = (pos >= first) & (pos < at.unsqueeze(1))  # [m, n]
-                onehot = torch.nn.functional.one_hot(y.clamp_min(0), V).bool()  # [n, V]
-                subs = torch.where(keep.unsqueeze(-1), onehot, allowed)  # [m, n, V]
-                subs[torch.arange(len(at)), at, y[at]] = False
-                todo.append((torch.full((len(at),), b), at, subs))
+
+        def solve(sents: torch.Tensor, constraints) -> tuple[list[float], torch.Tensor]:
+            crf = self._restricted(sents.to(device), constraints[0].to(device))
+            return crf.max.detach().double().cpu().tolist(), crf.argmax.cpu()
+
+        def split(b: int, y: torch.Tensor, constraint):
+            allowed, first = constraint
+            # Lawler: sub-problem i keeps y at first..i-1 and differs from it at i
+            at = torch.arange(int(first), lengths[b])  # [m]
+            keep = (pos >= first) & (pos < at.unsqueeze(1))  # [m, n]
+            onehot = torch.nn.functional.one_hot(y.clamp_min(0), V).bool()  # [n, V]
+            subs = torch.where(keep.unsqueeze(-1), onehot, allowed)  # [m, n, V]
+            subs[torch.arange(len(at)), at, y[at]] = False
+            return subs, at
+
+        initial = (torch.ones(batch, n, V, dtype=torch.bool), torch.zeros(batch, dtype=torch.long))
+        scores, structures = lawler(k, initial, solve, split, torch.full((n,), -1))
         return scores.to(device), structures.to(device)
 
 

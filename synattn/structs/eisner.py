@@ -39,17 +39,15 @@ numba; one sentence per loop iteration, sentences spread over threads) when
 
 from __future__ import annotations
 
-import warnings
 from functools import cached_property
 
 import torch
-import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
-from .backend import use_numba
-from .semiring import (IMPOSSIBLE, NEG, LogSemiring, MaxSemiring, Semiring, fp32_inside,
-                       serial_if_small)
+from .backend import kernels, use_numba
+from .semiring import (IMPOSSIBLE, NEG, LogSemiring, MaxSemiring, Semiring, forward_derivative,
+                       fp32_inside, serial_if_small)
 
 # K[0] is Bc, K[1] is A. Channels of A: left complete, right complete, right incomplete shifted
 # by one width (A[IR, w-1] holds width w). Channels of Bc: left incomplete shifted the other way
@@ -194,13 +192,6 @@ def root_span_mask(n: int, dead: torch.Tensor) -> torch.Tensor:
     return mask
 
 
-def _kernels():
-    """The compiled kernels (imported on first use: ``import synattn`` never needs numba)."""
-    from . import _eisner_kernels
-
-    return _eisner_kernels
-
-
 def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
                      semiring: Semiring = LogSemiring,
                      compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,7 +201,7 @@ def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: boo
     them) instead of the PyTorch code.
     """
     if compiled:
-        return _kernels().marginals(scores, lengths, multiroot, viterbi=semiring is MaxSemiring)
+        return kernels("_eisner_kernels").marginals(scores, lengths, multiroot, viterbi=semiring is MaxSemiring)
     sd = to_width_major(scores)
     with serial_if_small(_step_elements(sd), sd.device):
         log_z, K, sums = eisner_inside(sd, lengths, multiroot, semiring)
@@ -246,13 +237,9 @@ class EisnerMarginals(torch.autograd.Function):
             mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
             return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None
         if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
-            return _kernels().marginals_jvp(scores, lengths, ctx.multiroot, g), None, None
-        with fwAD.dual_level(), warnings.catch_warnings():
-            # (torch's first use of forward AD loads decompositions through torch.jit.script)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            dual = fwAD.make_dual(scores, g.to(scores.dtype))
-            mu = eisner_marginals(dual, lengths, ctx.multiroot)[1]
-            return fwAD.unpack_dual(mu).tangent, None, None
+            return kernels("_eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g), None, None
+        mu = forward_derivative(lambda x: eisner_marginals(x, lengths, ctx.multiroot)[1], scores, g)
+        return mu, None, None
 
 
 class _EisnerLogPartition(torch.autograd.Function):
@@ -264,8 +251,8 @@ class _EisnerLogPartition(torch.autograd.Function):
         ctx.compiled = use_numba(scores)
         if ctx.compiled:  # the outside pass runs now, with the inside pass, if a backward may come
             if not ctx.needs_input_grad[0]:
-                return _kernels().log_partition(scores, lengths, multiroot)
-            log_z, mu = _kernels().marginals(scores, lengths, multiroot)
+                return kernels("_eisner_kernels").log_partition(scores, lengths, multiroot)
+            log_z, mu = kernels("_eisner_kernels").marginals(scores, lengths, multiroot)
             ctx.save_for_backward(scores, lengths, mu)
             return log_z
         sd = to_width_major(scores)

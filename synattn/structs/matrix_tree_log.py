@@ -18,6 +18,7 @@ import math
 import torch
 
 from .arc_scores import usable_arcs
+from .matrix_tree_gth import _single_root_order
 from .semiring import NEG
 
 SAFE_SPREAD = 700.0
@@ -26,11 +27,6 @@ next to its largest) sends the sentence to the log-space elimination."""
 
 LOG0 = -1e30
 """Log-weight of an arc no tree may use in the log-space elimination (far below any masked arc)."""
-
-
-def _single_root_order(N: int, device: torch.device) -> torch.Tensor:
-    """Words ``2..N`` then word 1 (0-based word indices), as in :mod:`synattn.structs.matrix_tree`."""
-    return torch.cat((torch.arange(1, N, device=device), torch.zeros(1, dtype=torch.long, device=device)))
 
 
 def _wide_columns(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from typing import Callable, Iterator, TypeVar
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 NEG = -1e9
 """Log-score of an impossible event: finite, so that no recursion ever computes ``-inf - -inf``."""
@@ -248,3 +250,16 @@ def serial_if_small(step_elements: int, device: torch.device) -> Iterator[None]:
 def lengths_mask(lengths: torch.Tensor, n: int) -> torch.Tensor:
     """``[batch_size, n]`` boolean mask, True at positions ``< lengths``."""
     return torch.arange(n, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+def forward_derivative(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                       direction: torch.Tensor) -> torch.Tensor:
+    """The derivative of ``fn`` at ``x`` in ``direction`` by forward-mode AD (dual numbers): for
+    ``fn`` = the marginals (the gradient of ``log Z``) it is the Hessian of ``log Z`` times
+    ``direction``, which by the Hessian's symmetry is also the marginals' vector-Jacobian
+    product, the backward that Eisner, Matrix-Tree and CKY use on the PyTorch path."""
+    with fwAD.dual_level(), warnings.catch_warnings():
+        # (torch's first use of forward AD loads decompositions through torch.jit.script)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        out = fn(fwAD.make_dual(x, direction.to(x.dtype)))
+        return fwAD.unpack_dual(out).tangent

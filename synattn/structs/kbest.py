@@ -1,0 +1,114 @@
+"""Exact k-best structures by Lawler's (1972) partition scheme over constrained argmaxes.
+
+The best structure ``y`` of a subspace (a set of constraints) is found by the dynamic program's
+own argmax with the excluded parts masked. The rest of the subspace splits into disjoint
+subspaces, one per free part ``i`` of ``y`` (in a fixed order): parts before ``i`` keep ``y``'s
+choice, part ``i`` must differ from it. Every other structure of the subspace lies in exactly
+one of them, so popping the best of all open subspaces ``k`` times, each time splitting the one
+popped, lists the ``k`` best exactly (ties in the argmax's own order). Each round solves the
+subspaces opened in the previous one, for all batch elements, in one batched argmax.
+
+:func:`lawler` is generic: a problem is a tuple of tensors (the constraints), ``solve`` gives the
+best of many problems at once, ``split`` the subspaces left after a structure.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+import torch
+
+Constraints = tuple[torch.Tensor, ...]
+
+
+def lawler(k: int, initial: Constraints,
+           solve: Callable[[torch.Tensor, Constraints], tuple[list[float], torch.Tensor]],
+           split: Callable[[int, torch.Tensor, Constraints], Constraints],
+           empty: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best structures of each batch element, best first.
+
+    Args:
+        k: how many (``>= 1``).
+        initial: constraints ``[B, ...]`` of each batch element's whole space.
+        solve: ``(sents [M], constraints [M, ...]) -> (best scores, a list of M floats with
+            -inf where nothing is allowed; structures [M, ...])``.
+        split: ``(b, structure, constraints of its subspace) -> constraints [m, ...]`` of the
+            subspaces of what is left (``m`` may be 0).
+        empty: the structure that pads the lists (``-1`` heads, an all-zero chart).
+
+    Returns:
+        ``scores [B, k]`` (float64, ``-inf`` where fewer than ``k`` exist) and structures
+        ``[B, k, ...]`` (``empty`` where missing), on the CPU.
+    """
+    if k < 1:
+        raise ValueError(f"kbest: k must be >= 1, got {k}")
+    batch = initial[0].shape[0]
+    scores = torch.full((batch, k), -float("inf"), dtype=torch.float64)
+    structures = empty.expand(batch, k, *empty.shape).clone()
+    heaps: list[list] = [[] for _ in range(batch)]
+    counter = 0
+    todo: list[tuple[torch.Tensor, Constraints]] = [(torch.arange(batch), initial)]
+    for j in range(k):
+        todo = [(s, c) for s, c in todo if len(s)]
+        if todo:
+            sents = torch.cat([s for s, _ in todo])
+            constraints = tuple(torch.cat(parts) for parts in zip(*(c for _, c in todo)))
+            best, arg = solve(sents, constraints)
+            for m, b in enumerate(sents.tolist()):
+                if best[m] > -float("inf"):
+                    heapq.heappush(heaps[b], (-best[m], counter, arg[m],
+                                              tuple(c[m] for c in constraints)))
+                    counter += 1
+        todo = []
+        for b in range(batch):
+            if not heaps[b]:
+                continue
+            neg, _, y, constraint = heapq.heappop(heaps[b])
+            scores[b, j], structures[b, j] = -neg, y
+            if j < k - 1:
+                subs = split(b, y, constraint)
+                todo.append((torch.full((subs[0].shape[0],), b, dtype=torch.long), subs))
+    return scores, structures
+
+
+def tree_kbest(crf, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best binary trees of a :class:`~synattn.structs.cky.TreeCRF`: ``scores [B, k]``
+    and 0/1 span charts ``[B, k, N, N]`` (all 0 where fewer than ``k`` trees exist).
+
+    A subspace is ``(allowed [N, N], included [N, N])``. A tree's free parts are its spans other
+    than the one-word spans and the whole sentence (those are in every tree), ordered by start
+    and end, minus those its subspace already includes. Keeping a span = forbidding every span
+    that crosses it: a binary bracketing of ``n`` words has ``2n - 1`` spans, the most a
+    non-crossing set can have, so a span that crosses none of a tree's spans is one of them.
+    """
+    from .cky import TreeCRF
+    from .semiring import NEG
+
+    scores, lengths = crf.scores.detach(), crf.lengths
+    batch, N, _ = scores.shape
+    device = scores.device
+    sizes = lengths.tolist()
+    a, c = torch.arange(N).view(1, N, 1), torch.arange(N).view(1, 1, N)
+
+    def solve(sents: torch.Tensor, constraints: Constraints) -> tuple[list[float], torch.Tensor]:
+        allowed = constraints[0].to(device)
+        sub = TreeCRF(torch.where(allowed, scores[sents.to(device)], NEG), lengths[sents.to(device)])
+        return sub.max.detach().double().cpu().tolist(), sub.argmax.cpu()
+
+    def split(b: int, y: torch.Tensor, constraint: Constraints) -> Constraints:
+        allowed, included = constraint
+        width = c - a  # [1, N, N]
+        free = (y[None] > 0.5) & (width >= 1) & (width <= sizes[b] - 2) & ~included[None]
+        _, i, j = free.nonzero(as_tuple=True)  # [m] spans, ordered by start then end
+        i, j = i.view(-1, 1, 1), j.view(-1, 1, 1)
+        cross = ((a < i) & (i <= c) & (c < j)) | ((i < a) & (a <= j) & (j < c))  # [m, N, N]
+        span = (a == i) & (c == j)  # [m, N, N]
+        # sub-problem t keeps spans 0..t-1 (forbids what crosses them) and forbids span t
+        kept_cross = (cross.cumsum(0) - cross.long()) > 0
+        kept = (span.cumsum(0) - span.long()) > 0
+        return allowed & ~kept_cross & ~span, included | kept
+
+    initial = (torch.ones(batch, N, N, dtype=torch.bool), torch.zeros(batch, N, N, dtype=torch.bool))
+    best, charts = lawler(k, initial, solve, split, torch.zeros(N, N, dtype=scores.dtype))
+    return best.to(device), charts.to(device)

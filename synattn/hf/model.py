@@ -202,6 +202,7 @@ def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> An
     call: SynattnCall = kwargs["synattn_call"]
     call.hidden.clear()  # not kept beyond the forward
     model.synattn.last_call = call
+    _check_gradients(model, call)
     if not isinstance(output, ModelOutput):
         return output
     if call.losses:
@@ -213,6 +214,20 @@ def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> An
     output.synattn_losses = call.losses
     output.synattn_head_log_probs = call.head_log_probs
     return output
+
+
+def _check_gradients(model: nn.Module, call: SynattnCall) -> None:
+    """Refuses auxiliary losses cut off from autograd while the model trains: reentrant
+    activation checkpointing (``use_reentrant=True``) runs each layer under ``no_grad``, so a loss
+    computed inside a layer would silently train nothing."""
+    if not (model.training and torch.is_grad_enabled() and call.losses):
+        return
+    dead = [key for key, loss in call.losses.items() if not loss.requires_grad]
+    if dead and any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"the auxiliary loss(es) {dead} have no gradient: with gradient "
+                         "checkpointing, synattn features need use_reentrant=False (the default; "
+                         "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs="
+                         "{'use_reentrant': False}))")
 
 
 _WITH_FEATURES: dict[type, type] = {}

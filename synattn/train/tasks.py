@@ -256,6 +256,10 @@ def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
     """
     from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
 
+    if any(c.__module__.startswith("transformers.") for c in type(model).__mro__):
+        from synattn.hf.task import HFMaskedLMTask  # a transformers model (synattn/hf/task.py)
+
+        return HFMaskedLMTask(model)
     config = model.config
     if config.pad_id != PAD:
         raise ValueError(f"model pad_id={config.pad_id}, but prepared data pads with {PAD}")

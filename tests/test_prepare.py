@@ -138,3 +138,12 @@ def test_parallel_text_with_given_source_trees(tmp_path):
     cfg.vocab_size = 29
     with pytest.raises(DataError, match=r"train\.en:2: the tokens of this line differ from sentence 2"):
         prepare(cfg, force=True)
+
+
+@pytest.mark.parametrize("manifest", [{"config": "flipped"}, ["not", "a", "dict"], {}])
+def test_a_damaged_manifest_is_refused_with_a_usage_error(tmp_path, manifest):
+    from synattn.data.prepare import refuse_changing_prepared
+    from synattn.errors import UsageError
+
+    with pytest.raises(UsageError, match="already prepared with other settings"):
+        refuse_changing_prepared(tmp_path, manifest, PrepareConfig(out=str(tmp_path)), force=False)

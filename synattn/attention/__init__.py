@@ -15,7 +15,7 @@ from synattn.attention.adapter import SyntaxMultiheadAttention, bind_syntax
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, pointer_loss
 from synattn.attention.cache import KVCache
 from synattn.attention.constituent import ConstituentAttention, ConstituentState, constituent_prior
-from synattn.attention.core import MultiheadAttention, check_compatible
+from synattn.attention.core import MultiheadAttention, attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
 from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
@@ -33,6 +33,6 @@ __all__ = [
     "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
     "SegmentationAttention", "SpanAttention", "SpecializedHeads", "SupervisedHead",
     "SyntacticAttention", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention", "TreeRelations",
-    "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "label_logits",
+    "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "label_logits",
     "label_values", "padding_keys", "pointer_loss", "sequential_labels",
 ]

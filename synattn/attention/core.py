@@ -108,90 +108,124 @@ class MultiheadAttention(nn.Module):
         ctx = AttentionContext(q=q, k=k, v=v, x=x, allowed=allowed, query_start=query_start,
                                scale=1.0 / math.sqrt(self.head_dim), syntax=syntax,
                                is_self=is_self, extras=AttentionExtras(), cache=cache, mask_bias=mask_bias)
-        for feature in self.features:
-            ctx.q, ctx.k = feature.queries_keys(ctx)
-        if need_weights or any(f.needs_probs for f in self.features):
-            mixed = self._explicit(ctx, need_weights)
-        else:
-            mixed = self._fused(ctx, causal and key_padding_mask is None and attn_mask is None and query_start == 0)
+        plain_causal = causal and key_padding_mask is None and attn_mask is None and query_start == 0
+        dropout = self.dropout if self.training else 0.0
+        mixed = attend_features(self.features, ctx, dropout=dropout, need_weights=need_weights,
+                                plain_causal=plain_causal)
         b, _, n, _ = mixed.shape
         out = self.out_proj(mixed.transpose(1, 2).reshape(b, n, self.d_model))  # [B, n, d]
         return out, ctx.extras
 
-    def _bias(self, ctx: AttentionContext) -> Tensor | None:
-        bias = ctx.mask_bias
-        for feature in self.features:
-            term = feature.logit_bias(ctx)
-            if term is not None:
-                bias = term if bias is None else bias + term
-        return bias
 
-    def _explicit(self, ctx: AttentionContext, need_weights: bool,
-                  bias: Tensor | None = None) -> Tensor:
-        """Materialises the probabilities; returns the mixed values ``[B, H, n, d_k]``.
+def attend_features(features: Sequence[AttentionFeature], ctx: AttentionContext, *,
+                    dropout: float = 0.0, need_weights: bool = False,
+                    plain_causal: bool = False) -> Tensor:
+    """Runs the attention steps of ``features`` (``feature.py``) on a prepared context.
 
-        ``bias``: the features' logit bias if already computed (else it is computed here).
-        """
-        logits = upcast(torch.matmul(ctx.q * ctx.scale, ctx.k.transpose(-1, -2)))  # [B, H, n, m]
-        bias = self._bias(ctx) if bias is None else bias
+    This is :class:`MultiheadAttention` between its projections: queries, keys and values (and the
+    mask, syntax, cache) are in ``ctx``; the result is the mixed values ``[B, H, n, d_k]``, before
+    the output projection. Other modules that own their projections (``synattn.hf``) call it too.
+
+    Args:
+        features: the features of the layer, applied in order (checked by :func:`check_compatible`).
+        ctx: the call's state; ``ctx.q``/``ctx.k`` are replaced by the features' ``queries_keys``,
+            ``ctx.mask_bias`` (an additive float mask) is added to the logits, losses and
+            (``need_weights``) probabilities are written into ``ctx.extras``.
+        dropout: dropout probability on the attention probabilities (0 in evaluation).
+        need_weights: materialise the probabilities into ``ctx.extras.probs`` (explicit path).
+        plain_causal: the only mask is the causal one and queries start at 0 (lets the fused
+            kernel use ``is_causal``).
+
+    Example:
+        >>> q = k = v = torch.randn(1, 2, 3, 4)
+        >>> ctx = AttentionContext(q=q, k=k, v=v, x=torch.randn(1, 3, 8), allowed=None,
+        ...                        query_start=0, scale=0.5, syntax=None, is_self=True,
+        ...                        extras=AttentionExtras())
+        >>> attend_features([], ctx).shape
+        torch.Size([1, 2, 3, 4])
+    """
+    for feature in features:
+        ctx.q, ctx.k = feature.queries_keys(ctx)
+    if need_weights or any(f.needs_probs for f in features):
+        return _explicit(features, ctx, need_weights, dropout)
+    return _fused(features, ctx, plain_causal, dropout)
+
+
+def _bias(features: Sequence[AttentionFeature], ctx: AttentionContext) -> Tensor | None:
+    bias = ctx.mask_bias
+    for feature in features:
+        term = feature.logit_bias(ctx)
+        if term is not None:
+            bias = term if bias is None else bias + term
+    return bias
+
+
+def _explicit(features: Sequence[AttentionFeature], ctx: AttentionContext, need_weights: bool,
+              dropout: float, bias: Tensor | None = None) -> Tensor:
+    """Materialises the probabilities; returns the mixed values ``[B, H, n, d_k]``.
+
+    ``bias``: the features' logit bias if already computed (else it is computed here).
+    """
+    logits = upcast(torch.matmul(ctx.q * ctx.scale, ctx.k.transpose(-1, -2)))  # [B, H, n, m]
+    bias = _bias(features, ctx) if bias is None else bias
+    if bias is not None:
+        logits = logits.add_(bias)  # in place: fresh tensor, nothing saved it for backward
+    if ctx.allowed is not None:
+        logits = logits.masked_fill_(~ctx.allowed, torch.finfo(logits.dtype).min)
+    probs = torch.softmax(logits, dim=-1)  # [B, H, n, m]
+    for feature in features:
+        override = feature.head_distribution(ctx)
+        if override is not None:
+            head, head_probs = override
+            probs = probs.index_copy(1, torch.tensor([head], device=probs.device),
+                                     head_probs[:, None].to(probs.dtype))
+    for feature in features:
+        probs = feature.adjust_probs(probs, ctx)
+    probs = _zero_dead_rows(probs, ctx.allowed)
+    if need_weights:
+        ctx.extras.probs = probs
+    dropped = _dropout(probs, dropout).to(ctx.v.dtype)
+    mixed = torch.matmul(dropped, ctx.v)  # [B, H, n, d_k]
+    for feature in features:
+        term = feature.value_term(dropped, ctx)
+        if term is not None:
+            mixed = mixed + term.to(mixed.dtype)
+    return mixed
+
+
+def _fused(features: Sequence[AttentionFeature], ctx: AttentionContext, plain_causal: bool,
+           dropout: float) -> Tensor:
+    """Runs ``scaled_dot_product_attention``; returns the mixed values ``[B, H, n, d_k]``."""
+    bias = _bias(features, ctx)
+    if bias is not None and bias.requires_grad and bias.device.type == "cpu":
+        # SDPA with a mask that needs a gradient takes its unfused path, which on CPU is
+        # slower than the explicit one (measured: benchmarks/bench_attention.py)
+        return _explicit(features, ctx, False, dropout, bias)
+    plain_causal = plain_causal and bias is None  # no dead rows: each query sees itself
+    if plain_causal:
+        mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, dropout_p=dropout,
+                                               is_causal=True, scale=ctx.scale)
+    else:
+        mask = None
         if bias is not None:
-            logits = logits.add_(bias)  # in place: fresh tensor, nothing saved it for backward
-        if ctx.allowed is not None:
-            logits = logits.masked_fill_(~ctx.allowed, torch.finfo(logits.dtype).min)
-        probs = torch.softmax(logits, dim=-1)  # [B, H, n, m]
-        for feature in self.features:
-            override = feature.head_distribution(ctx)
-            if override is not None:
-                head, head_probs = override
-                probs = probs.index_copy(1, torch.tensor([head], device=probs.device),
-                                         head_probs[:, None].to(probs.dtype))
-        for feature in self.features:
-            probs = feature.adjust_probs(probs, ctx)
-        probs = _zero_dead_rows(probs, ctx.allowed)
-        if need_weights:
-            ctx.extras.probs = probs
-        dropped = self._dropout(probs).to(ctx.v.dtype)
-        mixed = torch.matmul(dropped, ctx.v)  # [B, H, n, d_k]
-        for feature in self.features:
-            term = feature.value_term(dropped, ctx)
-            if term is not None:
-                mixed = mixed + term.to(mixed.dtype)
-        return mixed
+            mask = fill_masked(bias.to(ctx.q.dtype), ctx.allowed)  # [B | 1, H | 1, n, m]
+        elif ctx.allowed is not None:
+            mask = fill_masked(ctx.q.new_zeros(ctx.allowed.shape), ctx.allowed)  # [B | 1, 1, n, m]
+        mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask,
+                                               dropout_p=dropout, scale=ctx.scale)
+    for feature in features:
+        override = feature.head_distribution(ctx)
+        if override is not None:
+            head, head_probs = override
+            head_probs = _dropout(head_probs, dropout)
+            head_mixed = torch.matmul(head_probs.to(ctx.v.dtype), ctx.v[:, head])  # [B, n, d_k]
+            mixed = mixed.index_copy(1, torch.tensor([head], device=mixed.device),
+                                     head_mixed[:, None].to(mixed.dtype))
+    return mixed if plain_causal else _zero_dead_rows(mixed, ctx.allowed)
 
-    def _fused(self, ctx: AttentionContext, plain_causal: bool) -> Tensor:
-        """Runs ``scaled_dot_product_attention``; returns the mixed values ``[B, H, n, d_k]``."""
-        dropout = self.dropout if self.training else 0.0
-        bias = self._bias(ctx)
-        if bias is not None and bias.requires_grad and bias.device.type == "cpu":
-            # SDPA with a mask that needs a gradient takes its unfused path, which on CPU is
-            # slower than the explicit one (measured: benchmarks/bench_attention.py)
-            return self._explicit(ctx, False, bias)
-        plain_causal = plain_causal and bias is None  # no dead rows: each query sees itself
-        if plain_causal:
-            mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, dropout_p=dropout,
-                                                   is_causal=True, scale=ctx.scale)
-        else:
-            mask = None
-            if bias is not None:
-                mask = fill_masked(bias.to(ctx.q.dtype), ctx.allowed)  # [B | 1, H | 1, n, m]
-            elif ctx.allowed is not None:
-                mask = fill_masked(ctx.q.new_zeros(ctx.allowed.shape), ctx.allowed)  # [B | 1, 1, n, m]
-            mixed = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask,
-                                                   dropout_p=dropout, scale=ctx.scale)
-        for feature in self.features:
-            override = feature.head_distribution(ctx)
-            if override is not None:
-                head, head_probs = override
-                head_probs = self._dropout(head_probs)
-                head_mixed = torch.matmul(head_probs.to(ctx.v.dtype), ctx.v[:, head])  # [B, n, d_k]
-                mixed = mixed.index_copy(1, torch.tensor([head], device=mixed.device),
-                                         head_mixed[:, None].to(mixed.dtype))
-        return mixed if plain_causal else _zero_dead_rows(mixed, ctx.allowed)
 
-    def _dropout(self, probs: Tensor) -> Tensor:
-        if not self.training or self.dropout == 0.0:
-            return probs
-        return F.dropout(probs, self.dropout, training=True)
+def _dropout(probs: Tensor, p: float) -> Tensor:
+    return probs if p == 0.0 else F.dropout(probs, p, training=True)
 
 
 def check_compatible(features: Sequence[AttentionFeature]) -> None:

@@ -120,7 +120,8 @@ def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, forc
     :mod:`synattn.runs`). Raises :class:`UsageError` naming the changed settings unless ``force``."""
     if force:
         return
-    old = manifest.get("config", {})
+    old = manifest.get("config") if isinstance(manifest, dict) else None
+    old = old if isinstance(old, dict) else {}  # a damaged manifest: every setting counts as changed
     changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in asdict(cfg).items() if old.get(k) != v]
     raise UsageError(f"{out} is already prepared with other settings ({', '.join(changed) or 'another version'}); "
                      "preparing it again would retrain its tokenizers under the runs trained on it: prepare "

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,12 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
     if checkpoint is None:
         raise InputError(f"has no {which} checkpoint (--checkpoint)", str(run))
     try:
-        model = PretrainedModel.from_pretrained(checkpoint)
+        if _names_transformers(checkpoint):
+            from synattn.hf.task import load_checkpoint  # a transformers model (synattn/hf/task.py)
+
+            model = load_checkpoint(checkpoint)
+        else:
+            model = PretrainedModel.from_pretrained(checkpoint)
     except (SynattnError, MemoryError):
         raise
     except Exception as err:
@@ -75,6 +81,14 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
                          f"{' '.join(str(err).split())[:200]})", str(config_path)) from None
     exp.run = run
     return model, exp, checkpoint
+
+
+def _names_transformers(checkpoint: Path) -> bool:
+    """Whether a checkpoint's ``config.json`` is that of a ``transformers`` model."""
+    try:
+        return "architectures" in json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
 
 
 def gold_word_heads(piece_heads: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
@@ -140,6 +154,10 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         dataset = PreparedDataset(data or exp.data, split)
     except (FileNotFoundError, KeyError) as err:
         raise InputError(str(err).strip('"'), str(data or exp.data)) from None
+    if "transformers" in exp.model:  # a transformers model (synattn/hf/task.py)
+        from synattn.hf.task import evaluate_hf
+
+        return evaluate_hf(model, dataset, split, max_tokens, show_progress)
     model.eval()
     task = task_for(model, label_smoothing=0.0)
     request = task.syntax_request()

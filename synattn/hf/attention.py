@@ -32,7 +32,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from synattn.attention.core import MultiheadAttention, check_compatible
+from synattn.attention.bird_eye import BirdEyeReweighting
+from synattn.attention.core import attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
 from synattn.attention.inputs import SyntaxInputs
 from synattn.attention.masks import attention_mask as build_mask
@@ -71,8 +72,10 @@ class SynattnCall:
 class SiteAttention(nn.Module):
     """The synattn features of one attention module of an HF model, and how they attend.
 
-    The explicit and fused paths are those of :class:`MultiheadAttention` (shared code, so both
-    classes compute the same thing); this module has no projections of its own.
+    It runs :func:`synattn.attention.attend_features`, the steps of
+    :class:`~synattn.attention.MultiheadAttention` between its projections (the same code, so
+    both compute the same thing), on the model's queries, keys and values; this module has no
+    projections of its own.
 
     Args:
         site: where the module is (side, layer, heads, sizes).
@@ -80,26 +83,12 @@ class SiteAttention(nn.Module):
         reads_hidden: some feature reads the attention's input hidden states.
     """
 
-    _bias_of_features = MultiheadAttention._bias
-    _explicit = MultiheadAttention._explicit
-    _fused = MultiheadAttention._fused
-    _dropout = MultiheadAttention._dropout
-
     def __init__(self, site: Site, features: Sequence[AttentionFeature], reads_hidden: bool):
         super().__init__()
         check_compatible(features)
         self.site = site
         self.features = nn.ModuleList(features)
         self.reads_hidden = reads_hidden
-        self.dropout = 0.0
-        self._extra_bias: Tensor | None = None
-
-    def _bias(self, ctx: AttentionContext) -> Tensor | None:
-        bias = self._bias_of_features(ctx)
-        extra = self._extra_bias
-        if extra is None:
-            return bias
-        return extra if bias is None else bias + extra
 
     def check(self, is_self: bool, causal: bool, query_start: int) -> None:
         """Raises ``ValueError`` when a feature cannot run in this call."""
@@ -109,9 +98,10 @@ class SiteAttention(nn.Module):
                 raise ValueError(f"{name} at {self.site.key} is a self-attention feature")
             if feature.causal_only and not causal:
                 raise ValueError(f"{name} at {self.site.key} needs causal self-attention")
-            if query_start > 0 and not feature.cacheable:
+            if query_start > 0 and not cacheable(feature):
                 raise ValueError(f"{name} at {self.site.key} does not support a key/value cache "
-                                 "(incremental decoding)")
+                                 "(incremental decoding); generate with use_cache=False "
+                                 "(synattn.hf.generate does so)")
 
     def attend(self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                mask: Tensor | None, dropout: float, scaling: float | None,
@@ -134,27 +124,38 @@ class SiteAttention(nn.Module):
         if self.reads_hidden and x is None:
             raise ValueError(f"features at {self.site.key} read the hidden states, but the model "
                              "was called without synattn's forward hooks (call the model itself)")
-        syntax = call.syntax.get("decoder" if side == "cross" else side)
+        syntax = _expand(call.syntax.get("decoder" if side == "cross" else side), b)
         ctx = AttentionContext(q=query, k=key, v=value, x=x, allowed=allowed,
                                query_start=query_start,
                                scale=d_k ** -0.5 if scaling is None else scaling, syntax=syntax,
-                               is_self=is_self, extras=AttentionExtras())
-        self.dropout, self._extra_bias = dropout, extra
-        try:
-            for feature in self.features:
-                ctx.q, ctx.k = feature.queries_keys(ctx)
-            need_weights = bool(kwargs.get("output_attentions", False)) or call.need_weights
-            if need_weights or any(f.needs_probs for f in self.features):
-                mixed = self._explicit(ctx, need_weights)
-            else:
-                mixed = self._fused(ctx, causal and mask is None and query_start == 0)
-        finally:
-            self._extra_bias = None
+                               is_self=is_self, extras=AttentionExtras(), mask_bias=extra)
+        need_weights = bool(kwargs.get("output_attentions", False)) or call.need_weights
+        mixed = attend_features(self.features, ctx, dropout=dropout if module.training else 0.0,
+                                need_weights=need_weights,
+                                plain_causal=causal and mask is None and query_start == 0)
         for name, loss in ctx.extras.losses.items():
             call.losses[f"{self.site.key}.{name}"] = loss
         for name, log_probs in ctx.extras.head_log_probs.items():
             call.head_log_probs[f"{self.site.key}.{name}"] = log_probs
         return mixed.transpose(1, 2).contiguous().to(query.dtype), ctx.extras.probs  # [B, n, H, d_k]
+
+
+def cacheable(feature: AttentionFeature) -> bool:
+    """Whether ``feature`` works in a ``transformers`` model's incremental decoding.
+
+    BET(SF) keeps the levels of past positions in synattn's own ``KVCache.extra``, which the
+    ``transformers`` cache does not carry, so it needs the whole sequence at every step here.
+    """
+    return feature.cacheable and not isinstance(feature, BirdEyeReweighting)
+
+
+def _expand(syntax: SyntaxInputs | None, batch_size: int) -> SyntaxInputs | None:
+    """Repeats each row of ``syntax`` when the batch was expanded for generation
+    (``num_beams``, ``num_return_sequences``: ``transformers`` repeats each example in place)."""
+    if syntax is None or syntax.batch_size in (None, batch_size) or batch_size % syntax.batch_size:
+        return syntax
+    rows = torch.arange(syntax.batch_size).repeat_interleave(batch_size // syntax.batch_size)
+    return syntax.index_select(rows.to(next(iter(syntax.present().values())).device))
 
 
 def _allowed(mask: Tensor | None, causal: bool, n: int, m: int, query_start: int,

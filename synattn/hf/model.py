@@ -43,12 +43,15 @@ class SynattnModule(nn.Module):
         last_call: the :class:`SynattnCall` of the latest forward (its losses and head
             distributions), also for models called with ``return_dict=False``; it keeps them
             (and, until the next forward, the autograd graph behind the losses) alive.
+        standing_syntax: syntax by side used by every forward that is given none, set for the
+            duration of ``generate`` by :func:`synattn.hf.use_syntax` (None: none).
     """
 
     def __init__(self, input_side: str):
         super().__init__()
         self.input_side = input_side
         self.last_call: SynattnCall | None = None
+        self.standing_syntax: dict[str, SyntaxInputs] | None = None
 
     def sites(self) -> dict[str, SiteAttention]:
         """The attention sites with features, by key (``"encoder_0"``)."""
@@ -126,6 +129,9 @@ def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
     model.config.synattn = specs
     model.register_forward_pre_hook(_start_call, with_kwargs=True)
     model.register_forward_hook(_finish_call, with_kwargs=True)
+    encoder = _separate_encoder(model)
+    if encoder is not None:  # generate() runs the encoder on its own, without the model's hooks
+        encoder.register_forward_pre_hook(_start_encoder_call(holder), with_kwargs=True)
     if model.config._attn_implementation != IMPLEMENTATION:
         model.set_attn_implementation(IMPLEMENTATION)
     return holder
@@ -158,19 +164,45 @@ def syntax_from_inputs(inputs: dict[str, Any], input_side: str) -> dict[str, Syn
     return syntax
 
 
+def _separate_encoder(model: nn.Module) -> nn.Module | None:
+    """The encoder submodule of an encoder-decoder model (None for other models)."""
+    if not getattr(model.config, "is_encoder_decoder", False) or not hasattr(model, "get_encoder"):
+        return None
+    encoder = model.get_encoder()
+    return None if encoder is model else encoder
+
+
+def _need_weights(model: nn.Module, kwargs: dict) -> bool:
+    need = kwargs.get("output_attentions")
+    return bool(getattr(model.config, "output_attentions", False) if need is None else need)
+
+
 def _start_call(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if kwargs.get("synattn_call") is None:
-        need = kwargs.get("output_attentions")
-        need = getattr(model.config, "output_attentions", False) if need is None else need
-        kwargs["synattn_call"] = SynattnCall(syntax_from_inputs(kwargs, model.synattn.input_side),
-                                             need_weights=bool(need))
+        syntax = syntax_from_inputs(kwargs, model.synattn.input_side)
+        if not syntax and model.synattn.standing_syntax is not None:
+            syntax = dict(model.synattn.standing_syntax)
+        kwargs["synattn_call"] = SynattnCall(syntax, need_weights=_need_weights(model, kwargs))
     return args, kwargs
+
+
+def _start_encoder_call(holder: SynattnModule):
+    """Pre-hook of the encoder of an encoder-decoder model: a call of its own when the encoder
+    runs alone (``generate`` encodes the source once), with the standing syntax."""
+    def hook(encoder: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if kwargs.get("synattn_call") is None:
+            standing = holder.standing_syntax or {}
+            syntax = {"encoder": standing["encoder"]} if "encoder" in standing else {}
+            kwargs["synattn_call"] = SynattnCall(syntax, need_weights=_need_weights(encoder, kwargs))
+        return args, kwargs
+    return hook
 
 
 def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
     call: SynattnCall = kwargs["synattn_call"]
     call.hidden.clear()  # not kept beyond the forward
     model.synattn.last_call = call
+    _check_gradients(model, call)
     if not isinstance(output, ModelOutput):
         return output
     if call.losses:
@@ -182,6 +214,20 @@ def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> An
     output.synattn_losses = call.losses
     output.synattn_head_log_probs = call.head_log_probs
     return output
+
+
+def _check_gradients(model: nn.Module, call: SynattnCall) -> None:
+    """Refuses auxiliary losses cut off from autograd while the model trains: reentrant
+    activation checkpointing (``use_reentrant=True``) runs each layer under ``no_grad``, so a loss
+    computed inside a layer would silently train nothing."""
+    if not (model.training and torch.is_grad_enabled() and call.losses):
+        return
+    dead = [key for key, loss in call.losses.items() if not loss.requires_grad]
+    if dead and any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"the auxiliary loss(es) {dead} have no gradient: with gradient "
+                         "checkpointing, synattn features need use_reentrant=False (the default; "
+                         "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs="
+                         "{'use_reentrant': False}))")
 
 
 _WITH_FEATURES: dict[type, type] = {}

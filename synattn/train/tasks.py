@@ -255,6 +255,10 @@ def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
     """
     from synattn.train.kinds import kind_of
 
+    if any(c.__module__.startswith("transformers.") for c in type(model).__mro__):
+        from synattn.hf.task import HFMaskedLMTask  # a transformers model (synattn/hf/task.py)
+
+        return HFMaskedLMTask(model)
     kind = kind_of(model)  # TypeError for a model of no registered kind
     config = model.config
     if config.pad_id != PAD:

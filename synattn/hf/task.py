@@ -1,0 +1,273 @@
+"""``synattn train`` / ``synattn evaluate`` with a ``transformers`` model: masked LM on a prepared
+dataset, with synattn features attached.
+
+An experiment of task ``mlm`` whose model section has a ``transformers`` key::
+
+    task: mlm
+    data: data/ewt                  # synattn prepare with CoNLL-U trees (for a supervised head)
+    model:
+      transformers:                 # a transformers config (model_type + its keys), or the path
+        model_type: bert            # of a local model directory (config.json; its
+        hidden_size: 256            # model.safetensors too, when there, is loaded)
+        num_hidden_layers: 4
+        num_attention_heads: 4
+        intermediate_size: 1024
+      features:                     # synattn.hf feature specs (encoder side)
+        - {feature: supervised_head, layers: [2], head: 0, weight: 1.0}
+
+The model is ``AutoModelForMaskedLM`` of that config with the dataset's vocabulary (its size,
+``pad``/``bos``/``eos`` ids; ``<mask>`` is id 4 of every synattn tokenizer), the features attached
+by :func:`synattn.hf.attach`. A batch feeds the dataset's pieces as ``input_ids`` and the syntax
+fields the features read as ``syntax_*``; the loss is BERT's masked-LM cross-entropy plus the
+features' auxiliary losses (:class:`HFMaskedLMTask`). Checkpoints are ``save_pretrained``
+directories (``synattn.hf.from_pretrained`` loads one); ``synattn evaluate`` reports the masked
+perplexity, each supervised head's word-level UAS against the split's trees and every head's
+agreement with the subword tree (:func:`evaluate_hf`).
+
+The few lines that call this module from the core: ``ExperimentConfig.model_config``,
+``ExperimentConfig.check_data`` and ``build_model`` (synattn/experiment.py), ``task_for``
+(synattn/train/tasks.py), ``load_run`` and ``evaluate_run`` (synattn/evaluate/runner.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from synattn.attention.inputs import IGNORE_INDEX
+from synattn.data.batching import Batch, SyntaxRequest
+from synattn.data.subwords import BOS, EOS, MASK, PAD
+from synattn.errors import ConfigError
+from synattn.hf.features import normalize_specs
+from synattn.hf.model import from_pretrained
+
+KEY = "transformers"
+SECTION = ("transformers", "features")
+"""Keys of an experiment's model section for a ``transformers`` model."""
+
+
+def _auto():
+    from transformers import AutoConfig, AutoModelForMaskedLM
+    return AutoConfig, AutoModelForMaskedLM
+
+
+def _base_config(value: Any):
+    """The ``transformers`` config of ``model.transformers`` (a dict or a local directory)."""
+    auto_config, _ = _auto()
+    if isinstance(value, str):
+        folder = Path(value)
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"model.transformers: {value} is not a model directory (no config.json); "
+                              "give a local directory or a config dict (no hub access)")
+        try:
+            return auto_config.from_pretrained(folder)
+        except (ValueError, OSError) as err:
+            raise ConfigError(f"model.transformers: cannot read {folder / 'config.json'}: {err}") from None
+    if not isinstance(value, dict) or not isinstance(value.get("model_type"), str):
+        raise ConfigError("model.transformers: expected a config dict with a model_type "
+                          f"(e.g. {{model_type: bert, hidden_size: 256}}) or a directory, got {value!r}")
+    options = {k: v for k, v in value.items() if k != "model_type"}
+    try:
+        return auto_config.for_model(value["model_type"], **options)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"model.transformers: {' '.join(str(err).split())[:300]}") from None
+
+
+def model_config(exp, manifest: dict, labels: dict[str, list[str]], placeholder: bool = False):
+    """The ``transformers`` config of ``exp`` with the dataset's vocabulary and the synattn features
+    (``config.synattn``); every mistake is a :class:`ConfigError` naming the ``model.`` key."""
+    section = exp.model
+    unknown = sorted(set(section) - set(SECTION))
+    if unknown:
+        raise ConfigError(f"unknown key(s) model.{', model.'.join(unknown)}: a transformers model "
+                          f"section has {', '.join(SECTION)}")
+    from synattn.models import MaskedLM
+
+    if not issubclass(exp.kind.model, MaskedLM):
+        raise ConfigError(f"model.transformers: task {exp.task} cannot train a transformers model; "
+                          "use task mlm")
+    config = _base_config(section[KEY])
+    _, auto_mlm = _auto()
+    if type(config) not in auto_mlm._model_mapping:
+        raise ConfigError(f"model.transformers: model_type {config.model_type} has no masked-LM "
+                          "model in transformers")
+    vocab = manifest["vocab_size"]["src"]
+    if isinstance(section[KEY], str) and not placeholder and _has_weights(section[KEY]) \
+            and config.vocab_size != vocab:
+        raise ConfigError(f"model.transformers: the model in {section[KEY]} has {config.vocab_size} "
+                          f"pieces but data {exp.data} has {vocab} (its weights need its own vocabulary)")
+    if isinstance(section[KEY], dict) and "vocab_size" in section[KEY] and not placeholder \
+            and section[KEY]["vocab_size"] != vocab:
+        raise ConfigError(f"model.transformers.vocab_size={section[KEY]['vocab_size']} differs from the "
+                          f"dataset's {vocab} (leave it out: it is read from the data)")
+    config.vocab_size = vocab
+    config.pad_token_id, config.bos_token_id, config.eos_token_id = PAD, BOS, EOS
+    config.synattn = features(section.get("features", []), labels, placeholder)
+    syntax_request(config)  # one max_distance / max_traversal
+    return config
+
+
+def features(specs: Any, labels: dict[str, list[str]], placeholder: bool) -> list[dict[str, Any]]:
+    """Normalized feature specs of ``model.features`` (encoder side; specialized heads get their
+    ``num_labels`` from the dataset's label vocabulary when not given)."""
+    try:
+        specs = normalize_specs(specs)
+    except ValueError as err:
+        raise ConfigError(f"model.features: {err}") from None
+    for i, spec in enumerate(specs):
+        if spec["side"] != "encoder":
+            raise ConfigError(f"model.features: synattn feature #{i} ({spec['feature']}) goes into the "
+                              f"{spec['side']} side; a masked LM has only encoder self-attention")
+        if spec["feature"] == "specialized_heads" and spec["num_labels"] is None:
+            names = labels.get("src_upos" if spec["source"] == "pos" else "src_deprels", [])
+            if not names and not placeholder:
+                raise ConfigError(f"model.features: synattn feature #{i} (specialized_heads) reads "
+                                  f"{spec['source']} labels, which the dataset has none of")
+            spec["num_labels"] = max(len(names), 1)
+    return specs
+
+
+def syntax_request(config) -> SyntaxRequest:
+    """The syntax fields the features of ``config.synattn`` read from a batch."""
+    fields: set[str] = set()
+    clips: dict[str, int] = {}
+    for spec in getattr(config, "synattn", None) or []:
+        name = spec["feature"]
+        if name == "tree_relations":
+            fields.add(spec["field"])
+            clip = "max_distance" if spec["field"] == "tree_dist" else "max_traversal"
+            if clips.setdefault(clip, spec[clip]) != spec[clip]:
+                raise ConfigError(f"model.features: two tree_relations entries use {clip} "
+                                  f"{clips[clip]} and {spec[clip]}, but a batch has one; use the same value")
+        elif name == "specialized_heads":
+            fields.add(spec["source"])
+        elif name == "supervised_head":
+            fields.add("head_targets")
+    return SyntaxRequest(src=frozenset(fields), max_distance=clips.get("max_distance", 8),
+                         max_traversal=clips.get("max_traversal", 4))
+
+
+def _has_weights(folder: str | Path) -> bool:
+    return any((Path(folder) / name).is_file()
+               for name in ("model.safetensors", "model.safetensors.index.json"))
+
+
+def build_model(exp) -> nn.Module:
+    """A new masked-LM model of ``exp``: the directory's weights when it has them, else random."""
+    manifest, labels = exp.check_data()
+    config = exp.model_config(manifest, labels)
+    _, auto_mlm = _auto()
+    source = exp.model[KEY]
+    if isinstance(source, str) and _has_weights(source):
+        return from_pretrained(auto_mlm, source, config=config)
+    return from_pretrained_config(config)
+
+
+def from_pretrained_config(config) -> nn.Module:
+    """A random ``AutoModelForMaskedLM`` of ``config`` with the features of ``config.synattn``."""
+    from synattn.hf.model import attach
+
+    _, auto_mlm = _auto()
+    specs = config.synattn
+    del config.synattn
+    model = auto_mlm.from_config(config)
+    attach(model, specs)
+    return model
+
+
+def syntax_kwargs(syntax) -> dict[str, Tensor]:
+    """``syntax_<field>`` keyword arguments of a batch's :class:`SyntaxInputs` (or None)."""
+    return {} if syntax is None else {f"syntax_{k}": v for k, v in syntax.present().items()}
+
+
+class HFMaskedLMTask:
+    """BERT's masked LM (:func:`synattn.train.tasks.mask_tokens`) for a ``transformers`` model,
+    plus the auxiliary losses of its synattn features (``outputs.synattn_losses``).
+
+    Args:
+        model: the model (its ``config`` gives the vocabulary and the features' syntax).
+        prob: share of the pieces chosen (0.15).
+    """
+
+    def __init__(self, model: nn.Module, prob: float = 0.15):
+        self.vocab_size, self.prob = model.config.vocab_size, prob
+        self.request = syntax_request(model.config)
+
+    def syntax_request(self) -> SyntaxRequest:
+        return self.request
+
+    def forward(self, model: nn.Module, inputs: Tensor, batch: Batch, **kwargs: Any):
+        return model(input_ids=inputs, attention_mask=(~batch.src_padding).long(),
+                     **syntax_kwargs(batch.src_syntax), **kwargs)
+
+    def loss(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        from types import SimpleNamespace
+
+        from synattn.train.tasks import _result, label_smoothed_nll, mask_tokens
+
+        tokens = batch.src  # [B, n]
+        maskable = ~batch.src_padding & (tokens != EOS) & (tokens != BOS)
+        inputs, target = mask_tokens(tokens, maskable, MASK, self.vocab_size, self.prob)
+        out = self.forward(model, inputs, batch)
+        chosen = target != IGNORE_INDEX  # [B, n]
+        loss, nll = label_smoothed_nll(out.logits[chosen], target[chosen], 0.0)
+        losses = getattr(out, "synattn_losses", {})
+        return _result(loss, nll, chosen.sum(), tokens.shape[0], SimpleNamespace(losses=losses))
+
+
+def load_checkpoint(folder: str | Path) -> nn.Module:
+    """The masked-LM model of a checkpoint written by ``synattn train`` (features included)."""
+    _, auto_mlm = _auto()
+    return from_pretrained(auto_mlm, str(folder))
+
+
+@torch.no_grad()
+def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
+                show_progress: bool = True):
+    """Masked perplexity, supervised heads' word-level UAS and head agreement on ``dataset``."""
+    from synattn.data.batching import collate, token_batches
+    from synattn.evaluate.attachment import word_predictions
+    from synattn.evaluate.runner import Evaluation, gold_word_heads
+    from synattn.evaluate.translation import perplexity
+    from synattn.progress import progress
+    from synattn.trees.metrics import attachment_scores
+
+    model.eval()
+    task = HFMaskedLMTask(model)
+    has_trees = dataset.has("src_heads")
+    request = task.request
+    probe = SyntaxRequest(src=request.src | ({"head_targets"} if has_trees else set()),
+                          max_distance=request.max_distance, max_traversal=request.max_traversal)
+    nll, tokens = 0.0, 0
+    pred: dict[str, list] = defaultdict(list)
+    gold: dict[str, list] = defaultdict(list)
+    hits, count = None, 0.0
+    torch.manual_seed(0)  # the same masked positions on every evaluation
+    batches = token_batches(dataset.lengths(), max_tokens, shuffle=False)
+    for indices in progress(batches, desc=f"evaluate {split}", unit="batch", enabled=show_progress):
+        batch = collate(dataset, indices, probe)
+        _, logs = task.loss(model, batch)
+        nll, tokens = nll + float(logs["nll_loss"]), tokens + int(logs["ntokens"])
+        out = task.forward(model, batch.src, batch, output_attentions=True)
+        examples = [dataset[int(i)] for i in indices]
+        for key, log_probs in out.synattn_head_log_probs.items():
+            for b, ex in enumerate(examples):
+                p = len(ex["src_ids"])
+                pred[key].append(word_predictions(log_probs[b, :p, :p].float().numpy(), ex["src_word"]))
+                gold[key].append(gold_word_heads(ex["src_heads"], ex["src_word"]))
+        targets = None if batch.src_syntax is None else batch.src_syntax.head_targets
+        if targets is not None and out.attentions is not None:
+            valid = targets >= 0  # [B, n]
+            stacked = torch.stack([a.float() for a in out.attentions], 1)  # [B, L, H, n, n]
+            hit = (stacked.argmax(-1) == targets[:, None, None, :]) & valid[:, None, None, :]
+            hits = hit.sum((0, 3)).numpy() + (0 if hits is None else hits)
+            count += float(valid.sum())
+    result = Evaluation(split, len(dataset), perplexity(nll, max(tokens, 1)))
+    result.attachment = {key: attachment_scores(pred[key], gold[key]).uas for key in pred}
+    if hits is not None:
+        result.head_agreement = {"encoder": (hits / max(count, 1)).round(4).tolist()}
+    return result

@@ -1,0 +1,133 @@
+"""synattn train / synattn evaluate with a transformers model: masked LM with a supervised head
+on a prepared CoNLL-U dataset, the head's word-level UAS reported by evaluate."""
+
+import json
+
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("transformers")
+
+from synattn.cli.main import main  # noqa: E402
+from synattn.errors import ConfigError  # noqa: E402
+from synattn.experiment import ExperimentConfig  # noqa: E402
+
+CONLLU = """\
+1\tthe\tthe\tDET\t_\t_\t2\tdet\t_\t_
+2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_
+3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_
+4\ton\ton\tADP\t_\t_\t6\tcase\t_\t_
+5\tthe\tthe\tDET\t_\t_\t6\tdet\t_\t_
+6\tmat\tmat\tNOUN\t_\t_\t3\tobl\t_\t_
+
+1\tshe\tshe\tPRON\t_\t_\t2\tnsubj\t_\t_
+2\treads\tread\tVERB\t_\t_\t0\troot\t_\t_
+3\told\told\tADJ\t_\t_\t4\tamod\t_\t_
+4\tbooks\tbook\tNOUN\t_\t_\t2\tobj\t_\t_
+
+1\tdogs\tdog\tNOUN\t_\t_\t2\tnsubj\t_\t_
+2\tbark\tbark\tVERB\t_\t_\t0\troot\t_\t_
+3\tloudly\tloudly\tADV\t_\t_\t2\tadvmod\t_\t_
+
+"""
+BERT = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 64, "hidden_dropout_prob": 0.0}
+FEATURES = [{"feature": "tree_relations", "layers": [0]},
+            {"feature": "supervised_head", "layers": [1], "head": 2}]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from synattn.data.prepare import PrepareConfig, prepare
+
+    tmp = tmp_path_factory.mktemp("hf_task")
+    trees = {}
+    for split, reps in (("train", 4), ("dev", 1), ("test", 1)):
+        (tmp / f"{split}.conllu").write_text(CONLLU * reps, encoding="utf-8")
+        trees[split] = str(tmp / f"{split}.conllu")
+    return prepare(PrepareConfig(out=str(tmp / "data"), src_trees=trees, tgt_lang=None, vocab_size=40))
+
+
+def experiment(data, model=None, **train):
+    return {"task": "mlm", "data": str(data), "model": model or {"transformers": BERT, "features": FEATURES},
+            "train": {"max_steps": 3, "max_tokens": 200, "warmup_updates": 1, "lr": 1e-3,
+                      "progress_bar": False, "tensorboard": False, **train}}
+
+
+def test_train_and_evaluate_report_the_heads_uas(data, tmp_path, capsys):
+    config = tmp_path / "hf.yaml"
+    config.write_text(yaml.safe_dump(experiment(data)))
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(config), "--run-dir", str(run)]) == 0
+    saved = json.loads((run / "checkpoints" / (run / "checkpoints" / "last").read_text().strip()
+                        / "config.json").read_text())
+    assert saved["model_type"] == "bert" and [s["feature"] for s in saved["synattn"]] == \
+        ["tree_relations", "supervised_head"]
+    capsys.readouterr()
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", "--run", str(run), "--split", "test", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert set(result["attachment"]) == {"encoder_1.parse"}
+    assert 0.0 <= result["attachment"]["encoder_1.parse"] <= 1.0
+    assert "supervised head encoder_1.parse: UAS" in printed
+    assert 1.0 < result["perplexity"] < float("inf")
+    assert len(result["head_agreement"]["encoder"]) == 2  # layers x heads
+    assert result["sentences"] == 3
+
+
+def test_uas_is_the_heads_word_level_attachment(data):
+    """evaluate_hf's UAS = the word holding the piece that each word's final piece attends to most
+    (itself: the root), against the gold word heads, counted over the split's words."""
+    from synattn.data.batching import PreparedDataset, collate
+    from synattn.hf.task import HFMaskedLMTask, evaluate_hf, from_pretrained_config
+
+    exp = ExperimentConfig.from_dict(experiment(data))
+    torch.manual_seed(0)
+    model = from_pretrained_config(exp.model_config(*exp.check_data())).eval()
+    dataset = PreparedDataset(str(data), "test")
+    result = evaluate_hf(model, dataset, "test", show_progress=False)
+    task = HFMaskedLMTask(model)
+    gold_heads = [int(h) for tree in CONLLU.strip().split("\n\n")
+                  for h in (line.split("\t")[6] for line in tree.splitlines())]
+    predicted = []
+    with torch.no_grad():
+        for i in range(len(dataset)):
+            batch = collate(dataset, [i], task.request)
+            log_probs = task.forward(model, batch.src, batch).synattn_head_log_probs["encoder_1.parse"][0]
+            words = dataset[i]["src_word"]
+            for w in range(int(words.max()) + 1):
+                last = int((words == w).nonzero()[0][-1])
+                target = int(words[int(log_probs[last, :len(words)].argmax())])  # pieces, not </s>
+                predicted.append(0 if target == w else target + 1)
+    correct = sum(p == g for p, g in zip(predicted, gold_heads))
+    assert len(predicted) == len(gold_heads) == 13
+    assert result.attachment["encoder_1.parse"] == pytest.approx(correct / 13)
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"transformers": {"hidden_size": 32}}, "model.transformers: expected a config dict with a model_type"),
+    ({"transformers": {"model_type": "gpt2"}}, "model_type gpt2 has no masked-LM model"),
+    ({"transformers": BERT, "features": [{"feature": "pointer", "side": "decoder"}]},
+     "model.features: synattn feature #0 .pointer. goes into the decoder side"),
+    ({"transformers": BERT, "features": [{"feature": "nope"}]}, "model.features: synattn feature #0: unknown"),
+    ({"transformers": BERT, "heads": 2}, "unknown key.s. model.heads"),
+    ({"transformers": dict(BERT, vocab_size=7)}, "model.transformers.vocab_size=7 differs"),
+    ({"transformers": "no/such/dir"}, "no/such/dir is not a model directory"),
+])
+def test_model_section_mistakes_are_config_errors(data, model, message):
+    with pytest.raises(ConfigError, match=message):
+        ExperimentConfig.from_dict(experiment(data, model)).check_data()
+
+
+def test_a_config_directory_takes_the_datasets_vocabulary(data, tmp_path):
+    import transformers
+
+    transformers.BertConfig(**{k: v for k, v in BERT.items() if k != "model_type"}).save_pretrained(tmp_path)
+    exp = ExperimentConfig.from_dict(experiment(data, {"transformers": str(tmp_path)}))
+    manifest, labels = exp.check_data()
+    config = exp.model_config(manifest, labels)
+    assert config.vocab_size == manifest["vocab_size"]["src"] and config.synattn == []
+    with pytest.raises(ConfigError, match="task lm cannot train a transformers model"):
+        ExperimentConfig.from_dict({**experiment(data, {"transformers": str(tmp_path)}), "task": "lm"})

@@ -157,3 +157,14 @@ def test_structured_attention_study_on_characters_to_words(tmp_path):
     tgt = (out / "text" / "test.tgt").read_text().splitlines()[0]
     assert src.replace(" ", "") == tgt.replace(" ", "")
     assert all(0 <= r["1"]["word_accuracy"] <= 100 for r in results["runs"].values())
+
+
+def test_paired_bootstrap_of_identical_outputs_is_no_difference():
+    from synattn.reproduce.stats import paired_bootstrap
+
+    hyps = ["the cat sat on the mat", "a dog barked", "she reads old books"]
+    refs = ["the cat sat on a mat", "the dog barked", "she reads books"]
+    same = paired_bootstrap(hyps, list(hyps), refs, samples=100)
+    assert all(same[k]["delta"] == 0.0 and same[k]["p_value"] == 1.0 for k in ("bleu", "chrf"))
+    other = paired_bootstrap(hyps, ["the cat sat on a mat", "the dog barked", "she reads books"], refs, samples=100)
+    assert other["chrf"]["delta"] > 0 and other["chrf"]["p_value"] < 1.0

@@ -8,6 +8,26 @@ transformers = pytest.importorskip("transformers")
 
 VOCAB = 60
 
+# three small gold trees for the tests that train or score a supervised head
+CONLLU = """\
+1\tthe\tthe\tDET\t_\t_\t2\tdet\t_\t_
+2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_
+3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_
+4\ton\ton\tADP\t_\t_\t6\tcase\t_\t_
+5\tthe\tthe\tDET\t_\t_\t6\tdet\t_\t_
+6\tmat\tmat\tNOUN\t_\t_\t3\tobl\t_\t_
+
+1\tshe\tshe\tPRON\t_\t_\t2\tnsubj\t_\t_
+2\treads\tread\tVERB\t_\t_\t0\troot\t_\t_
+3\told\told\tADJ\t_\t_\t4\tamod\t_\t_
+4\tbooks\tbook\tNOUN\t_\t_\t2\tobj\t_\t_
+
+1\tdogs\tdog\tNOUN\t_\t_\t2\tnsubj\t_\t_
+2\tbark\tbark\tVERB\t_\t_\t0\troot\t_\t_
+3\tloudly\tloudly\tADV\t_\t_\t2\tadvmod\t_\t_
+
+"""
+
 
 def bert(task: str = "token", **kw):
     config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,

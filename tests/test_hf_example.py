@@ -4,31 +4,14 @@ import importlib.util
 import json
 from pathlib import Path
 
-import pytest
 import torch
 
-from hf_models import bert, wordpiece_tokenizer
+from hf_models import CONLLU, bert, wordpiece_tokenizer
 
 import synattn.hf as sh
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "hf_supervised_head.py"
 
-CONLLU = """\
-# sent_id = 1
-1\tthe\tthe\tDET\t_\t_\t2\tdet\t_\t_
-2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_
-3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_
-4\ton\ton\tADP\t_\t_\t6\tcase\t_\t_
-5\tthe\tthe\tDET\t_\t_\t6\tdet\t_\t_
-6\tmat\tmat\tNOUN\t_\t_\t3\tobl\t_\t_
-
-# sent_id = 2
-1\tshe\tshe\tPRON\t_\t_\t2\tnsubj\t_\t_
-2\treads\tread\tVERB\t_\t_\t0\troot\t_\t_
-3\told\told\tADJ\t_\t_\t4\tamod\t_\t_
-4\tbooks\tbook\tNOUN\t_\t_\t2\tobj\t_\t_
-
-"""
 
 
 def load_script():

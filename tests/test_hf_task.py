@@ -9,28 +9,11 @@ import yaml
 
 pytest.importorskip("transformers")
 
+from hf_models import CONLLU  # noqa: E402
 from synattn.cli.main import main  # noqa: E402
 from synattn.errors import ConfigError  # noqa: E402
 from synattn.experiment import ExperimentConfig  # noqa: E402
 
-CONLLU = """\
-1\tthe\tthe\tDET\t_\t_\t2\tdet\t_\t_
-2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_
-3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_
-4\ton\ton\tADP\t_\t_\t6\tcase\t_\t_
-5\tthe\tthe\tDET\t_\t_\t6\tdet\t_\t_
-6\tmat\tmat\tNOUN\t_\t_\t3\tobl\t_\t_
-
-1\tshe\tshe\tPRON\t_\t_\t2\tnsubj\t_\t_
-2\treads\tread\tVERB\t_\t_\t0\troot\t_\t_
-3\told\told\tADJ\t_\t_\t4\tamod\t_\t_
-4\tbooks\tbook\tNOUN\t_\t_\t2\tobj\t_\t_
-
-1\tdogs\tdog\tNOUN\t_\t_\t2\tnsubj\t_\t_
-2\tbark\tbark\tVERB\t_\t_\t0\troot\t_\t_
-3\tloudly\tloudly\tADV\t_\t_\t2\tadvmod\t_\t_
-
-"""
 BERT = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 64, "hidden_dropout_prob": 0.0}
 FEATURES = [{"feature": "tree_relations", "layers": [0]},

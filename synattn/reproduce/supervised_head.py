@@ -4,7 +4,7 @@ better than any head of the same encoder trained without the supervision?
 
 Both arms are masked LMs of the same size, on the same gold treebank (UD English-EWT through
 ``--src-trees``) and the same budget. The supervised arm trains one head of one layer toward the
-gold head of every word (λ = 1, docs/methods.md §2); the
+gold head of every word (λ = 2, docs/methods.md §2); the
 baseline has no syntax at all, and its *best* head (chosen on dev, by word-level UAS) stands for
 what attention learns unsupervised (Clark et al. 2019 found single BERT heads with ~40–50%
 attachment for some relations). UAS is word-level (a word's arc is read at its last piece, as
@@ -14,7 +14,6 @@ the subword projection puts it there), with and without punctuation.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from synattn.reproduce.heads import best_head, head_attachment
@@ -22,6 +21,10 @@ from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
 
 LAYERS, SUPERVISED_LAYER = 4, 3
+# Measured on EWT (one seed, 90 min of one thread): λ = 1 with dropout 0.1 overfits the 12.5k
+# training trees (dev parse loss flat at 0.82 from update ~2,250, UAS dev 76.1%); λ = 2 with
+# dropout 0.3 and attention dropout 0.1 keeps improving (0.76, UAS dev 77.5%).
+WEIGHT = 2.0
 
 
 def last_valid(run: Path) -> dict:
@@ -39,8 +42,10 @@ class SupervisedHeadStudy(Study):
                 "and how much better than the best head a plain masked LM learns by itself?")
     task = "mlm"
     arms = (Arm("plain", {}, "masked LM without syntax; its best head on dev (word-level UAS) is reported"),
-            Arm("supervised", {"encoder": {"supervised_head": {"layer": SUPERVISED_LAYER, "head": 0, "weight": 1.0}}},
-                f"the same masked LM with head 0 of layer {SUPERVISED_LAYER} supervised by the gold trees (λ = 1)"))
+            Arm("supervised",
+                {"encoder": {"supervised_head": {"layer": SUPERVISED_LAYER, "head": 0, "weight": WEIGHT}}},
+                f"the same masked LM with head 0 of layer {SUPERVISED_LAYER} supervised by the gold trees "
+                f"(λ = {WEIGHT:g})"))
     seeds = 3
     minutes = 90.0
     primary = "uas_dev"
@@ -58,7 +63,7 @@ class SupervisedHeadStudy(Study):
         if ctx.toy:
             return {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1, "norm": "pre",
                     "encoder": {"layers": LAYERS}}
-        return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre",
+        return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.3, "attention_dropout": 0.1, "norm": "pre",
                 "encoder": {"layers": LAYERS}}
 
     def base_train(self, ctx: Context) -> dict:

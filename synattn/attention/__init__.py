@@ -17,6 +17,7 @@ from synattn.attention.cache import KVCache
 from synattn.attention.constituent import ConstituentAttention, ConstituentState, constituent_prior
 from synattn.attention.core import MultiheadAttention, attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
+from synattn.attention.fields import SyntaxField, TreeBatch, register_field, syntax_fields
 from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
 from synattn.attention.relative import (RelativeEmbedding, RelativePositions, TreeRelations,
@@ -32,7 +33,7 @@ __all__ = [
     "AttentionExtras", "AttentionFeature", "BirdEyeReweighting", "ConstituentAttention",
     "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
     "SegmentationAttention", "SpanAttention", "SpecializedHeads", "SupervisedHead",
-    "SyntacticAttention", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention", "TreeRelations",
-    "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "label_logits",
-    "label_values", "padding_keys", "pointer_loss", "sequential_labels",
+    "SyntacticAttention", "SyntaxField", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention",
+    "TreeBatch", "TreeRelations", "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "label_logits",
+    "label_values", "padding_keys", "pointer_loss", "register_field", "sequential_labels", "syntax_fields",
 ]

@@ -232,6 +232,11 @@ def register(cls: type[Method]) -> type[Method]:
     return cls
 
 
+def unregister(name: str) -> Method:
+    """Removes method ``name`` from the registry (e.g. one a test registered); returns it."""
+    return _REGISTRY.pop(name)
+
+
 def registered() -> list[Method]:
     """The registered methods, in registration order (without importing the built-in ones)."""
     return list(_REGISTRY.values())

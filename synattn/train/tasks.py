@@ -28,13 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from synattn.attention.fields import syntax_fields
 from synattn.attention.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch, SyntaxRequest
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.methods import methods
-
-CLIPS = {"tree_dist": "max_distance", "traversal": "max_traversal"}
-"""The stack setting that clips the labels of each relation field (one value per batch)."""
 
 FIRST_REGULAR_ID = EOS + 1
 """The first id of an ordinary piece (ids below are ``<pad> <unk> <s> </s>``)."""
@@ -107,8 +105,9 @@ def syntax_request_for(config) -> SyntaxRequest:
         fields = wanted[sides[name]]
         for method in methods():
             fields |= method.reads(stack)
-        for field, clip in CLIPS.items():
-            if field in fields:
+        for spec in syntax_fields():  # a field's setting (max_distance) has one value per batch
+            clip = spec.setting
+            if spec.name in fields and clip is not None:
                 value = getattr(stack, clip)
                 if clip in clips and clips[clip][0] != value:
                     raise ValueError(f"{clips[clip][1]}.{clip}={clips[clip][0]} and {name}.{clip}={value} "
@@ -119,8 +118,7 @@ def syntax_request_for(config) -> SyntaxRequest:
         raise ValueError(f"the language model's decoder asks for {', '.join(sorted(unsupported))}, but "
                          f"batches of monolingual text carry no decoder-side syntax other than hints")
     return SyntaxRequest(src=frozenset(wanted["src"]), tgt=frozenset(wanted["tgt"]),
-                         max_distance=clips.get("max_distance", (8, ""))[0],
-                         max_traversal=clips.get("max_traversal", (4, ""))[0])
+                         **{clip: value for clip, (value, _) in clips.items()})
 
 
 class TranslationTask:

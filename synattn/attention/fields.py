@@ -132,6 +132,9 @@ class SyntaxField:
             which is filled with ``pad``.
         setting: the stack setting the builder reads from the request (``max_distance``): two
             stacks asking for the field must agree on it (``synattn.train.syntax_request_for``).
+        language_model: a language model's decoder may read it: built from the monolingual
+            trees of its input ``<s> x``, it says nothing about the words a position predicts
+            beyond what causal attention may see (the BET(SG) hints).
         doc: one line saying what the field holds.
     """
 
@@ -140,6 +143,7 @@ class SyntaxField:
     pad: int | Callable[[Any], int]
     build: Callable[[TreeBatch], Any]
     setting: str | None = None
+    language_model: bool = False
     doc: str = ""
 
     def __post_init__(self) -> None:
@@ -262,4 +266,5 @@ register_field(SyntaxField("deprel", "token", 0, _labels("deprel"),
                            doc="dependency-label ids (docs/methods.md §1)"))
 register_field(SyntaxField("head_targets", "token", IGNORE_INDEX, _head_targets,
                            doc="supervised-head targets (docs/methods.md §2)"))
-register_field(SyntaxField("hints", "token", IGNORE_INDEX, _hints, doc="BET(SG) syntax hints (docs/methods.md §4)"))
+register_field(SyntaxField("hints", "token", IGNORE_INDEX, _hints, language_model=True,
+                           doc="BET(SG) syntax hints (docs/methods.md §4)"))

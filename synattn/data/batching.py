@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from synattn.attention.fields import TreeBatch, build_field, is_field, syntax_fields
+from synattn.attention.fields import TreeBatch, build_field, is_field, syntax_field, syntax_fields
 from synattn.attention.inputs import SyntaxInputs
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.errors import DataError, InputError
@@ -210,7 +210,7 @@ def collate_examples(examples: list[dict[str, np.ndarray]], request: SyntaxReque
         batch.tgt_out = _pad([np.concatenate([e["tgt_ids"], [EOS]]) for e in examples], m, PAD)
         batch.tgt_padding = batch.tgt_out == PAD
         batch.tgt_syntax = _syntax(examples, "tgt", request.tgt, m, 1, request, causal=True, name=name)
-    elif request.tgt - {"hints"}:
+    elif not all(is_field(f) and syntax_field(f).language_model for f in request.tgt):
         raise DataError(f"the model needs {', '.join(sorted(request.tgt))} on the target side, but the "
                         f"dataset is monolingual", path=name)
     elif request.tgt:  # a language model over <s> x: its hints come from the source trees

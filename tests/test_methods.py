@@ -79,7 +79,7 @@ def test_claims_on_different_layers_or_heads_compose():
             return self._claims
 
     check_claims(None, "encoder", stack, [Claims([a, Claim("b", (0,), frozenset({2})), Claim("c", (1,))])])
-    with pytest.raises(ValueError, match="^c and a claim the same head$"):
+    with pytest.raises(ValueError, match="^c and a cannot share a layer: both claim head 0$"):
         check_claims(None, "encoder", stack, [Claims([a]), Claims([Claim("c", (0, 1))])])
     del spec
 

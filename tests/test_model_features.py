@@ -47,7 +47,8 @@ def _mt(**stacks) -> EncoderDecoderTransformer:
      r"decoder\.bird_eye\.pointer_head=2 is out of range for heads=2"),
     (dict(decoder=dict(bird_eye=dict(pointer_weight=-1))), r"decoder\.bird_eye\.pointer_weight=-1 must be >= 0"),
     (dict(decoder=dict(layers=2, bird_eye=dict(pointer_head=1), supervised_head=dict(layer=1, head=1))),
-     r"decoder\.bird_eye\.pointer_head=1 and decoder\.supervised_head \(layer 1, head 1\) claim the same head"),
+     r"decoder\.bird_eye\.pointer_head=1 and decoder\.supervised_head \(layer 1, head 1\) cannot share a layer: "
+     r"both claim head 1"),
     (dict(encoder=dict(cross_attention="segmentation")),
      r"encoder\.cross_attention='segmentation', but the encoder of this encoder_decoder model has no "
      r"cross-attention"),
@@ -66,7 +67,7 @@ def _mt(**stacks) -> EncoderDecoderTransformer:
     (dict(encoder=dict(layers=2, supervised_head=dict(layer=1, head=0),
                        syntactic_attention=dict(layer=1, head=1, children_head=0))),
      r"encoder\.syntactic_attention \(layer 1, heads \[1, 0\]\) and encoder\.supervised_head \(layer 1, "
-     r"head 0\) claim the same head"),
+     r"head 0\) cannot share a layer: both claim head 0"),
     (dict(num_pos_tags=3, encoder=dict(specialized_heads=dict(heads=[1]), syntactic_attention=dict(head=1))),
      r"encoder\.syntactic_attention \(layer 0, heads \[1\]\) and encoder\.specialized_heads"),
     (dict(decoder=dict(syntactic_attention=dict(multiroot="yes"))),
@@ -89,15 +90,16 @@ def test_language_and_masked_models_reject_what_they_lack():
 
 @pytest.mark.parametrize("features, message", [
     (lambda: [BirdEyeReweighting(16, 2), SyntaxGuidedPointer()],
-     "BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a hint equal to the position"),
+     "BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a layer has one Bird-Eye attention"),
     (lambda: [RelativePositions(4, 8), SegmentationAttention(2)],
      "RelativePositions and SegmentationAttention cannot share a layer"),
     (lambda: [ConstituentAttention(16), SyntaxGuidedPointer()],
-     "ConstituentAttention and SyntaxGuidedPointer cannot share a layer: constituent attention is bidirectional"),
+     "ConstituentAttention and SyntaxGuidedPointer cannot share a layer: ConstituentAttention is bidirectional, "
+     "SyntaxGuidedPointer needs causal attention"),
     (lambda: [SupervisedHead(8, head=1), SyntacticAttention(16, head=0, children_head=1)],
      "SupervisedHead and SyntacticAttention cannot share a layer: both claim head 1"),
     (lambda: [SyntaxGuidedPointer(head=0), SupervisedHead(8, head=0)],
-     "SyntaxGuidedPointer and SupervisedHead cannot share a layer: both train head 0"),
+     "SyntaxGuidedPointer and SupervisedHead cannot share a layer: both claim head 0"),
 ])
 def test_attention_rejects_incompatible_features_when_built(features, message):
     with pytest.raises(ValueError, match=message):

@@ -14,9 +14,11 @@ constituency tree CRF).
 from synattn.attention.adapter import SyntaxMultiheadAttention, bind_syntax
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, pointer_loss
 from synattn.attention.cache import KVCache
+from synattn.attention.claims import Claim, find_conflict
 from synattn.attention.constituent import ConstituentAttention, ConstituentState, constituent_prior
 from synattn.attention.core import MultiheadAttention, attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
+from synattn.attention.fields import SyntaxField, TreeBatch, register_field, syntax_fields
 from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
 from synattn.attention.relative import (RelativeEmbedding, RelativePositions, TreeRelations,
@@ -29,10 +31,10 @@ from synattn.attention.supervised import SupervisedHead
 
 __all__ = [
     "IGNORE_INDEX", "SEGMENTATION_MODES", "TREE_KINDS", "ArcScorer", "AttentionContext",
-    "AttentionExtras", "AttentionFeature", "BirdEyeReweighting", "ConstituentAttention",
+    "AttentionExtras", "AttentionFeature", "BirdEyeReweighting", "Claim", "ConstituentAttention",
     "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
     "SegmentationAttention", "SpanAttention", "SpecializedHeads", "SupervisedHead",
-    "SyntacticAttention", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention", "TreeRelations",
-    "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "label_logits",
-    "label_values", "padding_keys", "pointer_loss", "sequential_labels",
+    "SyntacticAttention", "SyntaxField", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention",
+    "TreeBatch", "TreeRelations", "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "find_conflict", "label_logits",
+    "label_values", "padding_keys", "pointer_loss", "register_field", "sequential_labels", "syntax_fields",
 ]

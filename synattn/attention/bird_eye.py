@@ -44,9 +44,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import fill_masked
-from synattn.attention.supervised import SupervisedHead
+
+BIRD_EYE_SLOT = ("Bird-Eye attention (BET(SG) or BET(SF); BET(SF)'s diagonal-free mask would hide a hint "
+                 "equal to the position itself)")
+"""The slot BET(SG) and BET(SF) claim: a layer has one of them (``synattn.attention.claims``)."""
 
 LEVELS = "bird_eye.levels"
 """Key of BET(SF)'s kept levels ``[batch_size, heads, t]`` in ``KVCache.extra``."""
@@ -104,13 +108,8 @@ class SyntaxGuidedPointer(AttentionFeature):
         super().__init__()
         self.weight, self.head, self.name = weight, head, name
 
-    def conflict(self, other: AttentionFeature) -> str | None:
-        if isinstance(other, SyntaxGuidedPointer):
-            return "a layer has one pointer loss"
-        if isinstance(other, SupervisedHead) and other.head == self.head:
-            return (f"both train head {self.head}, toward different targets (syntax hints and "
-                    "dependency heads)")
-        return None
+    def claims(self) -> list[Claim]:
+        return [self.claim(() if self.head is None else (self.head,), slot=BIRD_EYE_SLOT)]
 
     @property
     def needs_probs(self) -> bool:  # type: ignore[override]  # the loss is for training
@@ -173,12 +172,8 @@ class BirdEyeReweighting(AttentionFeature):
                                    nn.Linear(hidden, heads))
         self.gamma = nn.Parameter(torch.zeros(()))  # γ = 0: plain diagonal-free attention
 
-    def conflict(self, other: AttentionFeature) -> str | None:
-        if isinstance(other, BirdEyeReweighting):
-            return "a layer has one BET(SF) reweighting"
-        if isinstance(other, SyntaxGuidedPointer):
-            return "a hint equal to the position itself is masked by BET(SF)'s diagonal-free mask"
-        return None
+    def claims(self) -> list[Claim]:
+        return [self.claim(slot=BIRD_EYE_SLOT)]
 
     def levels(self, ctx: AttentionContext, diagonal: Tensor) -> Tensor:
         """Returns r ``[batch_size, heads, n]`` of the call's queries (first attention pass)."""

@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import bidirectional_keys, upcast
 
@@ -178,6 +179,7 @@ class ConstituentAttention(AttentionFeature):
 
     needs_probs = True
     cacheable = False
+    bidirectional_only = True
 
     def __init__(self, d_model: int, layer: int = 0, state: ConstituentState | None = None,
                  eps: float = 1e-9, diagonal: float = 1.0):
@@ -192,12 +194,8 @@ class ConstituentAttention(AttentionFeature):
         self.bilinear = nn.Parameter(torch.randn(d_model, d_model) / (3 * d_model ** 0.5))  # M
         self.key_bias = nn.Parameter(torch.zeros(d_model))  # w
 
-    def conflict(self, other: AttentionFeature) -> str | None:
-        if isinstance(other, ConstituentAttention):
-            return "a layer has one constituent prior"
-        if other.causal_only:
-            return "constituent attention is bidirectional, the other feature needs causal attention"
-        return None
+    def claims(self) -> list[Claim]:
+        return [self.claim(slot="constituent prior")]
 
     def neighbour_scores(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Returns s_{i,i+1} and s_{i+1,i}, each ``[batch_size, n − 1]``, of ``x [batch_size, n, d]``."""

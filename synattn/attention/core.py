@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from synattn.attention.cache import KVCache
+from synattn.attention.claims import find_conflict
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
 from synattn.attention.inputs import SyntaxInputs
 from synattn.attention.masks import alive_rows, attention_mask, fill_masked, upcast
@@ -229,21 +230,19 @@ def _dropout(probs: Tensor, p: float) -> Tensor:
 
 
 def check_compatible(features: Sequence[AttentionFeature]) -> None:
-    """Raises ``ValueError`` naming both features when two of them cannot share a layer.
+    """Raises ``ValueError`` naming both features when two of them cannot share a layer, by the
+    rule of :func:`synattn.attention.claims.find_conflict` on their ``claims()``.
 
     Example:
         >>> from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
         >>> check_compatible([BirdEyeReweighting(16, 4), SyntaxGuidedPointer()])
         Traceback (most recent call last):
         ...
-        ValueError: BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a hint equal to the position itself is masked by BET(SF)'s diagonal-free mask
+        ValueError: BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a layer has one Bird-Eye attention (BET(SG) or BET(SF); BET(SF)'s diagonal-free mask would hide a hint equal to the position itself)
     """
-    for i, first in enumerate(features):
-        for second in features[i + 1:]:
-            why = first.conflict(second) or second.conflict(first)
-            if why:
-                raise ValueError(f"{type(first).__name__} and {type(second).__name__} cannot share "
-                                 f"a layer: {why}")
+    message = find_conflict([feature.claims() for feature in features])
+    if message:
+        raise ValueError(message)
 
 
 def merge_attn_mask(allowed: Tensor | None, attn_mask: Tensor, batch_size: int, heads: int, n: int, m: int,

@@ -20,8 +20,10 @@ Auxiliary losses (already multiplied by their weight, ready to be summed into th
 and diagnostic distributions are written into ``ctx.extras``. A feature that keeps state across
 decoding steps stores it in ``ctx.cache.extra`` (reordered with the cache by beam search).
 
-Two features that cannot share a layer say so in ``conflict``; ``MultiheadAttention`` checks every
-pair when it is built.
+A feature declares what it takes of its layer in ``claims()`` (the heads it replaces or trains, a
+slot a layer has one of, the direction it needs: :class:`synattn.attention.claims.Claim`);
+``MultiheadAttention`` checks every pair when it is built, by the rule model configs use too
+(:func:`synattn.attention.claims.find_conflict`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from synattn.attention.cache import KVCache
+from synattn.attention.claims import Claim
 from synattn.attention.inputs import SyntaxInputs
 
 
@@ -105,16 +108,25 @@ class AttentionFeature(nn.Module):
         self_attention_only: True when the feature is defined for self-attention only.
         cacheable: True when the feature works in incremental decoding (with a key/value cache).
         causal_only: True when the feature is defined for causal self-attention only.
+        bidirectional_only: True when the feature is defined for bidirectional self-attention
+            only (its call raises on a causal mask).
     """
 
     needs_probs: bool = False
     self_attention_only: bool = True
     cacheable: bool = True
     causal_only: bool = False
+    bidirectional_only: bool = False
 
-    def conflict(self, other: AttentionFeature) -> str | None:
-        """Returns why this feature cannot share a layer with ``other`` (None: they compose)."""
-        return None
+    def claims(self) -> list[Claim]:
+        """What the feature takes of its layer (default: :meth:`claim` with no heads or slot)."""
+        return [self.claim()]
+
+    def claim(self, heads: tuple[int, ...] | list[int] = (), **what) -> Claim:
+        """A :class:`Claim` named after the feature's class, with the direction it needs
+        (``causal_only`` / ``bidirectional_only``); ``what``: ``slot`` or ``alone``."""
+        direction = "causal" if self.causal_only else "bidirectional" if self.bidirectional_only else None
+        return Claim(type(self).__name__, tuple(int(h) for h in heads), direction=direction, **what)
 
     def queries_keys(self, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """Returns replaced ``(q, k)``, same shapes as ``ctx.q`` and ``ctx.k``."""

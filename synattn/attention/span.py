@@ -25,11 +25,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import bidirectional_keys, upcast
-from synattn.attention.specialized import SpecializedHeads
 from synattn.attention.structured import suffix_lengths
-from synattn.attention.supervised import SupervisedHead
 from synattn.structs.cky import TreeCRF
 
 
@@ -72,6 +71,7 @@ class SpanAttention(AttentionFeature):
 
     needs_probs = True
     cacheable = False
+    bidirectional_only = True
 
     def __init__(self, head_dim: int, head: int = 0):
         super().__init__()
@@ -83,16 +83,8 @@ class SpanAttention(AttentionFeature):
     def replaced_heads(self) -> list[int]:
         return [self.head]
 
-    def conflict(self, other: AttentionFeature) -> str | None:
-        if other.causal_only:
-            return "span attention is bidirectional, the other feature needs causal attention"
-        if isinstance(other, SupervisedHead):
-            claimed = [other.head]
-        elif isinstance(other, SpecializedHeads):
-            claimed = other.heads.tolist()
-        else:
-            claimed = getattr(other, "replaced_heads", [])
-        return f"both claim head {self.head}" if self.head in claimed else None
+    def claims(self) -> list[Claim]:
+        return [self.claim(self.replaced_heads)]
 
     def span_scores(self, q: Tensor, k: Tensor, scale: float) -> Tensor:
         """θ_t(a, b) ``[B, n, m, m]`` of one head's ``q [B, n, d_k]`` and ``k [B, m, d_k]``."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.inputs import require_syntax
 
@@ -53,6 +54,9 @@ class SpecializedHeads(AttentionFeature):
         self.embedding = nn.Embedding(num_labels, label_dim)
         self.query = nn.Linear(label_dim, len(heads) * head_dim, bias=False)
         self.key = nn.Linear(label_dim, len(heads) * head_dim, bias=False)
+
+    def claims(self) -> list[Claim]:
+        return [self.claim(self.heads.tolist())]
 
     def queries_keys(self, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         if not ctx.is_self or ctx.query_start != 0 or ctx.query_length != ctx.key_length:

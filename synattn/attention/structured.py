@@ -36,10 +36,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import bidirectional_keys, padding_keys, upcast
-from synattn.attention.specialized import SpecializedHeads
-from synattn.attention.supervised import SupervisedHead
 from synattn.structs.chain import LinearChainCRF
 from synattn.structs.eisner import DependencyCRF
 from synattn.structs.matrix_tree import NonProjectiveDependencyCRF
@@ -111,9 +110,8 @@ class SegmentationAttention(AttentionFeature):
         self.mode, self.normalize = mode, normalize
         self.pairwise = nn.Parameter(torch.zeros(heads, 2, 2)) if mode == "structured" else None
 
-    def conflict(self, other: AttentionFeature) -> str | None:
-        return ("segmentation attention replaces the distribution of every head (logit biases "
-                "included), so no other feature can act in its layer")
+    def claims(self) -> list[Claim]:
+        return [self.claim(alone=True)]  # it replaces every head's distribution, logit biases included
 
     def marginals(self, unary: Tensor, lengths: Tensor) -> Tensor:
         """p(z_i = 1) ``[batch_size, heads, n, m]`` of unary scores ``[batch_size, heads, n, m]``."""
@@ -190,6 +188,7 @@ class SyntacticAttention(AttentionFeature):
 
     needs_probs = True
     cacheable = False
+    bidirectional_only = True
 
     def __init__(self, d_model: int, head: int = 0, children_head: int | None = None,
                  tree: str = "projective", multiroot: bool = False, arc_dim: int = 64):
@@ -207,19 +206,8 @@ class SyntacticAttention(AttentionFeature):
         """The heads whose distribution this feature replaces."""
         return [self.head] + ([] if self.children_head is None else [self.children_head])
 
-    def conflict(self, other: AttentionFeature) -> str | None:
-        if other.causal_only:
-            return "syntactic attention is bidirectional, the other feature needs causal attention"
-        if isinstance(other, SyntacticAttention):
-            claimed = other.replaced_heads
-        elif isinstance(other, SupervisedHead):
-            claimed = [other.head]
-        elif isinstance(other, SpecializedHeads):
-            claimed = other.heads.tolist()
-        else:
-            return None
-        shared = sorted(set(claimed) & set(self.replaced_heads))
-        return f"both claim head {shared[0]}" if shared else None
+    def claims(self) -> list[Claim]:
+        return [self.claim(self.replaced_heads)]
 
     def arc_marginals(self, scores: Tensor, lengths: Tensor) -> Tensor:
         """p(i → j) ``[batch_size, n + 1, n + 1]`` of arc scores of the same shape (0 = ROOT)."""

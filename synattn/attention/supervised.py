@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.inputs import IGNORE_INDEX
 from synattn.attention.masks import fill_masked, upcast
@@ -61,6 +62,9 @@ class SupervisedHead(AttentionFeature):
         s = s + torch.matmul(k, self.key_bias.to(k.dtype))[:, None, :]  # [B, n, m]
         allowed = None if ctx.allowed is None else ctx.allowed[:, 0]  # [B | 1, n, m]
         return fill_masked(upcast(s), allowed)
+
+    def claims(self) -> list[Claim]:
+        return [self.claim((self.head,))]
 
     def head_distribution(self, ctx: AttentionContext) -> tuple[int, Tensor]:
         log_probs = torch.log_softmax(self.scores(ctx), dim=-1)  # [B, n, m]

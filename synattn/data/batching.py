@@ -1,8 +1,9 @@
 """Reading prepared datasets: examples, token-budget batches, and padded tensors with syntax.
 
 Batches are built from the stored subword trees on the fly: relation labels, supervision targets
-and tags are computed for the whole batch at once by the vectorised functions of
-:mod:`synattn.trees.relations`, only for the fields a model asks for (:class:`SyntaxRequest`).
+and tags are computed for the whole batch at once, only for the fields a model asks for
+(:class:`SyntaxRequest`), each by the builder registered with the field
+(:mod:`synattn.attention.fields`, vectorised by :mod:`synattn.trees.relations`).
 
 Target-side conventions (decoder input = ``<s> y_0 … y_{m-1}``, output = ``y_0 … y_{m-1} </s>``):
 the piece ``y_k`` sits at decoder position ``k + 1``; its supervised-head target is the position of
@@ -23,11 +24,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
+from synattn.attention.fields import TreeBatch, build_field, is_field, syntax_field, syntax_fields
+from synattn.attention.inputs import SyntaxInputs
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.errors import DataError, InputError
-from synattn.trees.relations import (batch_relation_labels, batch_syntax_hints, distance_vocab,
-                                     traversal_vocab)
 
 
 class PreparedDataset:
@@ -172,64 +172,20 @@ def _pad(seqs: list[np.ndarray], length: int, value: int, dtype=torch.long) -> T
 
 def _syntax(examples: list[dict], side: str, wanted: frozenset[str], length: int, offset: int,
             req: SyntaxRequest, causal: bool, name: str = "the data") -> SyntaxInputs | None:
-    """Syntax fields of one side, on a sequence where piece k sits at position ``k + offset``."""
+    """Syntax fields of one side, on a sequence where piece k sits at position ``k + offset``:
+    each one built by its registered builder (:mod:`synattn.attention.fields`)."""
     if not wanted:
         return None
+    unknown = sorted(f for f in wanted if not is_field(f))
+    if unknown:
+        raise ValueError(f"the request asks for unknown syntax field(s) {', '.join(unknown)}; registered: "
+                         f"{', '.join(f.name for f in syntax_fields())}")
     if f"{side}_heads" not in examples[0]:
         how = "--parse-target" if side == "tgt" else "the source parsed (no --no-parse-source)"
         raise DataError(f"the model needs {', '.join(sorted(wanted))} on the {side} side, but the dataset "
                         f"has no {side} trees (prepare it with {how})", path=name)
-    heads = [e[f"{side}_heads"].astype(np.int64) for e in examples]
-    out: dict[str, Tensor] = {}
-    if wanted & {"tree_dist", "traversal"}:
-        # position p ≥ offset holds piece p - offset; ROOT-level extra tokens (</s>, <s>) get
-        # overflow labels, like padding
-        shifted = np.zeros((len(heads), length), dtype=np.int64)
-        lens = np.zeros(len(heads), dtype=np.int64)
-        for b, h in enumerate(heads):
-            shifted[b, offset: offset + len(h)] = np.where(h > 0, h + offset, 0)
-            lens[b] = offset + len(h)
-        dist, trav = batch_relation_labels(shifted, lens, req.max_distance, req.max_traversal)
-        if offset:  # positions before the first piece (<s>) are not words: overflow labels
-            dist[:, :offset, :] = dist[:, :, :offset] = len(distance_vocab(req.max_distance)) - 1
-            trav[:, :offset, :] = trav[:, :, :offset] = len(traversal_vocab(req.max_traversal)) - 1
-        if "tree_dist" in wanted:
-            out["tree_dist"] = torch.as_tensor(dist)
-        if "traversal" in wanted:
-            out["traversal"] = torch.as_tensor(trav)
-    for name in ("pos", "deprel"):
-        if name in wanted:
-            column = f"{side}_upos" if name == "pos" else f"{side}_deprel"
-            out[name] = _pad([np.concatenate([np.zeros(offset, np.int64), e[column]]) for e in examples],
-                             length, PAD)
-    if "head_targets" in wanted:
-        targets = []
-        for h in heads:
-            k = np.arange(len(h))
-            t = np.where(h > 0, h - 1, k) + offset  # root piece targets itself
-            if causal:
-                t = np.where(t - offset > k, IGNORE_INDEX, t)  # head to the right: left out
-            targets.append(np.concatenate([np.full(offset, IGNORE_INDEX), t]))
-        out["head_targets"] = _pad(targets, length, IGNORE_INDEX)
-    if "hints" in wanted:
-        out["hints"] = _hints(heads, length, offset)
-    return SyntaxInputs(**out)
-
-
-def _hints(heads: list[np.ndarray], length: int, offset: int) -> Tensor:
-    """BET(SG) hints ``[B, length]`` on a sequence where piece k sits at position ``k + offset``.
-
-    The positions before the first piece (``<s>``) are extra roots, never ancestors of a piece, so
-    ``batch_syntax_hints`` of the shifted tree gives, at position t, the nearest ancestor of the
-    piece at t + 1 among positions ≤ t, else t. Padding gets ``IGNORE_INDEX``.
-    """
-    shifted = np.zeros((len(heads), length), dtype=np.int64)
-    lens = np.array([offset + len(h) for h in heads], dtype=np.int64)
-    for b, h in enumerate(heads):
-        shifted[b, offset: offset + len(h)] = np.where(h > 0, h + offset, 0)
-    hints = batch_syntax_hints(shifted, lens)  # [B, length]
-    hints[np.arange(length)[None, :] >= lens[:, None]] = IGNORE_INDEX
-    return torch.as_tensor(hints)
+    trees = TreeBatch.from_examples(examples, side, length, offset, causal, req, where=name)
+    return SyntaxInputs(**{field: build_field(field, trees) for field in wanted})
 
 
 def collate(dataset: PreparedDataset, indices: np.ndarray, request: SyntaxRequest = SyntaxRequest()) -> Batch:
@@ -254,7 +210,7 @@ def collate_examples(examples: list[dict[str, np.ndarray]], request: SyntaxReque
         batch.tgt_out = _pad([np.concatenate([e["tgt_ids"], [EOS]]) for e in examples], m, PAD)
         batch.tgt_padding = batch.tgt_out == PAD
         batch.tgt_syntax = _syntax(examples, "tgt", request.tgt, m, 1, request, causal=True, name=name)
-    elif request.tgt - {"hints"}:
+    elif not all(is_field(f) and syntax_field(f).language_model for f in request.tgt):
         raise DataError(f"the model needs {', '.join(sorted(request.tgt))} on the target side, but the "
                         f"dataset is monolingual", path=name)
     elif request.tgt:  # a language model over <s> x: its hints come from the source trees

@@ -24,14 +24,16 @@ import torch
 from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
+from synattn.attention.fields import is_field, syntax_fields
 from synattn.attention.inputs import SyntaxInputs
 from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
 from synattn.hf.features import FEATURES, SIDES, normalize_specs, spec_options
 from synattn.hf.sites import find_sites
 
-SYNTAX_FIELDS = ("tree_dist", "traversal", "pos", "deprel", "head_targets", "hints")
-"""Names of the syntax inputs: ``syntax_<field>`` (the syntax of ``input_ids``) and
-``decoder_syntax_<field>`` (of ``decoder_input_ids``)."""
+SYNTAX_FIELDS = tuple(f.name for f in syntax_fields())
+"""Names of the built-in syntax inputs: ``syntax_<field>`` (the syntax of ``input_ids``) and
+``decoder_syntax_<field>`` (of ``decoder_input_ids``); any field registered later
+(:mod:`synattn.attention.fields`) is accepted too."""
 
 
 class SynattnModule(nn.Module):
@@ -154,10 +156,10 @@ def syntax_from_inputs(inputs: dict[str, Any], input_side: str) -> dict[str, Syn
     syntax = {}
     for prefix, side in (("syntax_", input_side), ("decoder_syntax_", "decoder")):
         keys = [k for k in inputs if k.startswith(prefix)]
-        unknown = [k for k in keys if k[len(prefix):] not in SYNTAX_FIELDS]
+        unknown = [k for k in keys if not is_field(k[len(prefix):])]
         if unknown:
             raise ValueError(f"unknown syntax input(s) {unknown}; use {prefix}<field> with field "
-                             f"one of {list(SYNTAX_FIELDS)}")
+                             f"one of {[f.name for f in syntax_fields()]}")
         if keys:
             values = {k[len(prefix):]: inputs.pop(k) for k in keys}
             syntax[side] = SyntaxInputs(**{k: v for k, v in values.items() if v is not None})

@@ -16,7 +16,7 @@ import importlib
 import pkgutil
 
 from synattn.methods.base import (SIDES, Claim, HFFeature, Method, Option, Site, check_claims, register,
-                                  registered)
+                                  registered, unregister)
 
 BUILT_IN = ("relations", "specialized", "supervised", "constituent", "bird_eye", "cross_attention",
             "syntactic")
@@ -43,4 +43,4 @@ def method(name: str) -> Method:
 
 
 __all__ = ["BUILT_IN", "SIDES", "Claim", "HFFeature", "Method", "Option", "Site", "check_claims", "method",
-           "methods", "register"]
+           "methods", "register", "unregister"]

@@ -9,9 +9,10 @@ A spec declares
 - **where it may go**: :attr:`Method.sides`, any of ``encoder`` (bidirectional self-attention),
   ``decoder`` (causal self-attention) and ``cross`` (a translation decoder's attention to the
   source);
-- its **checks** (:meth:`Method.validate`) and the heads it **claims** (:meth:`Method.claims`): two
+- its **checks** (:meth:`Method.validate`) and what it **claims** of its layers
+  (:meth:`Method.claims`: heads, a slot, a direction; :class:`synattn.attention.claims.Claim`): two
   methods claiming one head of one layer cannot be combined; the rule is written once, in
-  :func:`check_claims`;
+  :func:`synattn.attention.claims.conflict`, which attention modules apply to their features too;
 - how it **builds** its attention features for one layer (:meth:`Method.layer_features`,
   :meth:`Method.cross_features`), and for Hugging Face models (:meth:`Method.hf_features`,
   generated from :attr:`Method.config` and :meth:`Method.feature` unless a method writes its own).
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from synattn.attention.claims import Claim, find_conflict
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
 
@@ -74,21 +76,6 @@ class Option:
         if self.factory is not None:
             return self.name, self.type, dataclasses.field(default_factory=self.factory)
         return self.name, self.type, dataclasses.field(default=self.default)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Heads whose attention one method replaces or trains.
-
-    Attributes:
-        label: the setting in config terms (``encoder.supervised_head (layer 3, head 0)``).
-        heads: the claimed head indices.
-        layers: the layers where they are claimed (None: every layer of the stack).
-    """
-
-    label: str
-    heads: tuple[int, ...]
-    layers: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -173,7 +160,8 @@ class Method:
         """Raises :class:`ConfigError` for bad values of this method's settings in ``stack``."""
 
     def claims(self, model: Any, side: str, stack: Any) -> list[Claim]:
-        """The heads the method replaces or trains (see :func:`check_claims`)."""
+        """What the method takes of its layers in ``stack``: the heads it replaces or trains, etc.
+        (:class:`synattn.attention.claims.Claim`, in config terms; see :func:`check_claims`)."""
         return []
 
     # ---------------------------------------------------------------- building
@@ -232,25 +220,27 @@ def register(cls: type[Method]) -> type[Method]:
     return cls
 
 
+def unregister(name: str) -> Method:
+    """Removes method ``name`` from the registry (e.g. one a test registered); returns it."""
+    return _REGISTRY.pop(name)
+
+
 def registered() -> list[Method]:
     """The registered methods, in registration order (without importing the built-in ones)."""
     return list(_REGISTRY.values())
 
 
 def check_claims(model: Any, side: str, stack: Any, methods: list[Method]) -> None:
-    """Raises :class:`ConfigError` when two claims of stack ``side`` share a head of one layer.
+    """Raises :class:`ConfigError` when two methods on in stack ``side`` cannot share a layer, by
+    the rule attention modules apply to their features (:func:`synattn.attention.claims.find_conflict`).
 
     The later-registered method is named first (``encoder.syntactic_attention (layer 1, heads
-    [1, 0]) and encoder.supervised_head (layer 1, head 0) claim the same head``).
+    [1, 0]) and encoder.supervised_head (layer 1, head 0) cannot share a layer: both claim head 0``).
     """
-    claims = [claim for method in reversed(methods) if method.active(stack)
-              for claim in method.claims(model, side, stack)]
-    for i, first in enumerate(claims):
-        for second in claims[i + 1:]:
-            layers = (set(range(stack.layers)) if first.layers is None else set(first.layers)) & (
-                set(range(stack.layers)) if second.layers is None else set(second.layers))
-            if layers and set(first.heads) & set(second.heads):
-                raise ConfigError(f"{first.label} and {second.label} claim the same head")
+    message = find_conflict([method.claims(model, side, stack) for method in reversed(methods)
+                             if method.active(stack)])
+    if message:
+        raise ConfigError(message)
 
 
 def check_head(value: int, where: str, heads: int) -> None:

@@ -28,13 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from synattn.attention.fields import syntax_field, syntax_fields
 from synattn.attention.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch, SyntaxRequest
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.methods import methods
-
-CLIPS = {"tree_dist": "max_distance", "traversal": "max_traversal"}
-"""The stack setting that clips the labels of each relation field (one value per batch)."""
 
 FIRST_REGULAR_ID = EOS + 1
 """The first id of an ordinary piece (ids below are ``<pad> <unk> <s> </s>``)."""
@@ -90,15 +88,15 @@ def syntax_request_for(config) -> SyntaxRequest:
     """The syntax fields a ``synattn.models`` config needs, per side.
 
     Encoder features read the source (``src``), decoder features of a translation model read the
-    target (``tgt``); each registered method (``synattn.methods``) says what it reads:
-    ``tree_distance`` → ``tree_dist``, ``traversal`` → ``traversal``, specialized heads → ``pos`` /
-    ``deprel``, a supervised head → ``head_targets``, BET(SG) (``bird_eye: sg``) → ``hints``. A
-    language model's decoder side is its input ``<s> x``, whose hints ``collate`` computes from
-    the monolingual data's trees.
+    target (``tgt``); each registered method (``synattn.methods``) says what it reads
+    (``Method.reads``), and each field which stack setting its labels depend on
+    (``SyntaxField.setting``, :mod:`synattn.attention.fields`). A language model's decoder side
+    is its input ``<s> x``, whose fields ``collate`` computes from the monolingual data's trees:
+    only those a language model may read (``SyntaxField.language_model``: the BET(SG) hints).
 
     Raises:
         ValueError: two stacks use different ``max_distance``/``max_traversal`` (a batch has
-            one), or a language model asks for decoder syntax other than the BET(SG) hints.
+            one), or a language model asks for decoder syntax it may not read.
     """
     sides = {"encoder": "src", "decoder": "tgt"}
     wanted: dict[str, set[str]] = {"src": set(), "tgt": set()}
@@ -107,20 +105,21 @@ def syntax_request_for(config) -> SyntaxRequest:
         fields = wanted[sides[name]]
         for method in methods():
             fields |= method.reads(stack)
-        for field, clip in CLIPS.items():
-            if field in fields:
+        for spec in syntax_fields():  # a field's setting (max_distance) has one value per batch
+            clip = spec.setting
+            if spec.name in fields and clip is not None:
                 value = getattr(stack, clip)
                 if clip in clips and clips[clip][0] != value:
                     raise ValueError(f"{clips[clip][1]}.{clip}={clips[clip][0]} and {name}.{clip}={value} "
                                      f"differ, but a batch has one {clip}; use the same value")
                 clips[clip] = (value, name)
-    unsupported = wanted["tgt"] - {"hints"}
+    unsupported = {f for f in wanted["tgt"] if not syntax_field(f).language_model}
     if "encoder" not in config.stacks() and unsupported:  # a decoder-only model reads monolingual text
+        allowed = ", ".join(f.name for f in syntax_fields() if f.language_model)
         raise ValueError(f"the language model's decoder asks for {', '.join(sorted(unsupported))}, but "
-                         f"batches of monolingual text carry no decoder-side syntax other than hints")
+                         f"batches of monolingual text carry no decoder-side syntax other than {allowed}")
     return SyntaxRequest(src=frozenset(wanted["src"]), tgt=frozenset(wanted["tgt"]),
-                         max_distance=clips.get("max_distance", (8, ""))[0],
-                         max_traversal=clips.get("max_traversal", (4, ""))[0])
+                         **{clip: value for clip, (value, _) in clips.items()})
 
 
 class TranslationTask:

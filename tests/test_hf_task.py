@@ -114,3 +114,21 @@ def test_a_config_directory_takes_the_datasets_vocabulary(data, tmp_path):
     assert config.vocab_size == manifest["vocab_size"]["src"] and config.synattn == []
     with pytest.raises(ConfigError, match="task lm cannot train a transformers model"):
         ExperimentConfig.from_dict({**experiment(data, {"transformers": str(tmp_path)}), "task": "lm"})
+
+
+@pytest.mark.parametrize("feature", [{"feature": "tree_distance_bias", "layers": [0]},
+                                     {"feature": "specialized_heads", "layers": [0], "source": "deprel"},
+                                     {"feature": "tree_relations", "layers": [1], "field": "traversal"}])
+def test_the_batches_carry_what_each_feature_declares(data, tmp_path, feature):
+    """The syntax request comes from each feature's declared fields (tree_distance_bias, a method
+    added through its own file, trains here without any code of the task naming it)."""
+    from synattn.hf.features import FEATURES as KINDS
+    from synattn.hf.task import syntax_request
+
+    config = tmp_path / "hf.yaml"
+    config.write_text(yaml.safe_dump(experiment(data, {"transformers": BERT, "features": [feature]})))
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 0
+    exp = ExperimentConfig.from_yaml(config)
+    request = syntax_request(exp.model_config(*exp.check_data()))
+    spec = {**KINDS[feature["feature"]].defaults, **feature}
+    assert request.src == KINDS[feature["feature"]].reads(spec) != frozenset()

@@ -37,16 +37,18 @@ class FeatureKind:
     ``build(site, options, shared)`` returns the :class:`AttentionFeature`; ``shared`` is a dict
     kept for one model and side (the constituent layers share their :class:`ConstituentState`).
     ``reads_hidden``: the feature reads the attention's input hidden states (``ctx.x``).
+    ``reads(options)``: the syntax fields an entry with these options reads from a batch.
     """
 
     defaults: dict[str, Any]
     sides: tuple[str, ...]
     build: Callable[[Site, dict[str, Any], dict[str, Any]], AttentionFeature]
     reads_hidden: bool = False
+    reads: Callable[[dict[str, Any]], frozenset[str]] = lambda options: frozenset()
 
 
 FEATURES: dict[str, FeatureKind] = {
-    name: FeatureKind(entry.defaults, entry.sides, entry.build, entry.reads_hidden)
+    name: FeatureKind(entry.defaults, entry.sides, entry.build, entry.reads_hidden, entry.reads)
     for method in methods() for name, entry in method.hf_features().items()}
 """Every registered method's Hugging Face entries (``synattn.methods.Method.hf_features``)."""
 

@@ -42,7 +42,7 @@ from synattn.attention.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch, SyntaxRequest
 from synattn.data.subwords import BOS, EOS, MASK, PAD
 from synattn.errors import ConfigError
-from synattn.hf.features import normalize_specs
+from synattn.hf.features import FEATURES, normalize_specs
 from synattn.hf.model import from_pretrained
 
 KEY = "transformers"
@@ -136,17 +136,12 @@ def syntax_request(config) -> SyntaxRequest:
     fields: set[str] = set()
     clips: dict[str, int] = {}
     for spec in getattr(config, "synattn", None) or []:
-        name = spec["feature"]
-        if name == "tree_relations":
-            fields.add(spec["field"])
-            clip = "max_distance" if spec["field"] == "tree_dist" else "max_traversal"
-            if clips.setdefault(clip, spec[clip]) != spec[clip]:
-                raise ConfigError(f"model.features: two tree_relations entries use {clip} "
+        read = FEATURES[spec["feature"]].reads(spec)
+        fields |= read
+        for field, clip in (("tree_dist", "max_distance"), ("traversal", "max_traversal")):
+            if field in read and clip in spec and clips.setdefault(clip, spec[clip]) != spec[clip]:
+                raise ConfigError(f"model.features: two entries reading {field} use {clip} "
                                   f"{clips[clip]} and {spec[clip]}, but a batch has one; use the same value")
-        elif name == "specialized_heads":
-            fields.add(spec["source"])
-        elif name == "supervised_head":
-            fields.add("head_targets")
     return SyntaxRequest(src=frozenset(fields), max_distance=clips.get("max_distance", 8),
                          max_traversal=clips.get("max_traversal", 4))
 

@@ -84,12 +84,14 @@ class HFFeature:
 
     ``build(site, options, shared)`` returns the feature; ``shared`` is a dict kept for one model
     and side. ``reads_hidden``: the feature reads the attention's input hidden states.
+    ``reads(options)``: the syntax fields an entry with these options reads from a batch.
     """
 
     defaults: dict[str, Any]
     sides: tuple[str, ...]
     build: Callable[[Site, dict[str, Any], dict[str, Any]], AttentionFeature]
     reads_hidden: bool = False
+    reads: Callable[[dict[str, Any]], frozenset[str]] = lambda options: frozenset()
 
 
 class Method:
@@ -201,7 +203,8 @@ class Method:
         def build(site: Site, options: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
             return self.feature(site, config(**options))
 
-        return {self.name: HFFeature(defaults, self.sides, build, self.reads_hidden)}
+        fields = frozenset(self.fields_read)
+        return {self.name: HFFeature(defaults, self.sides, build, self.reads_hidden, lambda options: fields)}
 
 
 def _default(f: dataclasses.Field) -> Any:

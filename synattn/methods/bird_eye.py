@@ -130,7 +130,8 @@ class BirdEye(Method):
     def hf_features(self) -> dict[str, HFFeature]:
         return {
             # BET(SG) pointer loss (Sha et al. 2022, eq. 5)
-            "pointer": HFFeature({"weight": 1.0, "head": None, "name": "pointer"}, ("decoder",), _pointer),
+            "pointer": HFFeature({"weight": 1.0, "head": None, "name": "pointer"}, ("decoder",), _pointer,
+                                  reads=lambda options: frozenset({"hints"})),
             # BET(SF) reweighting (our reconstruction, docs/methods.md)
             "bird_eye_reweighting": HFFeature({"hidden": None}, ("decoder",), _reweighting,
                                               reads_hidden=True),

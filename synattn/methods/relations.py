@@ -101,7 +101,7 @@ class Relations(Method):
             # Shaw, Uszkoreit, Vaswani 2018 eq. 3-4 on tree labels (docs/methods.md, tree relations)
             "tree_relations": HFFeature(
                 {"field": "tree_dist", "max_distance": 8, "max_traversal": 4, "values": True},
-                ("encoder", "decoder"), _tree_relations),
+                ("encoder", "decoder"), _tree_relations, reads=lambda options: frozenset({options["field"]})),
             # Shaw et al. 2018 sequential relative positions
             "relative_positions": HFFeature({"max_relative": 16, "values": True},
                                             ("encoder", "decoder"), _relative_positions),

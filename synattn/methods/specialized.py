@@ -90,4 +90,4 @@ class SpecializedHeadsMethod(Method):
         # POS / deprel query-key heads (docs/methods.md, specialized heads)
         return {"specialized_heads": HFFeature(
             {"num_labels": None, "heads": [0], "source": "pos", "label_dim": None},
-            ("encoder", "decoder"), _specialized)}
+            ("encoder", "decoder"), _specialized, reads=lambda options: frozenset({options["source"]}))}

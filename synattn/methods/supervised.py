@@ -71,4 +71,5 @@ class SupervisedHeadMethod(Method):
     def hf_features(self) -> dict[str, HFFeature]:
         # biaffine dependency-supervised head (Strubell et al. 2018; docs/methods.md, supervised head)
         return {"supervised_head": HFFeature({"head": 0, "weight": 1.0, "name": "parse"},
-                                             ("encoder", "decoder"), _supervised)}
+                                             ("encoder", "decoder"), _supervised,
+                                             reads=lambda options: self.fields_read)}

@@ -63,7 +63,7 @@ class TreeTransformerStudy(Study):
 
     def base_train(self, ctx: Context) -> dict:
         return budget_train(ctx, max_tokens=4096, lr=1e-3, warmup=150, min_lr_ratio=0.05, label_smoothing=0.0,
-                            validate_every=5)
+                            validate_every=5, bf16=True)
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
         from synattn.evaluate.runner import load_run

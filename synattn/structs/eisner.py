@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 from .backend import kernels, use_numba
+from .registry import Implementation, numba_applies, register
 from .semiring import (IMPOSSIBLE, NEG, LogSemiring, MaxSemiring, Semiring, forward_derivative,
                        fp32_inside, serial_if_small)
 
@@ -216,14 +217,16 @@ class EisnerMarginals(torch.autograd.Function):
     ``mu = d log Z / d s`` and ``d mu / d s`` is the symmetric Hessian ``H`` of ``log Z``, so the
     vector-Jacobian product the backward needs, ``g^T H``, equals the Jacobian-vector product
     ``H g``: the forward-mode derivative of the inside-outside computation in direction ``g``.
-    Both directions keep ``O(B·N²)`` memory.
+    Both directions keep ``O(B·N²)`` memory. ``compiled``: the numba kernels (True), the PyTorch
+    code (False) or as :func:`~synattn.structs.backend.use_numba` says (None).
     """
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                compiled: bool | None = None) -> torch.Tensor:
         ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
-        ctx.compiled = use_numba(scores)
+        ctx.compiled = use_numba(scores) if compiled is None else compiled
         return eisner_marginals(scores, lengths, multiroot, compiled=ctx.compiled)[1]
 
     @staticmethod
@@ -235,20 +238,24 @@ class EisnerMarginals(torch.autograd.Function):
             log_z = eisner_inside(to_width_major(scores), lengths, ctx.multiroot)[0]
             (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
             mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
-            return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None
+            return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None, None
         if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
-            return kernels("_eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g), None, None
-        mu = forward_derivative(lambda x: eisner_marginals(x, lengths, ctx.multiroot)[1], scores, g)
-        return mu, None, None
+            hg = kernels("_eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g)
+        else:
+            hg = forward_derivative(lambda x: eisner_marginals(x, lengths, ctx.multiroot)[1],
+                                    scores, g)
+        return hg, None, None, None
 
 
 class _EisnerLogPartition(torch.autograd.Function):
-    """``log Z`` whose backward is the explicit outside pass (``O(B·N²)`` memory)."""
+    """``log Z`` whose backward is the explicit outside pass (``O(B·N²)`` memory); ``compiled``
+    as for :class:`EisnerMarginals`."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                compiled: bool | None = None) -> torch.Tensor:
         ctx.multiroot = multiroot
-        ctx.compiled = use_numba(scores)
+        ctx.compiled = use_numba(scores) if compiled is None else compiled
         if ctx.compiled:  # the outside pass runs now, with the inside pass, if a backward may come
             if not ctx.needs_input_grad[0]:
                 return kernels("_eisner_kernels").log_partition(scores, lengths, multiroot)
@@ -265,7 +272,7 @@ class _EisnerLogPartition(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths, *saved = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward requested: stay differentiable
-            mu = EisnerMarginals.apply(scores, lengths, ctx.multiroot)
+            mu = EisnerMarginals.apply(scores, lengths, ctx.multiroot, ctx.compiled)
         elif ctx.compiled:
             (mu,) = saved
         else:
@@ -273,7 +280,17 @@ class _EisnerLogPartition(torch.autograd.Function):
             with serial_if_small(_step_elements(sd), sd.device):
                 mu = from_width_major(eisner_outside(sd, lengths, ctx.multiroot, K, sums))
             mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
-        return mu * g[:, None, None], None, None
+        return mu * g[:, None, None], None, None, None
+
+
+# The two accelerations of the reference :func:`synattn.structs.reference.eisner_log_partition`.
+register("projective", Implementation(
+    "numba", lambda s, lengths, multiroot: _EisnerLogPartition.apply(s, lengths, multiroot, True),
+    lambda s, lengths, multiroot: EisnerMarginals.apply(s, lengths, multiroot, True),
+    applies=numba_applies))
+register("projective", Implementation(
+    "torch", lambda s, lengths, multiroot: _EisnerLogPartition.apply(s, lengths, multiroot, False),
+    lambda s, lengths, multiroot: EisnerMarginals.apply(s, lengths, multiroot, False)))
 
 
 def _sampled_semiring(generator: torch.Generator | None) -> Semiring:
@@ -329,8 +346,7 @@ class DependencyCRF(ArcCRF):
     under autocast). Eisner (1996); syntactic attention: Kim et al. (2017) §3.
     """
 
-    log_partition_fn = _EisnerLogPartition  # over all projective trees
-    marginals_fn = EisnerMarginals
+    structure = "projective"  # log_partition and marginals: synattn.structs.registry
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples of projective trees as heads (``-1``

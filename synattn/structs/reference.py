@@ -27,7 +27,6 @@ from typing import Callable
 
 import torch
 
-from .arc_scores import usable_arcs
 from .constants import NEG
 
 __all__ = ["cky_log_partition", "eisner_log_partition", "linear_chain_log_partition",
@@ -129,7 +128,10 @@ def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
     Args as :func:`eisner_log_partition` (any tree, projective or not).
     """
     B, L, _ = scores.shape
-    usable = usable_arcs(lengths, L)  # [B, L, L]: arcs h → d that some tree may use
+    pos = torch.arange(L, device=scores.device)
+    node = pos <= lengths[:, None]  # [B, L]: ROOT and the words of each sentence
+    # the arcs h → d some tree may use: between nodes of the sentence, into a word, no self-loop
+    usable = node[:, :, None] & (node & (pos > 0))[:, None, :] & (pos[:, None] != pos)
     # every tree has n arcs, so Z(s) = exp(n·m) · Z(s - m): shift by the largest usable score
     m = torch.where(usable, scores, NEG).detach().amax((1, 2))  # [B]
     # A[h, d] = exp(s(h → d) - m) for the usable arcs, 0 for the others

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 
 from . import reference, registry
 from .backend import kernels, use_numba
+from .constants import IMPOSSIBLE
 from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, float_dtype, forward_derivative,
                        serial_if_small)
 
-DEAD = NEG / 2
+DEAD = IMPOSSIBLE
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
 
 

@@ -45,7 +45,7 @@ def _at_length(chart: dict, lengths: torch.Tensor, first: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# Linear chain: the forward algorithm (Lafferty et al. 2001, §3; Rabiner 1989, eq. 19-21).
+# Linear chain: the forward algorithm (Lafferty et al. 2001; Rabiner 1989, eqs. 19-21).
 # ---------------------------------------------------------------------------------------------
 
 def linear_chain_log_partition(unary: torch.Tensor, edge: torch.Tensor,
@@ -73,7 +73,7 @@ def linear_chain_log_partition(unary: torch.Tensor, edge: torch.Tensor,
 
 
 # ---------------------------------------------------------------------------------------------
-# Projective dependency trees: Eisner's algorithm (Eisner 1996; Eisner and Satta 1999, §4).
+# Projective dependency trees: Eisner's algorithm (Eisner 1996; Eisner and Satta 1999).
 # ---------------------------------------------------------------------------------------------
 
 def eisner_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
@@ -118,7 +118,7 @@ def eisner_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
 
 
 # ---------------------------------------------------------------------------------------------
-# Non-projective dependency trees: the Matrix-Tree theorem (Koo et al. 2007, §3; Tutte 1984).
+# Non-projective dependency trees: the Matrix-Tree theorem (Tutte 1984; Koo et al. 2007).
 # ---------------------------------------------------------------------------------------------
 
 def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
@@ -138,7 +138,7 @@ def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
     A = torch.where(usable, scores - m[:, None, None], NEG).exp()
     # r[d] = A[0, d]: root weights; the rest are word-to-word weights [B, N, N]
     r, A = A[:, 0, 1:], A[:, 1:, 1:]
-    # Laplacian (Koo et al. 2007, eq. 3): L[d, d] = Σ_h A[h, d] (+ r[d] with several roots),
+    # Laplacian (Koo et al. 2007, §3): L[d, d] = Σ_h A[h, d] (+ r[d] with several roots),
     # L[h, d] = -A[h, d] for h ≠ d; then Z = det L
     lap = torch.diag_embed(A.sum(1) + (r if multiroot else 0.0)) - A
     if not multiroot:
@@ -195,4 +195,6 @@ def marginals_by_autograd(log_partition: Callable[..., torch.Tensor], scores: to
         x = scores if scores.requires_grad and graph else scores.detach().requires_grad_()
         log_z = log_partition(x, *args, **kwargs)
         (mu,) = torch.autograd.grad(log_z.sum(), x, create_graph=graph)
+        if graph and not mu.requires_grad:  # log Z linear in the scores (e.g. one-word CKY):
+            mu = mu + 0.0 * x  # constant marginals, still a function of the scores (Hessian 0)
     return mu

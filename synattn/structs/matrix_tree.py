@@ -64,10 +64,10 @@ from .chu_liu_edmonds import best_tree
 from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY, _compiled_marginals,
                               _compiled_marginals_tangent, _factorize, _gth_marginals,
                               _lapack_marginals)
-from .matrix_tree_sample import matrix_tree_sample
-from .registry import Implementation, numba_applies, register
 from .matrix_tree_log import (_has_tree, _log_space_marginals, _log_space_marginals_tangent,
                               _wide_columns)
+from .matrix_tree_sample import matrix_tree_sample
+from .registry import Implementation, numba_applies, register
 from .semiring import NEG, forward_derivative
 
 __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDependencyCRF",

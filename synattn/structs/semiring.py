@@ -254,4 +254,6 @@ def forward_derivative(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tens
         # (torch's first use of forward AD loads decompositions through torch.jit.script)
         warnings.simplefilter("ignore", DeprecationWarning)
         out = fn(fwAD.make_dual(x, direction.to(x.dtype)))
-        return fwAD.unpack_dual(out).tangent
+        tangent = fwAD.unpack_dual(out).tangent
+        # (no tangent: ``fn`` does not depend on ``x`` here, e.g. one-word CKY marginals)
+        return torch.zeros_like(out) if tangent is None else tangent

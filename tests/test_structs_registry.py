@@ -8,7 +8,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import synattn.structs  # noqa: F401  (registers every acceleration)
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.structs import reference, registry
 from synattn.structs.arc_scores import check_arc_scores

@@ -35,7 +35,7 @@ def test_auto_without_numba_falls_back_to_torch(monkeypatch, numba_absent):
 
 
 @pytest.mark.parametrize("value, expected", [("torch", False), (" Torch ", False), ("", True),
-                                             ("auto", True), ("numba", True)])
+                                             ("auto", True), ("numba", True), ("reference", False)])
 def test_environment_variable(monkeypatch, numba_present, value, expected):
     monkeypatch.setenv(ENV_VAR, value)
     assert use_numba(CPU) is expected

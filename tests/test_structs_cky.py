@@ -263,3 +263,14 @@ def test_distribution_edge_cases():
     assert torch.isfinite(g).all()
     with pytest.raises(ValueError, match="same shape and lengths"):
         p.cross_entropy(TreeCRF(q_scores, torch.tensor([4, 3, 1])))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_word_marginals_have_a_zero_backward(backend):
+    # one-word trees: the marginals are constant, so their backward is 0 (the PyTorch path's
+    # forward-mode derivative has no tangent there)
+    x = torch.randn(2, 1, 1, dtype=torch.float64, requires_grad=True)
+    with use_backend(backend):
+        mu = TreeCRF(x, torch.tensor([1, 1])).marginals
+        (grad,) = torch.autograd.grad(mu, x, torch.ones_like(mu))
+    assert torch.equal(mu.detach(), torch.ones_like(mu)) and torch.equal(grad, torch.zeros_like(x))

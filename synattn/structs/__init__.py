@@ -10,6 +10,11 @@
   inside-outside; :mod:`synattn.structs.convert` maps score layouts to and from torch-struct
   and supar.
 
+Each structure has one plain reference implementation of ``log_partition`` that a reader can
+follow (:mod:`synattn.structs.reference`; marginals by autograd); the compiled kernels and the
+explicit-outside or closed-form PyTorch code are accelerations of it registered with the same
+signature in :mod:`synattn.structs.registry`, which the classes ask which one runs.
+
 Arc scores are ``scores[b, h, d]`` for head ``h`` → dependent ``d`` with ROOT at index 0 (see
 :mod:`synattn.structs.arc_scores`). Every class takes per-sentence ``lengths`` and runs its
 dynamic program in float32 or float64 (also under autocast): as compiled numba kernels for CPU

@@ -25,7 +25,7 @@ import torch
 
 from ._eisner_kernels import DUAL, LOG, VITERBI, _split_adjoints, _split_sums
 from .backend import as_array, set_threads
-from .semiring import NEG
+from .constants import NEG, SERIAL_WORK
 
 CA, CB, CS = 0, 1, 2  # chart channels: beta by start, beta by end, split sums S by start
 
@@ -99,10 +99,6 @@ def _batch(s, ds, lengths, mode, outside):
             dG = np.empty((2, n, n)) if dual else G
             _outside(n, mode, K, dK, G, dG, tmp, out[b])
     return log_z, out
-
-
-SERIAL_WORK = 1 << 19
-"""Below this ``Σ n³`` over a batch the kernels run on one thread (see the Eisner kernels)."""
 
 
 def _run(scores: torch.Tensor, tangent: torch.Tensor, lengths: torch.Tensor, mode: int,

@@ -18,8 +18,8 @@ increasing (inside) or decreasing (outside) order, then the split points, then t
 over the span starts. The charts are width-major as in the PyTorch path: a span ``(i, i+w)`` is
 stored at ``[w, i]`` (by start) and, where a recursion reads it by its end ``j = i+w``, at
 ``[w, j]`` (by end), so for one width and one split point the innermost loop reads and writes
-contiguous rows, and the compiler vectorises it (with :func:`_exp`, a polynomial exponential,
-since a call to the C library's ``exp`` would not vectorise). Per sentence the work is ``O(n³)``
+contiguous rows, and the compiler vectorises it (with :func:`synattn.structs._numba_math.exp`, a
+polynomial exponential, since a call to the C library's ``exp`` would not vectorise). Per sentence the work is ``O(n³)``
 and the memory ``O((n+1)²)``; all arithmetic is float64, whatever the input dtype, and
 impossible items hold the finite ``NEG``.
 """
@@ -33,29 +33,18 @@ import numpy as np
 import torch
 
 from .backend import as_array, set_threads
-from ._numba_math import EXP_MIN, LN2_HI, LN2_LO, LOG2E, exp_reduced
-from .semiring import NEG
+from ._numba_math import exp as _exp
+from .constants import NEG, SERIAL_WORK
 
-# Channels of the chart K [7, n+1, n+1]: A* by span start ([w, i]), B* by span end ([w, j]).
-ACR, BCR, ACL, BCL, AIR, BIL, AS = 0, 1, 2, 3, 4, 5, 6  # C→, C←, I→, I←, S = ⊕ C→ ⊗ C←
-# Channels of the adjoints G [6, n+1, n+1]; a complete span's adjoint is the sum of its two copies.
-GACR, GBCR, GACL, GBCL, GAIR, GBIL = 0, 1, 2, 3, 4, 5
+# Channels of the chart K [7, n+1, n+1], named as in synattn.structs.eisner (C/I complete/
+# incomplete, R/L headed at the left/right end, S the split sum ⊕ C→ ⊗ C←; A_ stored by span
+# start at [w, i], B_ by span end at [w, j]). The adjoints G [6, n+1, n+1] use the same names
+# for the first six; a complete span's adjoint is the sum of those of its two copies.
+A_CR, B_CR, A_CL, B_CL, A_IR, B_IL, A_S = 0, 1, 2, 3, 4, 5, 6
 
 LOG, DUAL, VITERBI = 0, 1, 2  # log semiring; log semiring on dual numbers; max semiring
 
 _jit = numba.njit(cache=True, fastmath=False)
-
-ROUND = 6755399441055744.0  # 1.5·2^52: (y + ROUND) - ROUND is y rounded to an integer
-
-
-@_jit
-def _exp(x):
-    """``exp(x)`` within 1 ulp for ``EXP_MIN <= x <= 700``, 0 below; vectorisable (no call)."""
-    xc = EXP_MIN if x < EXP_MIN else x
-    k = (xc * LOG2E + ROUND) - ROUND
-    p = exp_reduced((xc - k * LN2_HI) - k * LN2_LO)
-    two_k = np.int64((np.int64(k) + 1023) << 52).view(np.float64)
-    return 0.0 if x < EXP_MIN else p * two_k  # (a NaN stays NaN)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,41 +136,41 @@ def _split_adjoints(mode, a, da, T, dT, X, Y, dX, dY, GX, GY, dGX, dGY, x0, y0, 
 def _inside(s, ds, n, multiroot, mode, K, dK, tmp):
     """Fill the chart ``K`` (tangents ``dK`` if DUAL) for arc scores ``s[h, d]`` (tangents ``ds``).
 
-    Afterwards ``K[ACR, n, 0]`` is ``log Z`` (or the best score). Without tangents, ``ds`` and
+    Afterwards ``K[A_CR, n, 0]`` is ``log Z`` (or the best score). Without tangents, ``ds`` and
     ``dK`` may be ``s`` and ``K`` themselves: they are not written.
     """
     dual = mode == DUAL
     K[:] = NEG
-    K[ACR, 0] = K[BCR, 0] = K[ACL, 0] = K[BCL, 0] = 0.0  # complete spans of width 0
+    K[A_CR, 0] = K[B_CR, 0] = K[A_CL, 0] = K[B_CL, 0] = 0.0  # complete spans of width 0
     if dual:
         dK[:] = 0.0
     v, dv, acc = tmp[0], tmp[1], tmp[2]
     for w in range(1, n + 1):
         c = n + 1 - w
         # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j);  I→ = s[i, j] ⊗ S,  I← = s[j, i] ⊗ S
-        _split_sums(mode, K[ACR], K[BCL], dK[ACR], dK[BCL], 0, w - 1, w, c, v, dv, acc)
+        _split_sums(mode, K[A_CR], K[B_CL], dK[A_CR], dK[B_CL], 0, w - 1, w, c, v, dv, acc)
         for i in range(c):
-            K[AS, w, i] = v[i]
-            K[AIR, w, i] = s[i, i + w] + v[i]
-            K[BIL, w, i + w] = s[i + w, i] + v[i]
+            K[A_S, w, i] = v[i]
+            K[A_IR, w, i] = s[i, i + w] + v[i]
+            K[B_IL, w, i + w] = s[i + w, i] + v[i]
             if dual:
-                dK[AS, w, i] = dv[i]
-                dK[AIR, w, i] = ds[i, i + w] + dv[i]
-                dK[BIL, w, i + w] = ds[i + w, i] + dv[i]
+                dK[A_S, w, i] = dv[i]
+                dK[A_IR, w, i] = ds[i, i + w] + dv[i]
+                dK[B_IL, w, i + w] = ds[i + w, i] + dv[i]
         # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j)
-        _split_sums(mode, K[AIR], K[BCR], dK[AIR], dK[BCR], 1, w - 1, w, c, v, dv, acc)
+        _split_sums(mode, K[A_IR], K[B_CR], dK[A_IR], dK[B_CR], 1, w - 1, w, c, v, dv, acc)
         if not multiroot and w < n:  # single root: ROOT's complete span covers the sentence
             v[0], dv[0] = NEG, 0.0
         for i in range(c):
-            K[ACR, w, i] = K[BCR, w, i + w] = v[i]
+            K[A_CR, w, i] = K[B_CR, w, i + w] = v[i]
             if dual:
-                dK[ACR, w, i] = dK[BCR, w, i + w] = dv[i]
+                dK[A_CR, w, i] = dK[B_CR, w, i + w] = dv[i]
         # C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)  (never used with i = 0, ROOT)
-        _split_sums(mode, K[ACL], K[BIL], dK[ACL], dK[BIL], 0, w, w, c, v, dv, acc)
+        _split_sums(mode, K[A_CL], K[B_IL], dK[A_CL], dK[B_IL], 0, w, w, c, v, dv, acc)
         for i in range(c):
-            K[ACL, w, i] = K[BCL, w, i + w] = v[i]
+            K[A_CL, w, i] = K[B_CL, w, i + w] = v[i]
             if dual:
-                dK[ACL, w, i] = dK[BCL, w, i + w] = dv[i]
+                dK[A_CL, w, i] = dK[B_CL, w, i + w] = dv[i]
 
 
 @_jit
@@ -194,7 +183,7 @@ def _outside(n, mode, K, dK, G, dG, tmp, out):
     """
     dual = mode == DUAL
     G[:] = 0.0
-    G[GACR, n, 0] = 1.0
+    G[A_CR, n, 0] = 1.0
     if dual:
         dG[:] = 0.0
     src = dG if dual else G
@@ -202,23 +191,23 @@ def _outside(n, mode, K, dK, G, dG, tmp, out):
     for w in range(n, 0, -1):
         c = n + 1 - w
         for i in range(c):  # C→
-            a[i] = G[GACR, w, i] + G[GBCR, w, i + w]
-            da[i] = dG[GACR, w, i] + dG[GBCR, w, i + w] if dual else 0.0
-        _split_adjoints(mode, a, da, K[ACR, w], dK[ACR, w], K[AIR], K[BCR], dK[AIR], dK[BCR],
-                        G[GAIR], G[GBCR], dG[GAIR], dG[GBCR], 1, w - 1, w, c, shift)
+            a[i] = G[A_CR, w, i] + G[B_CR, w, i + w]
+            da[i] = dG[A_CR, w, i] + dG[B_CR, w, i + w] if dual else 0.0
+        _split_adjoints(mode, a, da, K[A_CR, w], dK[A_CR, w], K[A_IR], K[B_CR], dK[A_IR], dK[B_CR],
+                        G[A_IR], G[B_CR], dG[A_IR], dG[B_CR], 1, w - 1, w, c, shift)
         for i in range(c):  # C←
-            a[i] = G[GACL, w, i] + G[GBCL, w, i + w]
-            da[i] = dG[GACL, w, i] + dG[GBCL, w, i + w] if dual else 0.0
-        _split_adjoints(mode, a, da, K[ACL, w], dK[ACL, w], K[ACL], K[BIL], dK[ACL], dK[BIL],
-                        G[GACL], G[GBIL], dG[GACL], dG[GBIL], 0, w, w, c, shift)
+            a[i] = G[A_CL, w, i] + G[B_CL, w, i + w]
+            da[i] = dG[A_CL, w, i] + dG[B_CL, w, i + w] if dual else 0.0
+        _split_adjoints(mode, a, da, K[A_CL, w], dK[A_CL, w], K[A_CL], K[B_IL], dK[A_CL], dK[B_IL],
+                        G[A_CL], G[B_IL], dG[A_CL], dG[B_IL], 0, w, w, c, shift)
         for i in range(c):  # the incomplete spans are done: arcs i → i+w, i+w → i; then S
-            out[i, i + w] = src[GAIR, w, i]
+            out[i, i + w] = src[A_IR, w, i]
             if i > 0:
-                out[i + w, i] = src[GBIL, w, i + w]
-            a[i] = G[GAIR, w, i] + G[GBIL, w, i + w]
-            da[i] = dG[GAIR, w, i] + dG[GBIL, w, i + w] if dual else 0.0
-        _split_adjoints(mode, a, da, K[AS, w], dK[AS, w], K[ACR], K[BCL], dK[ACR], dK[BCL],
-                        G[GACR], G[GBCL], dG[GACR], dG[GBCL], 0, w - 1, w, c, shift)
+                out[i + w, i] = src[B_IL, w, i + w]
+            a[i] = G[A_IR, w, i] + G[B_IL, w, i + w]
+            da[i] = dG[A_IR, w, i] + dG[B_IL, w, i + w] if dual else 0.0
+        _split_adjoints(mode, a, da, K[A_S, w], dK[A_S, w], K[A_CR], K[B_CL], dK[A_CR], dK[B_CL],
+                        G[A_CR], G[B_CL], dG[A_CR], dG[B_CL], 0, w - 1, w, c, shift)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,17 +230,12 @@ def _batch(s, ds, lengths, multiroot, mode, outside):
         dK = np.empty((7, n + 1, n + 1)) if dual else K
         tmp = np.empty((6, n + 1))
         _inside(s[b], ds[b], n, multiroot, mode, K, dK, tmp)
-        log_z[b] = K[ACR, n, 0]
+        log_z[b] = K[A_CR, n, 0]
         if outside:
             G = np.empty((6, n + 1, n + 1))
             dG = np.empty((6, n + 1, n + 1)) if dual else G
             _outside(n, mode, K, dK, G, dG, tmp, out[b])
     return log_z, out
-
-
-SERIAL_WORK = 1 << 19
-"""Below this ``Σ (n+1)³`` over a batch (a few milliseconds on one core) the kernels run on one
-thread: on a busy 2-core machine, waking a second thread costs more than it saves."""
 
 
 def _run(scores: torch.Tensor, tangent: torch.Tensor, lengths: torch.Tensor, multiroot: bool,

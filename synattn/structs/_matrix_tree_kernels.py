@@ -31,21 +31,8 @@ import math
 import numba
 import numpy as np
 
-from ._numba_math import EXP_MIN, LN2_HI, LN2_LO, LOG2E, exp_reduced
-
-TINY = 1e-300
-"""Floor of a pivot (as ``matrix_tree.TINY``)."""
-
-SAFE_SPREAD = 700.0
-"""A usable unmasked score this far below its column's largest makes ``log Z`` NaN (as
-``matrix_tree_log.SAFE_SPREAD``)."""
-
-SAFE_PIVOT = 1e-250
-"""A smaller pivot makes ``log Z`` NaN (as ``matrix_tree.SAFE_PIVOT``: the caller recomputes the
-sentence in log space)."""
-
-NEG = -1e9
-"""Log-score of an impossible arc (as ``semiring.NEG``)."""
+from ._numba_math import exp
+from .constants import NEG, SAFE_PIVOT, SAFE_SPREAD, TINY
 
 
 @numba.njit(cache=True, fastmath=False)
@@ -63,22 +50,15 @@ def _head(i: int, n: int, multiroot: bool) -> int:
 
 
 @numba.njit(cache=True, fastmath=False)
-def _exp_row(x, out, bits):
-    """``out[j] = exp(x[j])`` for ``x <= 0``, within about 1 ulp, in loops that LLVM vectorises.
+def _exp_row(x, out):
+    """``out[j] = exp(x[j])`` for ``x <= 0`` in a loop that LLVM vectorises.
 
     ``math.exp`` is a scalar library call per entry, the largest cost of the forward pass at
-    ``n = 64``; see :mod:`synattn.structs._numba_math`. Entries below ``EXP_MIN`` give 0
-    (``exp`` would be subnormal: no weight next to the column's largest, which is 1);
-    ``bits [len(x)]`` (int64) is scratch.
+    ``n = 64``; :func:`synattn.structs._numba_math.exp` is not. Entries below ``EXP_MIN`` give 0
+    (``exp`` would be subnormal: no weight next to the column's largest, which is 1).
     """
     for j in range(x.shape[0]):
-        v = max(x[j], EXP_MIN)
-        k = math.floor(v * LOG2E + 0.5)  # round(v / log 2)
-        out[j] = exp_reduced((v - k * LN2_HI) - k * LN2_LO)
-        bits[j] = (np.int64(k) + 1023) << 52  # the float64 2^k
-    scale = bits.view(np.float64)
-    for j in range(x.shape[0]):
-        out[j] = out[j] * scale[j] if x[j] >= EXP_MIN else 0.0
+        out[j] = exp(x[j])
 
 
 @numba.njit(cache=True, fastmath=False)
@@ -93,7 +73,6 @@ def _load(scores, b, n, multiroot, W, shift):
             if h != d:
                 shift[c] = max(shift[c], np.float64(scores[b, h, d]))
     exponent = np.empty(n)
-    bits = np.empty(n, dtype=np.int64)
     wide = False
     for i in range(n + 1):
         h = _head(i, n, multiroot)
@@ -102,7 +81,7 @@ def _load(scores, b, n, multiroot, W, shift):
             exponent[c] = np.float64(scores[b, h, d]) - shift[c] if h != d else NEG
             if h != d and scores[b, h, d] > NEG and exponent[c] < -SAFE_SPREAD:
                 wide = True
-        _exp_row(exponent, W[i], bits)
+        _exp_row(exponent, W[i])
     if wide:  # weights underflow next to their column's largest: NaN sends it to log space
         return np.nan
     total = 0.0

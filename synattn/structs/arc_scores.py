@@ -13,6 +13,7 @@ import torch
 
 from functools import cached_property
 
+from . import registry
 from .distribution import Decoding, StructDistribution
 from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
 
@@ -83,9 +84,9 @@ def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 class ArcCRF(StructDistribution, Decoding):
     """What the dependency CRFs share: validated arc scores, ``log_partition`` and ``marginals``
-    by the subclass's autograd Functions, ``score``, and (from
-    :class:`~synattn.structs.distribution.StructDistribution`) ``log_prob``, ``entropy``,
-    ``cross_entropy`` and ``kl``.
+    by the implementation :mod:`synattn.structs.registry` chooses for the subclass's
+    ``structure``, ``score``, and (from :class:`~synattn.structs.distribution.StructDistribution`)
+    ``log_prob``, ``entropy``, ``cross_entropy`` and ``kl``.
 
     Args:
         scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
@@ -95,10 +96,9 @@ class ArcCRF(StructDistribution, Decoding):
         multiroot: if False, exactly one word attaches to ROOT.
     """
 
-    log_partition_fn: type[torch.autograd.Function]
-    """Called as ``apply(scores, lengths, multiroot)`` → ``[batch_size]``."""
-    marginals_fn: type[torch.autograd.Function]
-    """Called as ``apply(scores, lengths, multiroot)`` → ``[batch_size, n+1, n+1]``."""
+    structure: str
+    """The name under which :mod:`synattn.structs.registry` keeps the reference and the
+    accelerations of ``log_partition(scores, lengths, multiroot)`` and ``marginals(...)``."""
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
                  multiroot: bool = True):
@@ -111,7 +111,7 @@ class ArcCRF(StructDistribution, Decoding):
     def log_partition(self) -> torch.Tensor:
         """``[batch_size]`` log-sum of the scores of all trees; differentiable. ``-inf`` (with a
         zero gradient) for a sentence whose masks leave no tree."""
-        log_z = self.log_partition_fn.apply(self.scores, self.lengths, self.multiroot)
+        log_z = registry.log_partition(self.structure, self.scores, self.lengths, self.multiroot)
         if not self.masked:
             return log_z
         return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
@@ -121,7 +121,7 @@ class ArcCRF(StructDistribution, Decoding):
     def marginals(self) -> torch.Tensor:
         """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable. All 0 for a
         sentence whose masks leave no tree."""
-        mu = self.marginals_fn.apply(self.scores, self.lengths, self.multiroot)
+        mu = registry.marginals(self.structure, self.scores, self.lengths, self.multiroot)
         if not self.masked:
             return mu
         return torch.where(self.feasible[:, None, None], mu, mu.new_zeros(()))
@@ -193,7 +193,7 @@ class ArcCRF(StructDistribution, Decoding):
     @staticmethod
     def _choice_marginals(crf, i: int) -> torch.Tensor:
         # (without the feasibility pass of ``marginals``: the sampler checks it once at the end)
-        return crf.marginals_fn.apply(crf.scores, crf.lengths, crf.multiroot)[:, :, i + 1]
+        return registry.marginals(crf.structure, crf.scores, crf.lengths, crf.multiroot)[:, :, i + 1]
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
         """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored);

@@ -7,15 +7,17 @@ threads). On a CPU the Python-level loop of the first is bound by kernel launche
 arithmetic, which is why the compiled kernels are several times faster there. Both give the same
 numbers up to rounding (the tests check them against each other and against brute force).
 
-Choose with the environment variable ``SYNATTN_STRUCTS_BACKEND`` (``auto``, ``torch`` or
-``numba``) or, inside a program, with :func:`use_backend`::
+Choose with the environment variable ``SYNATTN_STRUCTS_BACKEND`` (``auto``, ``torch``,
+``numba`` or ``reference``) or, inside a program, with :func:`use_backend`::
 
     with use_backend("torch"):
         mu = DependencyCRF(scores, lengths).marginals
 
 ``auto`` (the default) takes the compiled kernels for CPU tensors when numba is installed and
 PyTorch otherwise. Asking for ``numba`` without numba installed is an error, not a silent
-fallback. Compiled kernels are cached on disk (numba's ``cache=True``), so a process compiles a
+fallback. ``reference`` runs the plain reference implementations of ``log_partition`` and
+``marginals`` (:mod:`synattn.structs.reference`, chosen through :mod:`synattn.structs.registry`;
+slow, for tests and readers) and the PyTorch code for everything else. Compiled kernels are cached on disk (numba's ``cache=True``), so a process compiles a
 kernel only the first time it is ever used on a machine.
 """
 
@@ -30,7 +32,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-BACKENDS = ("auto", "torch", "numba")
+BACKENDS = ("auto", "torch", "numba", "reference")
 ENV_VAR = "SYNATTN_STRUCTS_BACKEND"
 
 _override: list[str] = []
@@ -51,7 +53,8 @@ def requested_backend() -> str:
 
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
-    """Run the block with the dynamic programs on backend ``name`` (``auto``/``torch``/``numba``)."""
+    """Run the block with the dynamic programs on backend ``name`` (``auto``/``torch``/``numba``/
+    ``reference``)."""
     _override.append(_check(name, "use_backend"))
     try:
         yield
@@ -83,7 +86,7 @@ def use_numba(*tensors: torch.Tensor) -> bool:
         RuntimeError: ``numba`` was asked for but is not installed, or a tensor is not on the CPU.
     """
     backend = requested_backend()
-    if backend == "torch":
+    if backend in ("torch", "reference"):
         return False
     on_cpu = all(t.device.type == "cpu" for t in tensors)
     if backend == "numba":

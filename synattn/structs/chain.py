@@ -28,10 +28,12 @@ prefix scan over transfer matrices in ``O(log N)`` steps. All give the same numb
 
 from __future__ import annotations
 
+import functools
 from functools import cached_property
 
 import torch
 
+from . import reference, registry
 from .backend import kernels, use_numba
 from .chain_dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first,
                        _step_elements, chain_log_partition, forward_backward, pair_marginals,
@@ -133,28 +135,16 @@ class LinearChainCRF(StructDistribution, Decoding):
     @cached_property
     @fp32_inside
     def _potentials(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``u0 [C, B]`` and identity-padded transfer matrices ``T [C, C, n-1, B]``; float64 on
-        the PyTorch path for float32 potentials above :data:`PROMOTE_ABOVE` in magnitude."""
-        compiled = use_numba(self.unary, self.edge)
-        unary, edge = self.unary, self.edge
-        if not compiled and unary.dtype == torch.float32:
-            top = max((float(torch.where(x > NEG, x.detach().abs(), 0.0).max())
-                       for x in (unary, edge) if x.numel()), default=0.0)
-            if top > PROMOTE_ABOVE:
-                unary, edge = unary.double(), edge.double()
-        return transfer_matrices(unary, edge, self.mask, batch_innermost=not compiled)
+        """``u0 [C, B]`` and identity-padded transfer matrices ``T [C, C, n-1, B]`` for
+        :attr:`edge_marginals` (:func:`_prepared`)."""
+        return _prepared(self.unary, self.edge, self.mask, use_numba(self.unary, self.edge))
 
     @cached_property
     @fp32_inside
     def log_partition(self) -> torch.Tensor:
         """``[batch_size]`` log-sum of the scores of all labellings; ``-inf`` (with a zero
         gradient) for a chain whose masks leave no labelling."""
-        u0, T = self._potentials
-        if use_numba(u0, T):
-            log_z = ChainLogPartition.apply(u0, T, self.mask)
-        else:
-            with serial_if_small(_step_elements(T, self.scan), T.device):
-                log_z = chain_log_partition(u0, T, scan=self.scan)
+        log_z = registry.log_partition("linear_chain", self.unary, self.edge, self.lengths, self.scan)
         log_z = log_z.to(self.unary.dtype)
         if not self.masked:
             return log_z
@@ -165,8 +155,8 @@ class LinearChainCRF(StructDistribution, Decoding):
     def marginals(self) -> torch.Tensor:
         """``[batch_size, n, C]`` node marginals ``p(y_i = c)``; differentiable (signed log
         backward). All 0 for a chain whose masks leave no labelling."""
-        u0, T = self._potentials
-        return self._valid(ChainMarginals.apply(u0, T, self.mask, self.scan))
+        return self._valid(registry.marginals("linear_chain", self.unary, self.edge, self.lengths,
+                                              self.scan))
 
     @cached_property
     @fp32_inside
@@ -278,6 +268,59 @@ class LinearChainCRF(StructDistribution, Decoding):
         total = (torch.where(self.mask, node, zero).sum(1)
                  + torch.where(self.mask[:, 1:], pair, zero).sum(1))
         return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))
+
+
+def _prepared(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,
+              compiled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``u0``, ``T`` (:func:`transfer_matrices`) in the layout of the compiled kernels or of the
+    PyTorch code; on the latter, float64 for float32 potentials above :data:`PROMOTE_ABOVE` in
+    magnitude."""
+    if not compiled and unary.dtype == torch.float32:
+        top = max((float(torch.where(x > NEG, x.detach().abs(), 0.0).max())
+                   for x in (unary, edge) if x.numel()), default=0.0)
+        if top > PROMOTE_ABOVE:
+            unary, edge = unary.double(), edge.double()
+    return transfer_matrices(unary, edge, mask, batch_innermost=not compiled)
+
+
+# ---------------------------------------------------------------------------------------------
+# The accelerations of the reference forward algorithm
+# (:func:`synattn.structs.reference.linear_chain_log_partition`): signature
+# ``(unary [B, n, C], edge [B, n-1, C, C], lengths [B], scan=None)``; ``scan`` picks the
+# schedule of the PyTorch code and is ignored by the others.
+# ---------------------------------------------------------------------------------------------
+
+def _numba_log_partition(unary, edge, lengths, scan=None):
+    mask = lengths_mask(lengths, unary.shape[1])
+    return ChainLogPartition.apply(*_prepared(unary, edge, mask, True), mask)
+
+
+def _numba_marginals(unary, edge, lengths, scan=None):
+    mask = lengths_mask(lengths, unary.shape[1])
+    return ChainMarginals.apply(*_prepared(unary, edge, mask, True), mask, scan, True)
+
+
+def _torch_log_partition(unary, edge, lengths, scan=None):
+    u0, T = _prepared(unary, edge, lengths_mask(lengths, unary.shape[1]), False)
+    with serial_if_small(_step_elements(T, scan), T.device):
+        return chain_log_partition(u0, T, scan=scan)
+
+
+def _torch_marginals(unary, edge, lengths, scan=None):
+    mask = lengths_mask(lengths, unary.shape[1])
+    return ChainMarginals.apply(*_prepared(unary, edge, mask, False), mask, scan, False)
+
+
+def _reference_log_partition(unary, edge, lengths, scan=None):
+    return reference.linear_chain_log_partition(unary, edge, lengths)
+
+
+registry.set_reference("linear_chain", _reference_log_partition,
+                       functools.partial(reference.marginals_by_autograd, _reference_log_partition))
+registry.register("linear_chain", registry.Implementation(
+    "numba", _numba_log_partition, _numba_marginals, applies=registry.numba_applies))
+registry.register("linear_chain", registry.Implementation(
+    "torch", _torch_log_partition, _torch_marginals))
 
 
 def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,

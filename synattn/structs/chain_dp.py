@@ -152,6 +152,8 @@ class ChainMarginals(torch.autograd.Function):
 
     Inputs are ``u0 [C, B]``, ``T [C, C, N-1, B]`` (identity-padded) and ``mask [B, N]`` (valid
     positions, a prefix of each chain); the output ``[B, N, C]`` is zero at padded positions.
+    ``compiled``: the numba kernels (True; ``T`` then a view of batch-first storage), the PyTorch
+    code (False) or as :func:`~synattn.structs.backend.use_numba` says (None).
     On the compiled path (numba, CPU; ``scan`` is ignored) the forward is the same
     forward-backward, and the backward computes the same vector-Jacobian product in its
     expectation form (a covariance, see :mod:`synattn.structs._chain_kernels`): in float64 with
@@ -161,8 +163,8 @@ class ChainMarginals(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,
-                scan: bool | None = None) -> torch.Tensor:
-        ctx.compiled = use_numba(u0, T)
+                scan: bool | None = None, compiled: bool | None = None) -> torch.Tensor:
+        ctx.compiled = use_numba(u0, T) if compiled is None else compiled
         if ctx.compiled:
             mu, alpha, beta, log_z = kernels("_chain_kernels").marginals(u0.t(), _batch_first(T), mask)
             ctx.save_for_backward(u0, T, mask, alpha, beta, log_z)
@@ -178,12 +180,12 @@ class ChainMarginals(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         if torch.is_grad_enabled():  # a third derivative was asked for: autograd throughout
             u0, T, mask = ctx.saved_tensors[:3]
-            return (*_differentiable_marginals_vjp(u0, T, mask, g), None, None)
+            return (*_differentiable_marginals_vjp(u0, T, mask, g), None, None, None)
         if ctx.compiled:
             _, T, mask, alpha, beta, log_z = ctx.saved_tensors
             grad_u0, grad_T = kernels("_chain_kernels_grad").marginals_backward(_batch_first(T), mask, alpha, beta,
                                                                 log_z, g)
-            return grad_u0.t(), grad_T.permute(2, 3, 1, 0), None, None  # [C, B], [C, C, N-1, B]
+            return grad_u0.t(), grad_T.permute(2, 3, 1, 0), None, None, None  # [C, B], [C, C, N-1, B]
         _, T, mask, alpha, beta, log_z, mu = ctx.saved_tensors
         g = (g * mask.unsqueeze(-1)).permute(2, 1, 0)  # [C, N, B]
         lg, sg = signed_log(g)
@@ -223,7 +225,7 @@ class ChainMarginals(torch.autograd.Function):
         l0, s0 = signed_logsumexp(
             torch.stack((a_l[:, 0] + alpha[:, 0], lA + alpha[:, 0] + beta[:, 0] - log_z)),
             torch.stack((a_s[:, 0], sA.expand_as(a_s[:, 0]))), 0)
-        return signed_exp(l0, s0), grad_T, None, None
+        return signed_exp(l0, s0), grad_T, None, None, None
 
 
 def _differentiable_marginals_vjp(u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,

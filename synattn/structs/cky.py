@@ -37,8 +37,9 @@ from functools import cached_property
 
 import torch
 
+from . import registry
 from .backend import use_numba
-from .cky_dp import (DEAD, CKYMarginals, _CKYLogPartition, _zero_dead, check_span_scores,
+from .cky_dp import (DEAD, CKYMarginals, _zero_dead, check_span_scores,
                      cky_inside, cky_marginals, from_width_major, span_mask, to_width_major)
 from .semiring import NEG, MaxSemiring, fp32_inside
 
@@ -74,13 +75,13 @@ class TreeCRF:
     @fp32_inside
     def log_partition(self) -> torch.Tensor:
         """``[batch_size]`` log-sum of the scores of all trees; ``-inf`` if none is allowed."""
-        return _CKYLogPartition.apply(self.scores, self.lengths)
+        return registry.log_partition("cky", self.scores, self.lengths)
 
     @cached_property
     @fp32_inside
     def marginals(self) -> torch.Tensor:
         """``[batch_size, N, N]`` span marginals ``p((i, j) in tree)``; differentiable."""
-        return CKYMarginals.apply(self.scores, self.lengths)
+        return registry.marginals("cky", self.scores, self.lengths)
 
     @cached_property
     @fp32_inside

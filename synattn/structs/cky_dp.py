@@ -10,11 +10,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import reference, registry
 from .backend import kernels, use_numba
+from .constants import IMPOSSIBLE
 from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, float_dtype, forward_derivative,
                        serial_if_small)
 
-DEAD = NEG / 2
+DEAD = IMPOSSIBLE
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
 
 
@@ -151,8 +153,9 @@ class CKYMarginals(torch.autograd.Function):
     (``O(B·N²)`` memory), or autograd throughout when a third derivative is asked for."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        ctx.compiled = use_numba(scores)
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor,
+                compiled: bool | None = None) -> torch.Tensor:
+        ctx.compiled = use_numba(scores) if compiled is None else compiled
         log_z, mu = cky_marginals(scores, lengths, compiled=ctx.compiled)
         ctx.save_for_backward(scores, lengths, log_z)
         return mu
@@ -175,15 +178,17 @@ class CKYMarginals(torch.autograd.Function):
                 return from_width_major(cky_outside(sd, lengths, K, sums))
 
             out = forward_derivative(marginals, scores, g)
-        return _zero_dead(out, log_z, lengths), None
+        return _zero_dead(out, log_z, lengths), None, None
 
 
 class _CKYLogPartition(torch.autograd.Function):
     """``log Z`` whose backward is the outside pass (the marginals)."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        compiled = use_numba(scores)
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor,
+                compiled: bool | None = None) -> torch.Tensor:
+        compiled = use_numba(scores) if compiled is None else compiled
+        ctx.compiled = compiled
         if not ctx.needs_input_grad[0]:
             if compiled:
                 return _dead_to_inf(kernels("_cky_kernels").log_partition(scores, lengths))
@@ -198,6 +203,28 @@ class _CKYLogPartition(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths, mu, log_z = ctx.saved_tensors
         if torch.is_grad_enabled():
-            mu = CKYMarginals.apply(scores, lengths)
+            mu = CKYMarginals.apply(scores, lengths, ctx.compiled)
         g = torch.where(torch.isfinite(log_z), g, 0.0)  # no tree: zero gradient, whatever g is
-        return mu * g[:, None, None], None
+        return mu * g[:, None, None], None, None
+
+
+def _reference_log_partition(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """:func:`synattn.structs.reference.cky_log_partition` with ``-inf`` (and a zero gradient)
+    for sentences without a tree, as the accelerations give."""
+    return _dead_to_inf(reference.cky_log_partition(scores, lengths))
+
+
+def _reference_marginals(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    log_z = reference.cky_log_partition(scores.detach(), lengths)
+    mu = reference.marginals_by_autograd(reference.cky_log_partition, scores, lengths)
+    return _zero_dead(mu, log_z, lengths)
+
+
+# The reference with TreeCRF's handling of sentences without a tree, and its two accelerations.
+registry.set_reference("cky", _reference_log_partition, _reference_marginals)
+registry.register("cky", registry.Implementation(
+    "numba", lambda s, lengths: _CKYLogPartition.apply(s, lengths, True),
+    lambda s, lengths: CKYMarginals.apply(s, lengths, True), applies=registry.numba_applies))
+registry.register("cky", registry.Implementation(
+    "torch", lambda s, lengths: _CKYLogPartition.apply(s, lengths, False),
+    lambda s, lengths: CKYMarginals.apply(s, lengths, False)))

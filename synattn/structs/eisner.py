@@ -15,9 +15,16 @@ The inside pass is Eisner's (1996) O(n³) algorithm over complete spans ``C`` an
 and ``log Z = C→(0, n)``. With ``multiroot=False``, ROOT's complete spans ``C→(0, w)`` are made
 impossible unless ``w = n``, so ROOT takes exactly one child (as in supar).
 
+**Chart names** (the same in this module, in the compiled kernels of
+:mod:`synattn.structs._eisner_kernels` and in the reference
+:func:`synattn.structs.reference.eisner_log_partition`): ``C``/``I`` complete/incomplete span,
+``R``/``L`` headed at its left end (arcs point right, ``→``) / at its right end (``←``), ``S``
+the split sum; a prefix ``A_`` for a chart stored by span start, ``B_`` for one stored by span
+end. So ``A_CR`` holds ``C→`` by span start, ``B_IL`` holds ``I←`` by span end.
+
 Vectorisation: all charts live in one tensor ``K [2, 3, N+1, N+1, B]``, *width-major with the batch
 innermost*: ``K[1] = A`` indexed by span start, ``A[ch, w, i]`` for the span ``(i, i+w)``, and
-``K[0] = Bc`` indexed by span end with reversed width, ``Bc[ch, N-w, j]`` for ``(j-w, j)``
+``K[0] = B`` indexed by span end with reversed width, ``B[ch, N-w, j]`` for ``(j-w, j)``
 (torch-struct's two-chart trick). For one width, the terms of ``C←``, ``S`` and ``C→`` over all
 split points and start positions are then the sum of two strided views ``[3, w, n, B]`` whose
 inner ``[n, B]`` blocks are contiguous, reduced in one pass over the split dimension (fast on
@@ -46,15 +53,17 @@ import torch.nn.functional as F
 
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 from .backend import kernels, use_numba
+from .registry import Implementation, numba_applies, register
 from .semiring import (IMPOSSIBLE, NEG, LogSemiring, MaxSemiring, Semiring, forward_derivative,
                        fp32_inside, serial_if_small)
 
-# K[0] is Bc, K[1] is A. Channels of A: left complete, right complete, right incomplete shifted
-# by one width (A[IR, w-1] holds width w). Channels of Bc: left incomplete shifted the other way
-# (Bc[IL, N-w+1] holds width w), left complete, right complete. With this order the terms of
-# [C←, S, C→] of one width are two strided views, and each write of one width is one view.
-CL, CR, IR = 0, 1, 2  # channels of A = K[1]
-IL, CL_, CR_ = 0, 1, 2  # channels of Bc = K[0]
+# (chart, channel) of each item in K (names in the module docstring): K[0] is B (by span end),
+# K[1] is A (by span start). A holds C←, C→ and I→ shifted by one width (K[A_IR][w-1] holds
+# width w); B holds I← shifted the other way (K[B_IL][N-w+1] holds width w), C← and C→. With
+# this order the terms of [C←, S, C→] of one width are two strided views, and each write of one
+# width is one view.
+A_CL, A_CR, A_IR = (1, 0), (1, 1), (1, 2)
+B_IL, B_CL, B_CR = (0, 0), (0, 1), (0, 2)
 
 
 def _width_views(K: torch.Tensor, w: int, part: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,8 +71,8 @@ def _width_views(K: torch.Tensor, w: int, part: str) -> tuple[torch.Tensor, torc
 
     ``part="terms"``: ``a, b`` ``[3, w, n, B]`` with ``a + b`` the terms of ``[C←, S, C→]``
     over the split points (those of ``C←``, ``C→`` that use an incomplete span of width ``w``
-    itself read it from the chart). ``part="out"``: where ``[I←, I→]`` ``[2, n, B]`` (in Bc and
-    in A) and ``[C←, C→]`` ``[2, 2 (Bc, A), n, B]`` of width ``w`` are stored.
+    itself read it from the chart). ``part="out"``: where ``[I←, I→]`` ``[2, n, B]`` (in B and
+    in A) and ``[C←, C→]`` ``[2, 2 (B, A), n, B]`` of width ``w`` are stored.
     Views are taken after the writes they depend on, as autograd requires.
     """
     _, _, L, _, batch = K.shape
@@ -72,9 +81,11 @@ def _width_views(K: torch.Tensor, w: int, part: str) -> tuple[torch.Tensor, torc
     if part == "terms":
         size, stride = (3, w, n, batch), (sh, sw, si, 1)
         return (K.as_strided(size, stride, sc),  # A[:, 0:w, 0:n]
-                K.as_strided(size, stride, (N - w + 1) * sw + w * si))  # Bc[:, N-w+1:, w:]
-    inc_b, inc_a = IL * sh + (N - w + 1) * sw + w * si, sc + IR * sh + (w - 1) * sw
-    comp_b, comp_a = CL_ * sh + (N - w) * sw + w * si, sc + CL * sh + w * sw
+                K.as_strided(size, stride, (N - w + 1) * sw + w * si))  # B[:, N-w+1:, w:]
+    inc_b = B_IL[0] * sc + B_IL[1] * sh + (N - w + 1) * sw + w * si
+    inc_a = A_IR[0] * sc + A_IR[1] * sh + (w - 1) * sw
+    comp_b = B_CL[0] * sc + B_CL[1] * sh + (N - w) * sw + w * si
+    comp_a = A_CL[0] * sc + A_CL[1] * sh + w * sw
     return (K.as_strided((2, n, batch), (inc_a - inc_b, si, 1), inc_b),
             K.as_strided((2, 2, n, batch), (sh, comp_a - comp_b, si, 1), comp_b))
 
@@ -122,10 +133,10 @@ def eisner_inside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
     _, L, _, batch = sd.shape
     N = L - 1
     K = torch.full((2, 3, L, L, batch), NEG, dtype=sd.dtype, device=sd.device)
-    K[1, CL, 0] = 0.0  # complete spans of width 0
-    K[1, CR, 0] = 0.0
-    K[0, CL_, N] = 0.0
-    K[0, CR_, N] = 0.0
+    K[A_CL][0] = 0.0  # complete spans of width 0
+    K[A_CR][0] = 0.0
+    K[B_CL][N] = 0.0
+    K[B_CR][N] = 0.0
     sums = [sd.new_zeros(0)]  # sums[w] = [C←, S, C→] of width w before adding the width-w I
     for w in range(1, L):
         n = L - w
@@ -138,7 +149,7 @@ def eisner_inside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
         if not multiroot:  # ROOT's right complete span must cover the whole sentence
             C = C.masked_fill(root_span_mask(n, lengths != w), NEG)
         _width_views(K, w, "out")[1].copy_(C.unsqueeze(1).expand(2, 2, n, batch))
-    log_z = K[1, CR, lengths, 0, torch.arange(batch, device=sd.device)]
+    log_z = K[A_CR][lengths, 0, torch.arange(batch, device=sd.device)]  # C→(0, n)
     return log_z, K, sums
 
 
@@ -157,7 +168,7 @@ def eisner_outside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool, K: 
     _, L, _, batch = sd.shape
     gK = torch.zeros_like(K)
     grad = torch.zeros_like(sd)
-    gK[1, CR, lengths, 0, torch.arange(batch, device=sd.device)] = 1.0
+    gK[A_CR][lengths, 0, torch.arange(batch, device=sd.device)] = 1.0
     for w in range(L - 1, 0, -1):
         n = L - w
         ginc, gcomp = _width_views(gK, w, "out")
@@ -216,14 +227,16 @@ class EisnerMarginals(torch.autograd.Function):
     ``mu = d log Z / d s`` and ``d mu / d s`` is the symmetric Hessian ``H`` of ``log Z``, so the
     vector-Jacobian product the backward needs, ``g^T H``, equals the Jacobian-vector product
     ``H g``: the forward-mode derivative of the inside-outside computation in direction ``g``.
-    Both directions keep ``O(B·N²)`` memory.
+    Both directions keep ``O(B·N²)`` memory. ``compiled``: the numba kernels (True), the PyTorch
+    code (False) or as :func:`~synattn.structs.backend.use_numba` says (None).
     """
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                compiled: bool | None = None) -> torch.Tensor:
         ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
-        ctx.compiled = use_numba(scores)
+        ctx.compiled = use_numba(scores) if compiled is None else compiled
         return eisner_marginals(scores, lengths, multiroot, compiled=ctx.compiled)[1]
 
     @staticmethod
@@ -235,20 +248,24 @@ class EisnerMarginals(torch.autograd.Function):
             log_z = eisner_inside(to_width_major(scores), lengths, ctx.multiroot)[0]
             (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
             mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
-            return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None
+            return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None, None
         if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
-            return kernels("_eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g), None, None
-        mu = forward_derivative(lambda x: eisner_marginals(x, lengths, ctx.multiroot)[1], scores, g)
-        return mu, None, None
+            hg = kernels("_eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g)
+        else:
+            hg = forward_derivative(lambda x: eisner_marginals(x, lengths, ctx.multiroot)[1],
+                                    scores, g)
+        return hg, None, None, None
 
 
 class _EisnerLogPartition(torch.autograd.Function):
-    """``log Z`` whose backward is the explicit outside pass (``O(B·N²)`` memory)."""
+    """``log Z`` whose backward is the explicit outside pass (``O(B·N²)`` memory); ``compiled``
+    as for :class:`EisnerMarginals`."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                compiled: bool | None = None) -> torch.Tensor:
         ctx.multiroot = multiroot
-        ctx.compiled = use_numba(scores)
+        ctx.compiled = use_numba(scores) if compiled is None else compiled
         if ctx.compiled:  # the outside pass runs now, with the inside pass, if a backward may come
             if not ctx.needs_input_grad[0]:
                 return kernels("_eisner_kernels").log_partition(scores, lengths, multiroot)
@@ -265,7 +282,7 @@ class _EisnerLogPartition(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths, *saved = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward requested: stay differentiable
-            mu = EisnerMarginals.apply(scores, lengths, ctx.multiroot)
+            mu = EisnerMarginals.apply(scores, lengths, ctx.multiroot, ctx.compiled)
         elif ctx.compiled:
             (mu,) = saved
         else:
@@ -273,7 +290,17 @@ class _EisnerLogPartition(torch.autograd.Function):
             with serial_if_small(_step_elements(sd), sd.device):
                 mu = from_width_major(eisner_outside(sd, lengths, ctx.multiroot, K, sums))
             mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
-        return mu * g[:, None, None], None, None
+        return mu * g[:, None, None], None, None, None
+
+
+# The two accelerations of the reference :func:`synattn.structs.reference.eisner_log_partition`.
+register("projective", Implementation(
+    "numba", lambda s, lengths, multiroot: _EisnerLogPartition.apply(s, lengths, multiroot, True),
+    lambda s, lengths, multiroot: EisnerMarginals.apply(s, lengths, multiroot, True),
+    applies=numba_applies))
+register("projective", Implementation(
+    "torch", lambda s, lengths, multiroot: _EisnerLogPartition.apply(s, lengths, multiroot, False),
+    lambda s, lengths, multiroot: EisnerMarginals.apply(s, lengths, multiroot, False)))
 
 
 def _sampled_semiring(generator: torch.Generator | None) -> Semiring:
@@ -329,8 +356,7 @@ class DependencyCRF(ArcCRF):
     under autocast). Eisner (1996); syntactic attention: Kim et al. (2017) §3.
     """
 
-    log_partition_fn = _EisnerLogPartition  # over all projective trees
-    marginals_fn = EisnerMarginals
+    structure = "projective"  # log_partition and marginals: synattn.structs.registry
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples of projective trees as heads (``-1``

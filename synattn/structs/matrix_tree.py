@@ -64,9 +64,10 @@ from .chu_liu_edmonds import best_tree
 from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY, _compiled_marginals,
                               _compiled_marginals_tangent, _factorize, _gth_marginals,
                               _lapack_marginals)
-from .matrix_tree_sample import matrix_tree_sample
 from .matrix_tree_log import (_has_tree, _log_space_marginals, _log_space_marginals_tangent,
                               _wide_columns)
+from .matrix_tree_sample import matrix_tree_sample
+from .registry import Implementation, numba_applies, register
 from .semiring import NEG, forward_derivative
 
 __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDependencyCRF",
@@ -176,9 +177,10 @@ class MatrixTreeMarginals(torch.autograd.Function):
     compiled or by PyTorch's forward-mode AD, whichever path ran the forward."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                compiled: bool | None = None) -> torch.Tensor:
         ctx.multiroot = multiroot
-        ctx.compiled = use_numba(scores, lengths)
+        ctx.compiled = use_numba(scores, lengths) if compiled is None else compiled
         _, mu, log_space, swap = _marginals(scores, lengths, multiroot, True, ctx.compiled)
         ctx.save_for_backward(scores, lengths, log_space, swap)
         return mu.to(scores.dtype)
@@ -194,7 +196,7 @@ class MatrixTreeMarginals(torch.autograd.Function):
             log_space, swap = _gth_route(scores, lengths, ctx.multiroot, log_space)
         swapped = bool((swap != 1).any())
         if not bool(log_space.any()) and not swapped:
-            return _fast_tangent(scores, lengths, ctx.multiroot, g, ctx.compiled), None, None
+            return _fast_tangent(scores, lengths, ctx.multiroot, g, ctx.compiled), None, None, None
         out = torch.zeros_like(scores)
         if bool(log_space.any()):
             idx = log_space.nonzero().squeeze(1)
@@ -206,7 +208,7 @@ class MatrixTreeMarginals(torch.autograd.Function):
             hv = _fast_tangent(_swap_words(scores[idx], word), lengths[idx], ctx.multiroot,
                                _swap_words(g[idx].to(scores.dtype), word), ctx.compiled)
             out = out.index_copy(0, idx, _swap_words(hv, word).to(out.dtype))
-        return out, None, None
+        return out, None, None, None
 
 
 def _gth_route(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
@@ -242,10 +244,11 @@ class _MatrixTreeLogPartition(torch.autograd.Function):
     """``log Z`` whose backward is the explicit adjoint of the elimination."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                compiled: bool | None = None) -> torch.Tensor:
         ctx.save_for_backward(scores, lengths)
         ctx.multiroot = multiroot
-        ctx.compiled = use_numba(scores, lengths)
+        ctx.compiled = use_numba(scores, lengths) if compiled is None else compiled
         log_z = _marginals(scores, lengths, multiroot, False, ctx.compiled)[0]
         return log_z.to(scores.dtype)
 
@@ -253,10 +256,24 @@ class _MatrixTreeLogPartition(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward requested: stay differentiable
-            mu = MatrixTreeMarginals.apply(scores, lengths, ctx.multiroot)
+            mu = MatrixTreeMarginals.apply(scores, lengths, ctx.multiroot, ctx.compiled)
         else:
             mu = _marginals(scores, lengths, ctx.multiroot, True, ctx.compiled)[1].to(scores.dtype)
-        return mu * g[:, None, None], None, None
+        return mu * g[:, None, None], None, None, None
+
+
+# The two accelerations of the reference :func:`synattn.structs.reference.matrix_tree_log_partition`:
+# the compiled GTH elimination, and LAPACK where certified with the PyTorch GTH elsewhere; both
+# fall back to the log-space elimination per sentence.
+register("nonprojective", Implementation(
+    "numba",
+    lambda s, lengths, multiroot: _MatrixTreeLogPartition.apply(s, lengths, multiroot, True),
+    lambda s, lengths, multiroot: MatrixTreeMarginals.apply(s, lengths, multiroot, True),
+    applies=numba_applies))
+register("nonprojective", Implementation(
+    "torch",
+    lambda s, lengths, multiroot: _MatrixTreeLogPartition.apply(s, lengths, multiroot, False),
+    lambda s, lengths, multiroot: MatrixTreeMarginals.apply(s, lengths, multiroot, False)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,8 +296,7 @@ class NonProjectiveDependencyCRF(ArcCRF):
     half inputs); the computation is float64.
     """
 
-    log_partition_fn = _MatrixTreeLogPartition  # over all spanning arborescences
-    marginals_fn = MatrixTreeMarginals
+    structure = "nonprojective"  # log_partition and marginals: synattn.structs.registry
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples of non-projective trees as heads (``-1``

@@ -13,14 +13,9 @@ import torch
 from .arc_scores import usable_arcs
 from .backend import as_array, set_threads
 from .backend import kernels as backend_kernels
-from .semiring import NEG, serial_if_small
+from .constants import NEG, SAFE_PIVOT, TINY
+from .semiring import serial_if_small
 
-TINY = 1e-300
-"""Floor of a pivot (float64): keeps ``log`` and the divisions finite if weights underflow."""
-
-SAFE_PIVOT = 1e-250
-"""A GTH pivot below this (weights may have underflowed on the way) sends the sentence to the
-log-space elimination (:func:`_log_space_marginals`)."""
 
 
 

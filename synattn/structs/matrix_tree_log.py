@@ -19,14 +19,8 @@ import torch
 
 from .arc_scores import usable_arcs
 from .matrix_tree_gth import _single_root_order
-from .semiring import NEG
+from .constants import LOG0, NEG, SAFE_SPREAD
 
-SAFE_SPREAD = 700.0
-"""A column whose usable, unmasked scores span more than this (its smallest weight would underflow
-next to its largest) sends the sentence to the log-space elimination."""
-
-LOG0 = -1e30
-"""Log-weight of an arc no tree may use in the log-space elimination (far below any masked arc)."""
 
 
 def _wide_columns(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

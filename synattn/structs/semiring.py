@@ -16,7 +16,7 @@ The **signed log-space semifield** (Li and Eisner 2009) represents a real number
 without overflow. Kim et al. (2017) backpropagate through forward-backward in it (Kim et al. 2017,
 "Backpropagating through Forward-Backward").
 
-Masked entries use the finite constant :data:`NEG`, never ``-inf``: ``exp(NEG - m)`` is exactly 0,
+Masked entries use the finite constant :data:`~synattn.structs.constants.NEG`, never ``-inf``: ``exp(NEG - m)`` is exactly 0,
 and ``NEG - NEG`` is 0 rather than NaN.
 """
 
@@ -30,16 +30,8 @@ from typing import Callable, Iterator, TypeVar
 import torch
 import torch.autograd.forward_ad as fwAD
 
-NEG = -1e9
-"""Log-score of an impossible event: finite, so that no recursion ever computes ``-inf - -inf``."""
+from .constants import IMPOSSIBLE, MAX_TOTAL_SCORE, NEG  # noqa: F401  (re-exported)
 
-IMPOSSIBLE = NEG / 2
-"""A structure whose log-score is at or below this uses a masked part: it has probability 0."""
-
-MAX_TOTAL_SCORE = 1e8
-"""Largest ``parts per structure × max |finite score|`` accepted: it keeps every structure with a
-masked part (score ``<= NEG + MAX_TOTAL_SCORE``) below :data:`IMPOSSIBLE` and every other one
-above it, so that masked parts weigh exactly 0 and "no valid structure" is recognised."""
 
 F = TypeVar("F", bound=Callable)
 
@@ -262,4 +254,6 @@ def forward_derivative(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tens
         # (torch's first use of forward AD loads decompositions through torch.jit.script)
         warnings.simplefilter("ignore", DeprecationWarning)
         out = fn(fwAD.make_dual(x, direction.to(x.dtype)))
-        return fwAD.unpack_dual(out).tangent
+        tangent = fwAD.unpack_dual(out).tangent
+        # (no tangent: ``fn`` does not depend on ``x`` here, e.g. one-word CKY marginals)
+        return torch.zeros_like(out) if tangent is None else tangent

@@ -1,0 +1,139 @@
+"""One reference per structure, and the accelerations registered for it.
+
+Every structure has a plain *reference* implementation of ``log_partition`` in
+:mod:`synattn.structs.reference` (marginals by autograd) and a list of *accelerations*:
+implementations of the same two functions with the same signature that are faster or more
+robust (explicit outside passes, compiled numba kernels, a stable elimination). The public
+classes ask :func:`choose` which one runs; it returns the first acceleration whose predicate
+holds for the arguments, in the order they were registered, and the reference when none does
+or when ``use_backend("reference")`` (:mod:`synattn.structs.backend`) is in force.
+
+=================  =====================================================  ======================
+structure          signature of ``log_partition`` / ``marginals``        accelerations, in order
+=================  =====================================================  ======================
+``linear_chain``   ``(unary [B,n,C], edge [B,n-1,C,C], lengths, scan)``   ``numba`` (CPU), ``torch``
+``projective``     ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``torch``
+``nonprojective``  ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``torch``
+``cky``            ``(scores [B,N,N], lengths)``                          ``numba`` (CPU), ``torch``
+=================  =====================================================  ======================
+
+(``scan``, default None, picks the schedule of the chain's PyTorch code; the others ignore it.)
+
+``numba`` applies where :func:`~synattn.structs.backend.use_numba` says so (CPU tensors, numba
+installed, backend ``auto`` or ``numba``); ``torch`` always applies. A new acceleration is one
+:func:`register` call next to its code; ``tests/test_structs_registry.py`` then checks it
+against the reference (values and gradients) with no further change.
+
+Marginals are ``∂ log Z / ∂ scores`` (for the chain, ``∂ log Z / ∂ unary``: node marginals),
+differentiable in every implementation. Inputs are those the public classes pass after their
+checks: masked parts hold :data:`~synattn.structs.constants.NEG`, never ``-inf`` or NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import reference
+from .backend import requested_backend, use_numba
+
+__all__ = ["Implementation", "choose", "implementations", "log_partition", "marginals",
+           "numba_applies", "register", "set_reference"]
+
+
+def always(*args) -> bool:
+    """The predicate of an acceleration that applies to every input (the PyTorch code)."""
+    return True
+
+
+def numba_applies(*args) -> bool:
+    """The predicate of the compiled kernels: :func:`~synattn.structs.backend.use_numba` of the
+    tensors among ``args`` (raises if ``numba`` is asked for where it cannot run)."""
+    return use_numba(*(a for a in args if isinstance(a, torch.Tensor)))
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """``log_partition(*args) -> [B]`` and ``marginals(*args) -> μ`` of one structure.
+
+    ``applies(*args)`` says whether this implementation may run on these arguments.
+    """
+
+    name: str
+    log_partition: Callable[..., torch.Tensor]
+    marginals: Callable[..., torch.Tensor]
+    applies: Callable[..., bool] = always
+
+
+@dataclass
+class _Structure:
+    reference: Implementation
+    accelerations: list[Implementation] = field(default_factory=list)
+
+
+def _from_reference(log_z: Callable[..., torch.Tensor]) -> Implementation:
+    return Implementation("reference", log_z, functools.partial(reference.marginals_by_autograd, log_z))
+
+
+_STRUCTURES: dict[str, _Structure] = {
+    "linear_chain": _Structure(_from_reference(reference.linear_chain_log_partition)),
+    "projective": _Structure(_from_reference(reference.eisner_log_partition)),
+    "nonprojective": _Structure(_from_reference(reference.matrix_tree_log_partition)),
+    "cky": _Structure(_from_reference(reference.cky_log_partition)),
+}
+
+
+def _structure(name: str) -> _Structure:
+    if name not in _STRUCTURES:
+        raise KeyError(f"unknown structure {name!r}; registered: {sorted(_STRUCTURES)}")
+    return _STRUCTURES[name]
+
+
+def register(structure: str, implementation: Implementation) -> Implementation:
+    """Add ``implementation`` as the last acceleration of ``structure`` (replacing one of the
+    same name in place); returns it."""
+    accelerations = _structure(structure).accelerations
+    names = [a.name for a in accelerations]
+    if implementation.name in names:
+        accelerations[names.index(implementation.name)] = implementation
+    else:
+        accelerations.append(implementation)
+    return implementation
+
+
+def set_reference(structure: str, log_partition: Callable[..., torch.Tensor],
+                  marginals: Callable[..., torch.Tensor]) -> None:
+    """Replace the reference of ``structure`` by a wrapper of it with the public class's
+    conventions at the edges (e.g. ``-inf`` where no structure exists), for :func:`choose`."""
+    _structure(structure).reference = Implementation("reference", log_partition, marginals)
+
+
+def implementations(structure: str) -> list[Implementation]:
+    """The reference of ``structure`` followed by its accelerations, in order."""
+    entry = _structure(structure)
+    return [entry.reference, *entry.accelerations]
+
+
+def choose(structure: str, *args) -> Implementation:
+    """The implementation that runs ``structure`` on ``args``: the reference under
+    ``use_backend("reference")``, else the first acceleration that applies, else the reference."""
+    entry = _structure(structure)
+    if requested_backend() == "reference":
+        return entry.reference
+    for acceleration in entry.accelerations:
+        if acceleration.applies(*args):
+            return acceleration
+    return entry.reference
+
+
+def log_partition(structure: str, *args) -> torch.Tensor:
+    """``[B]`` ``log Z`` of ``structure`` by :func:`choose`'s implementation."""
+    return choose(structure, *args).log_partition(*args)
+
+
+def marginals(structure: str, *args) -> torch.Tensor:
+    """The marginals of ``structure`` by :func:`choose`'s implementation."""
+    return choose(structure, *args).marginals(*args)

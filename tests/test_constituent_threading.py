@@ -9,7 +9,8 @@ import pytest
 import torch
 from test_constituent import D, H, reference_output
 
-from synattn.attention.constituent import ConstituentState
+from synattn.attention import ConstituentAttention, SyntaxMultiheadAttention, bind_syntax
+from synattn.attention.constituent import ConstituentState, recorded_links
 from synattn.models import MaskedLM, MaskedLMConfig
 
 PAD = 0
@@ -141,6 +142,24 @@ def test_no_module_keeps_tensors_or_link_records_between_forwards():
             values = value.values() if isinstance(value, dict) else [value]
             for v in values:
                 assert not isinstance(v, (torch.Tensor, ConstituentState)), f"{name}.{attr}"
+
+
+def test_torch_style_layers_share_the_carry_of_their_bind_syntax_block():
+    torch.manual_seed(6)
+    layers = [SyntaxMultiheadAttention(D, H, batch_first=True, features=[ConstituentAttention(D, l)])
+              for l in range(3)]
+    x = torch.randn(2, 5, D)
+    carry, want = {}, x
+    for layer in layers:
+        want = want + layer.attention(want, carry=carry)[0]
+    with bind_syntax(None):
+        got = x
+        for layer in layers:
+            got = got + layer(got, got, got, need_weights=False)[0]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert recorded_links(carry).shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="constituent layer 1 runs before layer 0"):
+        layers[1](x, x, x)  # outside a block every call has its own carry
 
 
 # transformers 5 renames gradient_checkpointing_enable to activation_checkpointing_enable

@@ -40,9 +40,10 @@ from synattn.data.indexed import write_field
 from synattn.data.prepared import MANIFEST, MARKER, check_output_folder
 from synattn.data.subwords import train_sentencepiece
 from synattn.data.text import SkipReport, read_lines
-from synattn.errors import DataError, UsageError
+from synattn.errors import ConfigError, DataError, UsageError
 from synattn.io import atomic_write
 from synattn.locks import FolderLock
+from synattn.models.config_io import StrictConfig
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
 from synattn.trees.dependency import DependencyTree
@@ -66,8 +67,12 @@ def check_split_name(split: str, option: str = "split") -> str:
     return split
 
 
+CORPORA = ("bible", "ptb")
+ON_ERROR = ("raise", "skip")
+
+
 @dataclass
-class PrepareConfig:
+class PrepareConfig(StrictConfig):
     """Settings of :func:`prepare` (also the ``synattn prepare`` options).
 
     One input: ``corpus`` (``"bible"``, ``"ptb"``) or file ``prefixes`` per split
@@ -75,6 +80,10 @@ class PrepareConfig:
     holds ``source<TAB>target`` lines), or ``src_trees`` alone (CoNLL-U per split, monolingual,
     words used as tokens). ``prefixes`` with ``src_trees`` uses the given trees for the source side
     of those splits (their words must equal the source lines' tokens) instead of parsing.
+
+    A strict config like the others (:class:`synattn.models.config_io.StrictConfig`): a value of
+    the wrong type is a :class:`ConfigError` naming the key when the config is made, and
+    ``PrepareConfig.from_yaml(path)`` / ``from_dict`` refuse unknown keys, naming the file and key.
     """
 
     out: str
@@ -95,6 +104,12 @@ class PrepareConfig:
     limit: int | None = None
     max_words: int = 250
     on_error: str = "raise"
+
+    def check(self) -> None:
+        if self.corpus is not None and self.corpus not in CORPORA:
+            raise ConfigError(f"corpus={self.corpus!r}: expected one of {', '.join(CORPORA)} (or none)")
+        if self.on_error not in ON_ERROR:
+            raise ConfigError(f"on_error={self.on_error!r}: expected one of {', '.join(ON_ERROR)}")
 
     @property
     def monolingual(self) -> bool:

@@ -67,8 +67,7 @@ def check_split_name(split: str, option: str = "split") -> str:
     return split
 
 
-CORPORA = ("bible", "ptb")
-ON_ERROR = ("raise", "skip")
+CORPORA, ON_ERROR = ("bible", "ptb"), ("raise", "skip")
 
 
 @dataclass
@@ -80,10 +79,8 @@ class PrepareConfig(StrictConfig):
     holds ``source<TAB>target`` lines), or ``src_trees`` alone (CoNLL-U per split, monolingual,
     words used as tokens). ``prefixes`` with ``src_trees`` uses the given trees for the source side
     of those splits (their words must equal the source lines' tokens) instead of parsing.
-
-    A strict config like the others (:class:`synattn.models.config_io.StrictConfig`): a value of
-    the wrong type is a :class:`ConfigError` naming the key when the config is made, and
-    ``PrepareConfig.from_yaml(path)`` / ``from_dict`` refuse unknown keys, naming the file and key.
+    Strict (:class:`~synattn.models.config_io.StrictConfig`): wrong types and choices are errors
+    naming the key; ``from_yaml``/``from_dict`` also refuse unknown keys, naming file and key.
     """
 
     out: str

@@ -56,7 +56,7 @@ from torch import nn
 from synattn.attention import (MultiheadAttention, RelativePositions, SpecializedHeads,
                                SupervisedHead, SyntaxInputs, TreeRelations)
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
-from synattn.attention.constituent import ConstituentAttention, ConstituentState
+from synattn.attention.constituent import ConstituentAttention
 from synattn.attention.span import SpanAttention
 from synattn.attention.structured import SegmentationAttention, SyntacticAttention
 from synattn.structs.backend import use_backend
@@ -207,7 +207,7 @@ def structured_variants(d: int, h: int) -> dict[str, Spec]:
     """docs/methods.md §3–§5: constituent, Bird-Eye, segmentation and syntactic attention."""
     out: dict[str, Spec] = {
         "constituent": ("self", "", lambda: MultiheadAttention(
-            d, h, features=[ConstituentAttention(d, 0, ConstituentState())])),
+            d, h, features=[ConstituentAttention(d, 0)])),
         "BET(SG)": ("causal", "", lambda: MultiheadAttention(d, h, features=[SyntaxGuidedPointer()])),
         "BET(SF)": ("causal", "", lambda: MultiheadAttention(d, h, features=[BirdEyeReweighting(d, h)])),
         "sigmoid (seg. baseline)": ("cross", "", lambda: MultiheadAttention(

@@ -25,7 +25,7 @@ import json
 import shutil
 from pathlib import Path
 
-from synattn.errors import ConfigError, RunFailure
+from synattn.errors import ConfigError, InputError, RunFailure
 
 VOCAB = "vocab"
 MANIFEST = "manifest.json"
@@ -52,9 +52,17 @@ def vocab_files(manifest: dict) -> list[str]:
 
 
 def fingerprint(folder: str | Path) -> dict:
-    """The fingerprint of a prepared dataset: path, settings key, SHA-256 of its vocabulary files."""
+    """The fingerprint of a prepared dataset: path, settings key, SHA-256 of its vocabulary files.
+
+    Raises:
+        InputError: the manifest has no ``spm`` mapping of sentencepiece file names (damaged).
+    """
     folder = Path(folder).resolve()
     manifest = _manifest(folder)
+    spm = manifest.get("spm") if isinstance(manifest, dict) else None
+    if not isinstance(spm, dict) or not all(isinstance(name, str) for name in spm.values()):
+        raise InputError(f"the manifest has no 'spm' mapping of sentencepiece files (got {spm!r}); prepare "
+                         "the dataset again", str(folder / MANIFEST))
     files = {}
     for name in vocab_files(manifest):
         path = folder / name

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synattn.attention.cache import KVCache
-from synattn.attention.constituent import (ConstituentAttention, ConstituentState,
-                                           constituent_prior)
+from synattn.attention.constituent import ConstituentAttention, constituent_prior, recorded_links
 from synattn.attention.core import MultiheadAttention
 
 D, H = 8, 2
@@ -59,9 +58,9 @@ def reference_output(attn: MultiheadAttention, feature, x, length: int, prior=No
     return F.linear(mixed, attn.out_proj.weight, attn.out_proj.bias), a
 
 
-def make_layer(layer: int = 0, state=None, seed: int = 0):
+def make_layer(layer: int = 0, seed: int = 0):
     torch.manual_seed(seed)
-    feature = ConstituentAttention(D, layer=layer, state=state)
+    feature = ConstituentAttention(D, layer=layer)
     with torch.no_grad():
         feature.bilinear.mul_(4.0)
         feature.key_bias.normal_()
@@ -69,15 +68,15 @@ def make_layer(layer: int = 0, state=None, seed: int = 0):
 
 
 def test_layer_equals_reference_with_padding():
-    state = ConstituentState()
-    attn0, f0 = make_layer(0, state, seed=0)
-    attn1, f1 = make_layer(1, state, seed=1)
+    attn0, f0 = make_layer(0, seed=0)
+    attn1, f1 = make_layer(1, seed=1)
     lengths = [5, 3, 1, 2]
     x = torch.randn(4, 5, D, dtype=torch.float64)
     pad = torch.arange(5)[None, :] >= torch.tensor(lengths)[:, None]
-    out0, _ = attn0(x, key_padding_mask=pad)
-    out1, _ = attn1(out0, key_padding_mask=pad)
-    a = state.stack()  # [B, 2, 4]
+    carry = {}  # one forward: layer 0 hands a^0 to layer 1
+    out0, _ = attn0(x, key_padding_mask=pad, carry=carry)
+    out1, _ = attn1(out0, key_padding_mask=pad, carry=carry)
+    a = recorded_links(carry)  # [B, 2, 4]
     assert a.shape == (4, 2, 4)
     for b, n in enumerate(lengths):
         ref0, a0 = reference_output(attn0, f0, x[b], n)
@@ -141,30 +140,29 @@ def test_prior_properties(lengths, seed):
 
 def test_links_are_non_decreasing_across_layers_and_prior_stays_in_range():
     torch.manual_seed(3)
-    state = ConstituentState()
-    layers = [MultiheadAttention(D, H, features=[ConstituentAttention(D, layer=l, state=state)])
-              for l in range(4)]
+    layers = [MultiheadAttention(D, H, features=[ConstituentAttention(D, layer=l)]) for l in range(4)]
     x = torch.randn(3, 7, D)
     pad = torch.tensor([[False] * 7, [False] * 5 + [True] * 2, [False] * 2 + [True] * 5])
+    carry = {}
     for attn in layers:
-        out, extras = attn(x, key_padding_mask=pad, need_weights=True)
+        out, extras = attn(x, key_padding_mask=pad, need_weights=True, carry=carry)
         x = x + out
         assert torch.isfinite(extras.probs).all()
-    a = state.stack()  # [B, 4, 6]
+    a = recorded_links(carry)  # [B, 4, 6]
     assert ((a >= 0) & (a <= 1)).all()
     assert (a[:, 1:] >= a[:, :-1]).all()
     assert (a[0] > 0).all()
 
 
 def test_gradients_reach_links_of_every_layer():
-    state = ConstituentState()
     torch.manual_seed(4)
-    features = [ConstituentAttention(D, layer=l, state=state) for l in range(2)]
+    features = [ConstituentAttention(D, layer=l) for l in range(2)]
     layers = [MultiheadAttention(D, H, features=[f]) for f in features]
     x = torch.randn(2, 5, D)
     pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    carry = {}
     for attn in layers:
-        x = x + attn(x, key_padding_mask=pad)[0]
+        x = x + attn(x, key_padding_mask=pad, carry=carry)[0]
     x.sum().backward()
     for f in features:
         grad = f.bilinear.grad
@@ -172,7 +170,7 @@ def test_gradients_reach_links_of_every_layer():
 
 
 def test_single_word_and_rejections():
-    attn, _ = make_layer(0, ConstituentState())
+    attn, _ = make_layer(0)
     out, extras = attn(torch.randn(2, 1, D, dtype=torch.float64), need_weights=True)
     assert torch.isfinite(out).all() and extras.probs.shape == (2, H, 1, 1)
     x = torch.randn(1, 4, D, dtype=torch.float64)
@@ -182,9 +180,11 @@ def test_single_word_and_rejections():
         attn(x, context=torch.randn(1, 3, D, dtype=torch.float64))
     with pytest.raises(ValueError, match="cache"):
         attn(x, cache=KVCache())
-    later, _ = make_layer(2, ConstituentState())
-    with pytest.raises(ValueError, match="layer 1"):
-        later(x)
+    later, _ = make_layer(2)
+    with pytest.raises(ValueError, match="constituent layer 2 runs before layer 1"):
+        later(x)  # a call on its own has a fresh carry: nothing below it ran
+    with pytest.raises(ValueError, match="constituent layer 2 runs before layer 1"):
+        later(x, carry={})
 
 
 def test_original_code_diagonal_of_the_prior_by_hand():

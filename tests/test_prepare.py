@@ -11,7 +11,7 @@ from synattn.data import prepare as prepare_module
 from synattn.data.batching import PreparedDataset
 from synattn.data.indexed import IndexedField
 from synattn.data.prepare import MANIFEST, PrepareConfig, prepare
-from synattn.errors import DataError
+from synattn.errors import ConfigError, DataError, InputError
 from synattn.trees.conllu_io import read_conllu
 from synattn.trees.subword import project_to_subwords
 
@@ -147,3 +147,28 @@ def test_a_damaged_manifest_is_refused_with_a_usage_error(tmp_path, manifest):
 
     with pytest.raises(UsageError, match="already prepared with other settings"):
         refuse_changing_prepared(tmp_path, manifest, PrepareConfig(out=str(tmp_path)), force=False)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(vocab_size="8k"), r"^vocab_size: expected int, got str \('8k'\)$"),
+    (dict(limit=2.5), r"^limit: expected int, got float"),
+    (dict(pretokenized="yes"), r"^pretokenized: expected bool, got str"),
+    (dict(prefixes=["data/train"]), r"^prefixes: expected a mapping"),
+    (dict(on_error="ignore"), r"^on_error='ignore': expected one of raise, skip$"),
+    (dict(corpus="wmt"), r"^corpus='wmt': expected one of bible, ptb"),
+])
+def test_prepare_config_checks_types_and_choices_naming_the_key(change, message):
+    with pytest.raises(ConfigError, match=message):
+        PrepareConfig(out="data/x", **change)
+
+
+def test_prepare_config_from_yaml_names_the_file_and_key(tmp_path):
+    cfg = PrepareConfig(out="data/x", prefixes={"train": "text/train"}, tgt_lang=None, vocab_size=500)
+    cfg.to_yaml(tmp_path / "prepare.yaml")
+    assert PrepareConfig.from_yaml(tmp_path / "prepare.yaml") == cfg
+    (tmp_path / "typo.yaml").write_text("out: data/x\nvocab: 500\n")
+    with pytest.raises(InputError, match=r"^.*typo\.yaml: unknown key 'vocab' in PrepareConfig; known keys: out, "):
+        PrepareConfig.from_yaml(tmp_path / "typo.yaml")
+    (tmp_path / "type.yaml").write_text("out: data/x\nvocab_size: 5e2\n")
+    with pytest.raises(InputError, match=r"type\.yaml: vocab_size: expected int, got float \(500\.0\)$"):
+        PrepareConfig.from_yaml(tmp_path / "type.yaml")

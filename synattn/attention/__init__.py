@@ -4,8 +4,8 @@ Features of docs/methods.md §1–§2 (docs/methods.md §1–§2): Shaw relative
 (:class:`RelativePositions`), tree-distance / traversal labels (:class:`TreeRelations`),
 specialized POS/deprel heads (:class:`SpecializedHeads`) and the dependency-supervised biaffine
 head (:class:`SupervisedHead`). Features of docs/methods.md §3–§5 (docs/methods.md §3–§5): Tree Transformer
-constituent attention (:class:`ConstituentAttention`, a-values threaded through a stack by a
-:class:`ConstituentState`), Bird-Eye attention (:class:`SyntaxGuidedPointer` for BET(SG),
+constituent attention (:class:`ConstituentAttention`, a-values threaded through a stack in each
+forward's carry, read back by :func:`recorded_links`), Bird-Eye attention (:class:`SyntaxGuidedPointer` for BET(SG),
 :class:`BirdEyeReweighting` for BET(SF)) and structured attention
 (:class:`SegmentationAttention`, :class:`SyntacticAttention`, and :class:`SpanAttention` over a
 constituency tree CRF).
@@ -15,7 +15,8 @@ from synattn.attention.adapter import SyntaxMultiheadAttention, bind_syntax
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, pointer_loss
 from synattn.attention.cache import KVCache
 from synattn.attention.claims import Claim, find_conflict
-from synattn.attention.constituent import ConstituentAttention, ConstituentState, constituent_prior
+from synattn.attention.constituent import (ConstituentAttention, ConstituentState, constituent_prior,
+                                           recorded_links)
 from synattn.attention.core import MultiheadAttention, attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
 from synattn.attention.fields import SyntaxField, TreeBatch, register_field, syntax_fields
@@ -35,6 +36,7 @@ __all__ = [
     "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
     "SegmentationAttention", "SpanAttention", "SpecializedHeads", "SupervisedHead",
     "SyntacticAttention", "SyntaxField", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention",
-    "TreeBatch", "TreeRelations", "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax", "check_compatible", "constituent_prior", "find_conflict", "label_logits",
-    "label_values", "padding_keys", "pointer_loss", "register_field", "sequential_labels", "syntax_fields",
+    "TreeBatch", "TreeRelations", "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax",
+    "check_compatible", "constituent_prior", "find_conflict", "label_logits", "label_values", "padding_keys",
+    "pointer_loss", "recorded_links", "register_field", "sequential_labels", "syntax_fields",
 ]

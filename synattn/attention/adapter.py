@@ -13,6 +13,10 @@ forward pass with :func:`bind_syntax`::
     with bind_syntax(SyntaxInputs(tree_dist=labels)):
         out = layer(x)
 
+The layers called inside one :func:`bind_syntax` block also share that block's carry (what the
+features of a forward hand from one layer to the next, e.g. the constituent prior's a-values): run
+one forward pass per block when a stack has such layers.
+
 With no features and copied weights it computes what ``torch.nn.MultiheadAttention`` computes
 (tested). The features' losses and diagnostics of the last call are in :attr:`last_extras`.
 """
@@ -31,6 +35,7 @@ from synattn.attention.feature import AttentionExtras, AttentionFeature
 from synattn.attention.inputs import SyntaxInputs
 
 _BOUND: contextvars.ContextVar[dict | None] = contextvars.ContextVar("synattn_bound_syntax", default=None)
+_CARRY: contextvars.ContextVar[dict | None] = contextvars.ContextVar("synattn_bound_carry", default=None)
 
 
 @contextmanager
@@ -42,6 +47,8 @@ def bind_syntax(syntax: SyntaxInputs | None, *modules: nn.Module) -> Iterator[No
         modules: bind them to the :class:`SyntaxMultiheadAttention` layers inside these modules
             only (e.g. an encoder, when a decoder has other inputs); none: to every such layer.
             Bindings nest: an inner block wins for the layers it names.
+
+    The block also gives the layers called inside it one fresh carry (see the module docstring).
     """
     current = dict(_BOUND.get() or {})
     if modules:
@@ -51,10 +58,11 @@ def bind_syntax(syntax: SyntaxInputs | None, *modules: nn.Module) -> Iterator[No
                     current[id(layer)] = syntax
     else:
         current[None] = syntax
-    token = _BOUND.set(current)
+    token, carry_token = _BOUND.set(current), _CARRY.set({})
     try:
         yield
     finally:
+        _CARRY.reset(carry_token)
         _BOUND.reset(token)
 
 
@@ -144,7 +152,7 @@ class SyntaxMultiheadAttention(nn.Module):
             attn_mask = None  # the causal flag says it all (and lets causal features run)
         out, extras = self.attention(query, None if self_attention else key, key_padding_mask=key_padding_mask,
                                      causal=causal, syntax=self.bound_syntax(), need_weights=need_weights,
-                                     attn_mask=attn_mask)
+                                     attn_mask=attn_mask, carry=_CARRY.get())
         self.last_extras = extras
         if not self.batch_first or unbatched:
             out = out.transpose(0, 1)

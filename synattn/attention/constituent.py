@@ -24,17 +24,20 @@ padding are not constituent links (their a is 0 in the record and they never ent
 rows and columns at padding are 0). Gradients flow into a^{l−1} from the layers above, as in
 the public code.
 
-Threading the a-values through an encoder stack: every layer's feature gets its layer index and
-one shared :class:`ConstituentState`. Layer 0 starts a new record; layer l reads a^{l−1} from the
-state and writes its own a^l back, so the layers must run in the order of their indices. After
-the forward, ``state.stack()`` gives the ``[batch_size, layers, n − 1]`` a-values that
-:func:`synattn.trees.induce.induce_trees` decodes into constituency trees::
+Threading the a-values through an encoder stack: every layer's feature gets its layer index; the
+a-values of one forward pass travel in that forward's ``carry`` (a dict the caller creates for
+each forward and passes to every layer, :class:`~synattn.attention.feature.AttentionContext`),
+never on the modules. Layer 0 starts the forward's :class:`ConstituentState` in the carry; layer l
+reads a^{l−1} from it and writes its own a^l, so the layers must run in the order of their
+indices. After the forward, :func:`recorded_links` gives the ``[batch_size, layers, n − 1]``
+a-values that :func:`synattn.trees.induce.induce_trees` decodes into constituency trees::
 
-    state = ConstituentState()
-    layers = [MultiheadAttention(d, h, features=[ConstituentAttention(d, layer=l, state=state)])
+    layers = [MultiheadAttention(d, h, features=[ConstituentAttention(d, layer=l)])
               for l in range(10)]
-    ...                                    # run the encoder: layer 0, 1, ..., 9
-    a = state.stack()                      # [B, 10, n − 1]
+    carry = {}                             # one per forward
+    for attn in layers:                    # run the encoder: layer 0, 1, ..., 9
+        x = x + attn(x, carry=carry)[0]
+    a = recorded_links(carry)              # [B, 10, n − 1]
 """
 
 from __future__ import annotations
@@ -113,11 +116,15 @@ def constituent_prior(a: Tensor, valid: Tensor, diagonal: float = 1.0) -> Tensor
     return c
 
 
-class ConstituentState:
-    """The a-values of the constituent layers of one forward, threaded from layer to layer.
+CARRY_KEY = "constituent"
+"""Key of the forward's :class:`ConstituentState` in its carry."""
 
-    Layer 0 starts a new record; layer l > 0 reads the a^{l−1} written by layer l − 1 in the same
-    forward. Not a module: it holds no parameters, only the tensors of the latest forward.
+
+class ConstituentState:
+    """The a-values of the constituent layers of one forward pass, threaded from layer to layer.
+
+    Made by layer 0 in the forward's carry; layer l > 0 reads the a^{l−1} written by layer
+    l − 1 of the same forward. Not a module: it lives as long as the forward's carry.
 
     Example:
         >>> state = ConstituentState()
@@ -134,18 +141,14 @@ class ConstituentState:
             return None
         if layer - 1 not in self._a:
             raise ValueError(f"constituent layer {layer} runs before layer {layer - 1} recorded its "
-                             "a-values; number the layers 0, 1, ... in the order they run")
+                             "a-values in this forward's carry; number the layers 0, 1, ... in the "
+                             "order they run and pass them one carry")
         return self._a[layer - 1]
 
     def record(self, layer: int, a: Tensor) -> None:
-        """Stores a^layer ``[batch_size, n − 1]``; layer 0 clears the previous forward's record."""
-        if layer == 0:
-            self._a.clear()
+        """Stores a^layer ``[batch_size, n − 1]`` (a recomputation, e.g. by activation
+        checkpointing, stores it again)."""
         self._a[layer] = a
-
-    def clear(self) -> None:
-        """Forgets the recorded a-values (e.g. once a stack has read them)."""
-        self._a.clear()
 
     def stack(self) -> Tensor:
         """Returns the recorded a-values ``[batch_size, layers, n − 1]``, bottom layer first."""
@@ -157,23 +160,29 @@ class ConstituentState:
         return torch.stack([self._a[layer] for layer in layers], dim=1)
 
 
+def recorded_links(carry: dict | None) -> Tensor | None:
+    """The a-values ``[batch_size, layers, n − 1]`` that the constituent layers of one forward
+    recorded in its ``carry`` (None when no constituent layer ran in it)."""
+    state = None if carry is None else carry.get(CARRY_KEY)
+    return None if state is None else state.stack()
+
+
 class ConstituentAttention(AttentionFeature):
     """Tree Transformer constituent prior C on every head (bidirectional self-attention only).
 
     Args:
         d_model: model width d (the neighbour scores are a ``d × d`` bilinear form).
-        layer: index of this layer among the constituent layers of the stack (0 = bottom).
-        state: the :class:`ConstituentState` shared by the stack's layers (None: a single layer,
-            a^{−1} = 0 and nothing recorded).
+        layer: index of this layer among the constituent layers of the stack (0 = bottom:
+            a^{−1} = 0; layer l reads a^{l−1} from the carry of the forward).
         eps: ε in â = sqrt(p p + ε).
         diagonal: C_ii: 1 (the paper's empty product, default) or the public code's 1e-9.
 
     Example:
         >>> from synattn.attention.core import MultiheadAttention
-        >>> state = ConstituentState()
-        >>> attn = MultiheadAttention(16, 4, features=[ConstituentAttention(16, 0, state)])
-        >>> out, _ = attn(torch.randn(2, 5, 16))
-        >>> state.stack().shape
+        >>> attn = MultiheadAttention(16, 4, features=[ConstituentAttention(16, 0)])
+        >>> carry = {}
+        >>> out, _ = attn(torch.randn(2, 5, 16), carry=carry)
+        >>> recorded_links(carry).shape
         torch.Size([2, 1, 4])
     """
 
@@ -181,14 +190,13 @@ class ConstituentAttention(AttentionFeature):
     cacheable = False
     bidirectional_only = True
 
-    def __init__(self, d_model: int, layer: int = 0, state: ConstituentState | None = None,
-                 eps: float = 1e-9, diagonal: float = 1.0):
+    def __init__(self, d_model: int, layer: int = 0, eps: float = 1e-9, diagonal: float = 1.0):
         super().__init__()
         if layer < 0:
             raise ValueError(f"constituent layer index must be >= 0, got {layer}")
         if not 0.0 <= diagonal <= 1.0:
             raise ValueError(f"the diagonal of C must lie in [0, 1], got {diagonal}")
-        self.layer, self.state, self.eps, self.diagonal = layer, state, eps, diagonal
+        self.layer, self.eps, self.diagonal = layer, eps, diagonal
         # q_i · k_j = x_i M x_jᵀ + w · x_j (+ terms of i alone, which the softmax over i's
         # neighbours cancels); M starts with the variance of a product of two default projections
         self.bilinear = nn.Parameter(torch.randn(d_model, d_model) / (3 * d_model ** 0.5))  # M
@@ -218,12 +226,14 @@ class ConstituentAttention(AttentionFeature):
         b, n = ctx.x.shape[:2]
         valid = (torch.ones(b, n, dtype=torch.bool, device=ctx.x.device) if keys is None
                  else keys.expand(b, n))  # [B, n]
-        prior = self.state.prior(self.layer) if self.state is not None else None
+        # layer 0 starts this forward's record; an empty one makes prior() name the missing layer
+        state = (ctx.carry.setdefault(CARRY_KEY, ConstituentState()) if self.layer == 0
+                 else ctx.carry.get(CARRY_KEY) or ConstituentState())
+        prior = state.prior(self.layer)
         if prior is not None and prior.shape != (b, n - 1):
             raise ValueError(f"constituent layer {self.layer} got a^{self.layer - 1} of shape "
                              f"{list(prior.shape)} for a batch of shape [{b}, {n}]")
         a = self.links(ctx.x, valid, prior)  # [B, n−1]
-        if self.state is not None:
-            self.state.record(self.layer, a)
+        state.record(self.layer, a)
         prior_c = constituent_prior(a, valid, self.diagonal)  # [B, n, n]
         return probs * prior_c[:, None].to(probs.dtype)  # [B, H, n, n]

@@ -61,7 +61,8 @@ class MultiheadAttention(nn.Module):
     def forward(self, x: Tensor, context: Tensor | None = None, *,
                 key_padding_mask: Tensor | None = None, causal: bool = False,
                 syntax: SyntaxInputs | None = None, cache: KVCache | None = None,
-                need_weights: bool = False, attn_mask: Tensor | None = None) -> tuple[Tensor, AttentionExtras]:
+                need_weights: bool = False, attn_mask: Tensor | None = None,
+                carry: dict | None = None) -> tuple[Tensor, AttentionExtras]:
         """Attends from ``x`` to itself (``context`` None) or to ``context``.
 
         Args:
@@ -76,6 +77,8 @@ class MultiheadAttention(nn.Module):
             attn_mask: a further mask in ``torch.nn.MultiheadAttention``'s convention, ``[n, m]``
                 or ``[batch_size * heads, n, m]``: bool, True where attending is **not** allowed,
                 or float, added to the logits (``-inf`` entries count as not allowed).
+            carry: the dict of this forward pass that the features hand from layer to layer
+                (pass the same one to every layer of the forward; None: a fresh one).
 
         Returns:
             ``(out [batch_size, n, d_model], AttentionExtras)``. A query whose keys are all masked
@@ -108,7 +111,8 @@ class MultiheadAttention(nn.Module):
                                                  k.shape[2], bool(self.features))
         ctx = AttentionContext(q=q, k=k, v=v, x=x, allowed=allowed, query_start=query_start,
                                scale=1.0 / math.sqrt(self.head_dim), syntax=syntax,
-                               is_self=is_self, extras=AttentionExtras(), cache=cache, mask_bias=mask_bias)
+                               is_self=is_self, extras=AttentionExtras(), cache=cache, mask_bias=mask_bias,
+                               carry={} if carry is None else carry)
         plain_causal = causal and key_padding_mask is None and attn_mask is None and query_start == 0
         dropout = self.dropout if self.training else 0.0
         mixed = attend_features(self.features, ctx, dropout=dropout, need_weights=need_weights,

@@ -18,7 +18,10 @@ float mask; otherwise it runs the explicit path above. Both give the same result
 
 Auxiliary losses (already multiplied by their weight, ready to be summed into the training loss)
 and diagnostic distributions are written into ``ctx.extras``. A feature that keeps state across
-decoding steps stores it in ``ctx.cache.extra`` (reordered with the cache by beam search).
+decoding steps stores it in ``ctx.cache.extra`` (reordered with the cache by beam search). A
+feature that hands values from one layer to the next within one forward pass (the Tree
+Transformer's a-values) keeps them in ``ctx.carry``, a dict the caller creates for each forward
+and passes to every layer: no feature keeps per-forward state on itself.
 
 A feature declares what it takes of its layer in ``claims()`` (the heads it replaces or trains, a
 slot a layer has one of, the direction it needs: :class:`synattn.attention.claims.Claim`);
@@ -29,6 +32,7 @@ slot a layer has one of, the direction it needs: :class:`synattn.attention.claim
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -75,6 +79,8 @@ class AttentionContext:
             keep their own per-position state in ``cache.extra``.
         mask_bias: ``[batch_size | 1, heads | 1, n, m]`` the caller's additive float mask
             (``attn_mask``), added to the logits with the features' biases (None: none).
+        carry: what the features of one forward pass hand from one layer to the next, by key;
+            the same dict for every layer of that forward (a call on its own gets a fresh one).
     """
 
     q: Tensor
@@ -89,6 +95,7 @@ class AttentionContext:
     extras: AttentionExtras
     cache: KVCache | None = None
     mask_bias: Tensor | None = None
+    carry: dict[str, Any] = field(default_factory=dict)
 
     @property
     def query_length(self) -> int:

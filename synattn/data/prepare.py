@@ -40,9 +40,10 @@ from synattn.data.indexed import write_field
 from synattn.data.prepared import MANIFEST, MARKER, check_output_folder
 from synattn.data.subwords import train_sentencepiece
 from synattn.data.text import SkipReport, read_lines
-from synattn.errors import DataError, UsageError
+from synattn.errors import ConfigError, DataError, UsageError
 from synattn.io import atomic_write
 from synattn.locks import FolderLock
+from synattn.models.config_io import StrictConfig
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
 from synattn.trees.dependency import DependencyTree
@@ -66,8 +67,11 @@ def check_split_name(split: str, option: str = "split") -> str:
     return split
 
 
+CORPORA, ON_ERROR = ("bible", "ptb"), ("raise", "skip")
+
+
 @dataclass
-class PrepareConfig:
+class PrepareConfig(StrictConfig):
     """Settings of :func:`prepare` (also the ``synattn prepare`` options).
 
     One input: ``corpus`` (``"bible"``, ``"ptb"``) or file ``prefixes`` per split
@@ -75,6 +79,8 @@ class PrepareConfig:
     holds ``source<TAB>target`` lines), or ``src_trees`` alone (CoNLL-U per split, monolingual,
     words used as tokens). ``prefixes`` with ``src_trees`` uses the given trees for the source side
     of those splits (their words must equal the source lines' tokens) instead of parsing.
+    Strict (:class:`~synattn.models.config_io.StrictConfig`): wrong types and choices are errors
+    naming the key; ``from_yaml``/``from_dict`` also refuse unknown keys, naming file and key.
     """
 
     out: str
@@ -95,6 +101,12 @@ class PrepareConfig:
     limit: int | None = None
     max_words: int = 250
     on_error: str = "raise"
+
+    def check(self) -> None:
+        if self.corpus is not None and self.corpus not in CORPORA:
+            raise ConfigError(f"corpus={self.corpus!r}: expected one of {', '.join(CORPORA)} (or none)")
+        if self.on_error not in ON_ERROR:
+            raise ConfigError(f"on_error={self.on_error!r}: expected one of {', '.join(ON_ERROR)}")
 
     @property
     def monolingual(self) -> bool:

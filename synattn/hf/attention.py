@@ -16,7 +16,7 @@ features runs the steps of :class:`synattn.attention.MultiheadAttention` (see
 model are used as they are and keep their names.
 
 The state of one forward pass (the batch's syntax, the auxiliary losses, the hidden states that
-some features read) travels as one keyword argument, ``synattn_call`` (:class:`SynattnCall`), set
+some features read, what features hand from one layer to the next) travels as one keyword argument, ``synattn_call`` (:class:`SynattnCall`), set
 by a forward pre-hook of the model from the ``syntax_*`` inputs of the batch.
 """
 
@@ -60,6 +60,8 @@ class SynattnCall:
         hidden: the input hidden states of the attention modules whose features read them.
         need_weights: the model was asked for its attention probabilities
             (``output_attentions``; some models do not pass that flag down to the attention).
+        carry: by side, what the features of this forward hand from one layer to the next
+            (``AttentionContext.carry``; the Tree Transformer's a-values).
     """
 
     syntax: dict[str, SyntaxInputs] = field(default_factory=dict)
@@ -67,6 +69,7 @@ class SynattnCall:
     head_log_probs: dict[str, Tensor] = field(default_factory=dict)
     hidden: dict[str, Tensor] = field(default_factory=dict)
     need_weights: bool = False
+    carry: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class SiteAttention(nn.Module):
@@ -128,7 +131,8 @@ class SiteAttention(nn.Module):
         ctx = AttentionContext(q=query, k=key, v=value, x=x, allowed=allowed,
                                query_start=query_start,
                                scale=d_k ** -0.5 if scaling is None else scaling, syntax=syntax,
-                               is_self=is_self, extras=AttentionExtras(), mask_bias=extra)
+                               is_self=is_self, extras=AttentionExtras(), mask_bias=extra,
+                               carry=call.carry.setdefault(side, {}))
         need_weights = bool(kwargs.get("output_attentions", False)) or call.need_weights
         mixed = attend_features(self.features, ctx, dropout=dropout if module.training else 0.0,
                                 need_weights=need_weights,

@@ -35,7 +35,8 @@ class FeatureKind:
     """How one feature is built: defaults of its options, allowed sides and a builder.
 
     ``build(site, options, shared)`` returns the :class:`AttentionFeature`; ``shared`` is a dict
-    kept for one model and side (the constituent layers share their :class:`ConstituentState`).
+    kept while one model and side are built (the constituent layers are numbered there; what they
+    hand each other in a forward travels in that forward's ``SynattnCall.carry``).
     ``reads_hidden``: the feature reads the attention's input hidden states (``ctx.x``).
     ``reads(options)``: the syntax fields an entry with these options reads from a batch.
     """

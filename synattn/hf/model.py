@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
 from synattn.attention.fields import is_field, syntax_fields
+from synattn.attention.constituent import ConstituentAttention, recorded_links
 from synattn.attention.inputs import SyntaxInputs
 from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
 from synattn.hf.features import FEATURES, SIDES, normalize_specs, spec_options
@@ -47,6 +48,10 @@ class SynattnModule(nn.Module):
             (and, until the next forward, the autograd graph behind the losses) alive.
         standing_syntax: syntax by side used by every forward that is given none, set for the
             duration of ``generate`` by :func:`synattn.hf.use_syntax` (None: none).
+        last_links: the Tree Transformer link probabilities of the latest forward that ran the
+            constituent layers (the model's or, in ``generate``, its encoder's alone), read by
+            :meth:`constituent_links`; the layers themselves read theirs from the forward's
+            ``SynattnCall.carry``.
     """
 
     def __init__(self, input_side: str):
@@ -54,6 +59,7 @@ class SynattnModule(nn.Module):
         self.input_side = input_side
         self.last_call: SynattnCall | None = None
         self.standing_syntax: dict[str, SyntaxInputs] | None = None
+        self.last_links: Tensor | None = None
 
     def sites(self) -> dict[str, SiteAttention]:
         """The attention sites with features, by key (``"encoder_0"``)."""
@@ -63,11 +69,19 @@ class SynattnModule(nn.Module):
     def constituent_links(self) -> Tensor:
         """The Tree Transformer link probabilities ``[batch_size, layers, n − 1]`` of the latest
         forward (for :func:`synattn.trees.induce.induce_trees`)."""
-        for site in self.sites().values():
-            for feature in site.features:
-                if getattr(feature, "state", None) is not None:
-                    return feature.state.stack()
-        raise ValueError("this model has no constituent feature")
+        if not any(isinstance(f, ConstituentAttention) for site in self.sites().values()
+                   for f in site.features):
+            raise ValueError("this model has no constituent feature")
+        if self.last_links is None:
+            raise ValueError("no constituent layer has run yet")
+        return self.last_links
+
+    def record(self, call: SynattnCall) -> None:
+        """Keeps the link probabilities of a finished forward's ``call`` (when it has some)."""
+        for side in SIDES:
+            links = recorded_links(call.carry.get(side))
+            if links is not None:
+                self.last_links = links
 
 
 def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
@@ -134,6 +148,7 @@ def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
     encoder = _separate_encoder(model)
     if encoder is not None:  # generate() runs the encoder on its own, without the model's hooks
         encoder.register_forward_pre_hook(_start_encoder_call(holder), with_kwargs=True)
+        encoder.register_forward_hook(_finish_encoder_call(holder), with_kwargs=True)
     if model.config._attn_implementation != IMPLEMENTATION:
         model.set_attn_implementation(IMPLEMENTATION)
     return holder
@@ -200,10 +215,20 @@ def _start_encoder_call(holder: SynattnModule):
     return hook
 
 
+def _finish_encoder_call(holder: SynattnModule):
+    """Forward hook of the encoder of an encoder-decoder model: keeps its links."""
+    def hook(encoder: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        call = kwargs.get("synattn_call")
+        if call is not None:
+            holder.record(call)
+    return hook
+
+
 def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
     call: SynattnCall = kwargs["synattn_call"]
-    call.hidden.clear()  # not kept beyond the forward
-    model.synattn.last_call = call
+    call.hidden.clear()  # not kept beyond the forward (a checkpointed layer captures it again)
+    model.synattn.last_call = call  # call.carry stays: a checkpointed layer's recomputation reads it
+    model.synattn.record(call)
     _check_gradients(model, call)
     if not isinstance(output, ModelOutput):
         return output

@@ -2,7 +2,7 @@
 
 Settings (flat keys of a stack config)::
 
-    constituent: true            # in every layer of an encoder; one a-value record per stack
+    constituent: true            # in every layer of an encoder; one a-value record per forward
     constituent_diagonal: 1.0    # C_ii: 1 (the paper's empty product) or 1e-9 (the public code)
 """
 
@@ -10,19 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from synattn.attention import ConstituentAttention, ConstituentState
+from synattn.attention import ConstituentAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
 from synattn.methods.base import HFFeature, Method, Option, Site, register
 
-STATE = "constituent_state"
-"""Key of the stack's :class:`ConstituentState` in the dict shared by its layers."""
-
-
 def _constituent(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    state = shared.setdefault(STATE, ConstituentState())
+    # the chosen layers are numbered 0, 1, ... in the order they are built (bottom first); their
+    # a-values travel in each forward's carry
     index = shared["constituent_layers"] = shared.get("constituent_layers", -1) + 1
-    return ConstituentAttention(site.d_model, index, state)
+    return ConstituentAttention(site.d_model, index)
 
 
 @register
@@ -55,8 +52,7 @@ class Constituent(Method):
                        ) -> list[AttentionFeature]:
         if not stack.constituent:
             return []
-        state = shared.setdefault(STATE, ConstituentState())
-        return [ConstituentAttention(site.d_model, site.layer, state, diagonal=stack.constituent_diagonal)]
+        return [ConstituentAttention(site.d_model, site.layer, diagonal=stack.constituent_diagonal)]
 
     def hf_features(self) -> dict[str, HFFeature]:
         # Tree Transformer constituent prior (Wang, Lee, Chen 2019, eq. 4-7)

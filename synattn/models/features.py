@@ -25,8 +25,9 @@ def layer_features(config: ModelConfig, stack: StackConfig, side: str, layer: in
     (named ``pointer``), which reads the final distribution.
 
     Args:
-        shared: a dict kept for the whole stack, where methods keep what its layers share (the
-            constituent layers' ``ConstituentState`` under ``"constituent_state"``).
+        shared: a dict kept while the whole stack is built, for what its layers' construction
+            shares; what layers hand each other in a forward pass travels in that forward's
+            ``carry`` instead (``synattn.attention.feature.AttentionContext``).
     """
     shared = {} if shared is None else shared
     site = _site(config, side, layer)

@@ -45,9 +45,12 @@ class TransformerLayer(nn.Module):
     def forward(self, x: Tensor, *, padding_mask: Tensor | None, causal: bool,
                 syntax: SyntaxInputs | None = None, memory: Tensor | None = None,
                 memory_padding_mask: Tensor | None = None, self_cache: KVCache | None = None,
-                cross_cache: KVCache | None = None, need_weights: bool = False
-                ) -> tuple[Tensor, AttentionExtras, AttentionExtras | None]:
+                cross_cache: KVCache | None = None, need_weights: bool = False,
+                carry: dict | None = None) -> tuple[Tensor, AttentionExtras, AttentionExtras | None]:
         """Runs the layer on ``x [batch_size, t, d]``.
+
+        ``carry``: the dict of this forward pass that the attention features hand from layer to
+        layer (the stack passes the same one to each of its layers).
 
         Returns:
             ``(x [batch_size, t, d], self-attention extras, cross-attention extras or None)``.
@@ -57,12 +60,13 @@ class TransformerLayer(nn.Module):
         def self_attention(h: Tensor) -> Tensor:
             out, extras["self"] = self.self_attn(h, key_padding_mask=padding_mask, causal=causal,
                                                  syntax=syntax, cache=self_cache,
-                                                 need_weights=need_weights)
+                                                 need_weights=need_weights, carry=carry)
             return out
 
         def cross_attention(h: Tensor) -> Tensor:
             out, extras["cross"] = self.cross_attn(h, memory, key_padding_mask=memory_padding_mask,
-                                                   cache=cross_cache, need_weights=need_weights)
+                                                   cache=cross_cache, need_weights=need_weights,
+                                                   carry=carry)
             return out
 
         x = self._residual(x, self.self_norm, self_attention)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from synattn.attention import ConstituentState, SyntaxInputs
-from synattn.methods.constituent import STATE as CONSTITUENT_STATE
+from synattn.attention import SyntaxInputs, recorded_links
 from synattn.models.config import ModelConfig, StackConfig
 from synattn.models.features import cross_features, layer_features
 from synattn.models.layer import TransformerLayer
@@ -15,9 +14,11 @@ from synattn.models.state import LayerCache, StackExtras
 class TransformerStack(nn.Module):
     """``stack.layers`` layers; causal self-attention for decoders; a final LayerNorm when pre-norm.
 
-    With ``stack.constituent`` (Tree Transformer), one :class:`ConstituentState` is threaded
-    through the layers in order; after a forward, the stack's extras hold its link probabilities
-    ``[batch_size, layers, n − 1]`` under ``constituent_links[side]``.
+    Each forward makes one ``carry`` dict, passed to every layer in order: what the attention
+    features hand from one layer to the next lives there, never on the modules. With
+    ``stack.constituent`` (Tree Transformer) the a-values of the layers travel in it; after the
+    forward, the stack's extras hold them, ``[batch_size, layers, n − 1]``, under
+    ``constituent_links[side]``.
 
     Args:
         config: model settings.
@@ -36,7 +37,6 @@ class TransformerStack(nn.Module):
             TransformerLayer(config, layer_features(config, stack, side, i, shared),
                              cross_attention, cross_features(config, stack, i) if cross_attention else None)
             for i in range(stack.layers))
-        self.constituent_state: ConstituentState | None = shared.get(CONSTITUENT_STATE)
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else nn.Identity()
 
     def new_caches(self) -> list[LayerCache]:
@@ -59,16 +59,18 @@ class TransformerStack(nn.Module):
             ``(states [batch_size, t, d], extras)``.
         """
         extras = StackExtras()
+        carry: dict = {}  # this forward's values handed from layer to layer
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
             x, self_extras, cross_extras = layer(
                 x, padding_mask=padding_mask, causal=self.causal, syntax=syntax, memory=memory,
                 memory_padding_mask=memory_padding_mask,
                 self_cache=None if cache is None else cache.self_attn,
-                cross_cache=None if cache is None else cache.cross_attn, need_weights=need_weights)
+                cross_cache=None if cache is None else cache.cross_attn, need_weights=need_weights,
+                carry=carry)
             extras.add(f"{self.side}.{i}", "self", self_extras)
             extras.add(f"{self.side}.{i}", "cross", cross_extras)
-        if self.constituent_state is not None:
-            extras.constituent_links[self.side] = self.constituent_state.stack()  # [B, L, t − 1]
-            self.constituent_state.clear()
+        links = recorded_links(carry)
+        if links is not None:
+            extras.constituent_links[self.side] = links  # [B, L, t − 1]
         return self.final_norm(x), extras

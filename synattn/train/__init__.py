@@ -1,8 +1,9 @@
 """Training: the loop, checkpoints with exact resume, tasks, and multi-process (torchrun) runs.
 
 See ``docs/training.md``. The pieces: :class:`TrainConfig` (settings), :class:`Trainer` (the
-loop), the tasks of :mod:`synattn.train.tasks`, and the checkpoint helpers of
-:mod:`synattn.train.checkpoint`.
+loop; beside it :mod:`~synattn.train.resume`, :mod:`~synattn.train.validation` and
+:mod:`~synattn.train.progress`), the tasks of :mod:`synattn.train.tasks`, and the checkpoint
+helpers of :mod:`synattn.train.checkpoint`.
 """
 
 from synattn.train.checkpoint import (load_checkpoint, prune_checkpoints, resolve_checkpoint,

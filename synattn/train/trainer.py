@@ -18,6 +18,11 @@ update count, the epoch, the number of the epoch's batches consumed, optimizer a
 states and the generators' states, so a resumed run repeats the uninterrupted one update for
 update, including resumes in the middle of an epoch and runs with several processes (whose
 per-process generators need not be saved, since they are re-seeded).
+
+The pieces around the loop live beside it: the per-batch seeds, the resume checks and the
+checkpoint errors in :mod:`synattn.train.resume`, the validation loss in
+:mod:`synattn.train.validation`, the interval records and the progress bar in
+:mod:`synattn.train.progress`.
 """
 
 from __future__ import annotations
@@ -39,27 +44,23 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from synattn.data.batching import Batch, collate, token_batches
-from synattn.errors import InputError, RunFailure, SynattnError
+from synattn.errors import InputError, RunFailure
 from synattn.io import atomic_write
 from synattn.locks import FolderLock
-from synattn.train.checkpoint import (CHECKPOINTS, load_checkpoint, resolve_checkpoint, rng_state,
-                                      save_checkpoint, set_rng_state)
-from synattn.train.config import BATCH_ORDER_KEYS, HIGHER_IS_BETTER, TrainConfig
+from synattn.train.checkpoint import CHECKPOINTS, resolve_checkpoint, rng_state, set_rng_state
+from synattn.train.config import TrainConfig
 from synattn.train.distributed import init_distributed
 from synattn.train.optim import build_optimizer
+from synattn.train.progress import TrainInterval, progress_bar
+from synattn.train.resume import (STATE_FORMAT, TRAIN_STREAM, batch_seed, check_batch_order,
+                                  read_checkpoint, write_checkpoint)
 from synattn.train.run_log import RunLog, console_line, summarize
 from synattn.train.tasks import Task
+from synattn.train.validation import improves, validation_sums
 
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "config.yaml"
-STATE_FORMAT = 1
-_TRAIN, _VALID = 1, 2  # tags of the seed streams
-
-
-def batch_seed(seed: int, stream: int, step: int, rank: int, index: int) -> int:
-    """The seed of torch's generator before batch ``index`` of update ``step`` on ``rank``."""
-    return int(np.random.SeedSequence([seed, stream, step, rank, index]).generate_state(1)[0])
 
 
 class NonFiniteGradient(RunFailure, FloatingPointError):
@@ -160,12 +161,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict) -> None:
         """Restores a state of :meth:`state_dict` (the weights are loaded separately)."""
-        saved = state["config"]
-        changed = [k for k in BATCH_ORDER_KEYS if saved.get(k) != getattr(self.config, k)]
-        if changed:
-            raise InputError(f"cannot resume exactly: {', '.join(f'{k}={saved.get(k)}' for k in changed)} "
-                             f"in the checkpoint, {', '.join(f'{k}={getattr(self.config, k)}' for k in changed)} "
-                             f"now (they decide the batch order)", state.get("path", "<checkpoint>"))
+        check_batch_order(state["config"], self.config, state.get("path", "<checkpoint>"))
         self.step, self.epoch, self.batches_done = state["step"], state["epoch"], state["batches_done"]
         self.best_valid_loss, self.elapsed = state["best_valid_loss"], state["elapsed"]
         self.optimizer.load_state_dict(state["optimizer"])
@@ -176,32 +172,14 @@ class Trainer:
         """Writes a checkpoint of the current update (rank 0; others return None)."""
         if not self.dist.is_main:
             return None
-        try:
-            return save_checkpoint(self.run_dir / CHECKPOINTS, self.step, self.model, self.state_dict(),
-                                   is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
-        except (SynattnError, OSError):
-            raise
-        except Exception as err:  # torch.save and safetensors report a failed write (a full disk) this way
-            raise RunFailure(f"{self.run_dir / CHECKPOINTS}: cannot write the checkpoint of update {self.step} "
-                             f"({' '.join(str(err).split())[:200]}); is the disk full? The last complete "
-                             f"checkpoint is kept: free space and resume") from None
+        return write_checkpoint(self.run_dir, self.step, self.model, self.state_dict(),
+                                is_best=self._best_step == self.step, keep_last_n=self.config.keep_last_n)
 
     def _resume(self, resume: bool) -> bool:
-        found = resolve_checkpoint(self.run_dir / CHECKPOINTS)
-        if found is None:
+        loaded = read_checkpoint(self.run_dir, self.model, resume)
+        if loaded is None:
             return False
-        if not resume:
-            raise InputError("this run directory already has checkpoints: resume it or choose another "
-                             "directory", str(self.run_dir))
-        try:
-            state = load_checkpoint(found, self.model)
-        except (SynattnError, MemoryError):
-            raise
-        except Exception as err:  # a damaged file: safetensors, zip or unpickling errors
-            if isinstance(err, OSError) and err.filename:  # the file system's error: says which file
-                raise
-            raise InputError(f"cannot read this checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]}); "
-                             f"delete it to resume from the one before", str(found)) from None
+        found, state = loaded
         self.load_state_dict(state)
         logger.info("resumed from %s (update %d, epoch %d, batch %d)", found, self.step, self.epoch,
                     self.batches_done)
@@ -230,7 +208,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, Tensor] = {}
         for i, batch in enumerate(batches):
-            torch.manual_seed(batch_seed(self.config.seed, _TRAIN, self.step, self.dist.rank, i))
+            torch.manual_seed(batch_seed(self.config.seed, TRAIN_STREAM, self.step, self.dist.rank, i))
             last = i == len(batches) - 1
             no_sync = self.wrapped.no_sync() if self.dist.world_size > 1 and not last else contextlib.nullcontext()
             with no_sync:
@@ -266,18 +244,8 @@ class Trainer:
         if self.valid_data is None:
             return {}
         self.model.eval()  # unwrapped: processes may run different numbers of batches
-        batches = token_batches(np.asarray(self.valid_data.lengths()), self.config.max_tokens,
-                                shuffle=False, max_sentences=self.config.max_sentences)
-        sums: dict[str, float] = {}
-        for i, indices in enumerate(batches[self.dist.rank:: self.dist.world_size]):
-            torch.manual_seed(batch_seed(self.config.seed, _VALID, 0, self.dist.rank, i))  # same masks each time
-            batch = self.collate_fn(self.valid_data, indices, self.request).to(self.dist.device)
-            with self._autocast():
-                _, logs = self.task.loss(self.model, batch)
-            for key, value in logs.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-        totals = self.dist.sum_dict(sums)
-        metrics = summarize(totals)
+        metrics = summarize(validation_sums(self.model, self.task, self.valid_data, self.config, self.dist,
+                                            self.request, self.collate_fn, self._autocast))
         if self.valid_metrics is not None and self.dist.is_main:
             metrics.update(self.valid_metrics(self.model))
         self.model.train()
@@ -285,8 +253,8 @@ class Trainer:
         if name not in metrics:
             raise InputError(f"best_metric={name!r} is not among the validation metrics "
                              f"({', '.join(sorted(metrics))})", "train.best_metric")
-        value, higher = float(metrics[name]), name.lower().startswith(HIGHER_IS_BETTER)
-        if self.best_valid_loss is None or (value > self.best_valid_loss if higher else value < self.best_valid_loss):
+        value = float(metrics[name])
+        if improves(name, value, self.best_valid_loss):
             self.best_valid_loss, self._best_step = value, self.step
         metrics["best_" + name] = self.best_valid_loss
         if self._log is not None:
@@ -354,14 +322,16 @@ class Trainer:
         if world > 1 and self.wrapped is self.model:
             ids = [self.dist.local_rank] if self.dist.device.type == "cuda" else None
             self.wrapped = DistributedDataParallel(self.model, device_ids=ids)
-        started, interval, interval_start = time.monotonic() - self.elapsed, {}, time.monotonic()
+        started = time.monotonic() - self.elapsed
+        interval = TrainInterval(self.dist, self._log, c.progress_bar)
         self._started = started
         stopped = self._stop_reason()
         try:
             while stopped is None:
                 batches = token_batches(self.lengths, c.max_tokens, seed=c.seed, epoch=self.epoch,
                                         max_sentences=c.max_sentences)
-                bar = self._progress_bar(len(batches), world * c.update_freq)
+                bar = progress_bar(len(batches), world * c.update_freq, self.batches_done, self.epoch,
+                                   c.progress_bar and self.dist.is_main)
                 epoch_end = False
                 while not epoch_end and stopped is None:
                     logs = self._next_update(batches)
@@ -369,13 +339,10 @@ class Trainer:
                     epoch_end = self.batches_done == len(batches)
                     if epoch_end:
                         self.epoch, self.batches_done = self.epoch + 1, 0
-                    for key, value in logs.items():
-                        interval[key] = interval.get(key, 0.0) + value
-                    interval["updates"] = interval.get("updates", 0) + 1
+                    interval.add(logs)
                     stopped = self._stop_reason()
                     if self.step % c.log_interval == 0 or stopped:
-                        self._log_train(interval, time.monotonic() - interval_start, bar)
-                        interval, interval_start = {}, time.monotonic()
+                        interval.write(self.step, self.epochs_started, self.elapsed, bar)
                     bar.update(1)
                     self._validate_and_save(epoch_end, stopped is not None)
                 bar.close()
@@ -410,28 +377,6 @@ class Trainer:
             self.validate()
         if stopping or save:
             self.save()
-
-    def _progress_bar(self, num_batches: int, per_update: int):
-        tty = sys.stderr.isatty()
-        return tqdm(total=math.ceil(num_batches / per_update), initial=self.batches_done // per_update,
-                    desc=f"epoch {self.epoch}", unit="upd", dynamic_ncols=True, file=sys.stderr,
-                    disable=not (self.config.progress_bar and self.dist.is_main),
-                    mininterval=0.1 if tty else 30.0, leave=tty)
-
-    def _log_train(self, interval: dict[str, float], seconds: float, bar) -> None:
-        """Logs an interval's sums: the processes' logs are added, ``lr``/``grad_norm`` averaged."""
-        updates = interval.pop("updates")
-        lr, grad_norm = interval.pop("lr") / updates, interval.pop("grad_norm") / updates
-        sums = self.dist.sum_dict(interval)
-        metrics = summarize(sums)
-        metrics.update(lr=lr, grad_norm=grad_norm, tokens_per_s=sums.get("ntokens", 0.0) / max(seconds, 1e-9),
-                       ntokens=sums.get("ntokens", 0.0), nsentences=sums.get("nsentences", 0.0),
-                       updates=updates, elapsed_s=self.elapsed)
-        self._log.write("train", self.step, self.epochs_started, metrics)
-        bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)
-        if self.dist.is_main and self.config.progress_bar:
-            tqdm.write(f"train | update {self.step} | epoch {self.epochs_started} | " + console_line(metrics),
-                       file=sys.stderr)
 
     def close(self) -> None:
         """Leaves the process group if this trainer joined it."""

@@ -1,0 +1,62 @@
+"""The training records of a run: the sums of the updates since the last record, written every
+``log_interval`` updates (and when the run stops) to the run log and the console, and the
+progress bar of an epoch."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from tqdm.auto import tqdm
+
+from synattn.train.distributed import DistributedContext
+from synattn.train.run_log import RunLog, console_line, summarize
+
+
+def progress_bar(num_batches: int, per_update: int, batches_done: int, epoch: int, show: bool):
+    """The bar of the updates of one epoch of ``num_batches`` batches, ``per_update`` batches an
+    update, ``batches_done`` of them already done (a resume); refreshed often on a terminal,
+    every 30 s in a log file."""
+    tty = sys.stderr.isatty()
+    return tqdm(total=math.ceil(num_batches / per_update), initial=batches_done // per_update,
+                desc=f"epoch {epoch}", unit="upd", dynamic_ncols=True, file=sys.stderr,
+                disable=not show, mininterval=0.1 if tty else 30.0, leave=tty)
+
+
+class TrainInterval:
+    """The logs of the updates since the last training record (each process its own).
+
+    Args:
+        dist: the processes (the logs are added over them when written).
+        log: the run log (rank 0 writes, the others' is disabled).
+        console: also print each record (rank 0, with the progress bar on).
+    """
+
+    def __init__(self, dist: DistributedContext, log: RunLog, console: bool):
+        self.dist, self.log, self.console = dist, log, console
+        self.sums: dict[str, float] = {}
+        self.start = time.monotonic()
+
+    def add(self, logs: dict[str, float]) -> None:
+        """Adds one update's logs (with its ``lr`` and ``grad_norm``)."""
+        for key, value in logs.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+        self.sums["updates"] = self.sums.get("updates", 0) + 1
+
+    def write(self, step: int, epoch: int, elapsed: float, bar) -> None:
+        """Writes the interval's record and starts a new interval: the processes' logs are
+        added, ``lr``/``grad_norm`` averaged over the updates."""
+        interval, seconds = self.sums, time.monotonic() - self.start
+        updates = interval.pop("updates")
+        lr, grad_norm = interval.pop("lr") / updates, interval.pop("grad_norm") / updates
+        sums = self.dist.sum_dict(interval)
+        metrics = summarize(sums)
+        metrics.update(lr=lr, grad_norm=grad_norm, tokens_per_s=sums.get("ntokens", 0.0) / max(seconds, 1e-9),
+                       ntokens=sums.get("ntokens", 0.0), nsentences=sums.get("nsentences", 0.0),
+                       updates=updates, elapsed_s=elapsed)
+        self.log.write("train", step, epoch, metrics)
+        bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)
+        if self.dist.is_main and self.console:
+            tqdm.write(f"train | update {step} | epoch {epoch} | " + console_line(metrics), file=sys.stderr)
+        self.sums, self.start = {}, time.monotonic()

@@ -11,8 +11,9 @@ from synattn.attention import (BirdEyeReweighting, Claim, ConstituentAttention, 
                                find_conflict)
 from synattn.attention.claims import conflict
 from synattn.errors import ConfigError
-from synattn.methods import Method, check_claims
+from synattn.methods import check_claims
 from synattn.models import EncoderDecoderConfig, StackConfig
+from test_methods import Claims
 
 TINY = dict(d_model=16, heads=4, ffn_dim=32, dropout=0.0, src_vocab_size=9, tgt_vocab_size=9)
 
@@ -76,18 +77,6 @@ def test_a_config_and_the_features_it_builds_are_refused_by_the_same_rule():
 
 
 def test_a_method_claiming_a_slot_or_a_direction_in_a_config():
-    class Claims(Method):
-        name = "claims"
-
-        def __init__(self, claims):
-            self._claims = claims
-
-        def active(self, stack):
-            return True
-
-        def claims(self, model, side, stack):
-            return self._claims
-
     stack = StackConfig(layers=2)
     slot = Claims([Claim("encoder.x", slot="prior", layers=frozenset({1}))])
     check_claims(None, "encoder", stack, [slot, Claims([Claim("encoder.y", slot="prior", layers=frozenset({0}))])])

@@ -61,22 +61,25 @@ def test_the_default_placement_check_names_the_sides():
                                                    "translation decoders' cross-attention only")
 
 
+class Claims(Method):
+    """A method that is always on and claims what it is given (not registered)."""
+
+    name = "claims"
+
+    def __init__(self, claims):
+        self._claims = claims
+
+    def active(self, stack):
+        return True
+
+    def claims(self, model, side, stack):
+        return self._claims
+
+
 def test_claims_on_different_layers_or_heads_compose():
     stack = StackConfig(layers=3)
     spec = Method()
     a = Claim("a", (0,), frozenset({1}))
-
-    class Claims(Method):
-        name = "claims"
-
-        def __init__(self, claims):
-            self._claims = claims
-
-        def active(self, stack):
-            return True
-
-        def claims(self, model, side, stack):
-            return self._claims
 
     check_claims(None, "encoder", stack, [Claims([a, Claim("b", (0,), frozenset({2})), Claim("c", (1,))])])
     with pytest.raises(ValueError, match="^c and a cannot share a layer: both claim head 0$"):

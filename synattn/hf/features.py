@@ -19,38 +19,22 @@ without further code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from synattn.attention.feature import AttentionFeature
-from synattn.methods import SIDES, Site, methods
+from synattn.methods import SIDES, HFFeature, Site, methods
 from synattn.methods.relations import relation_labels
 
-__all__ = ["FEATURES", "SIDES", "FeatureKind", "Site", "normalize_specs", "relation_labels", "spec_options"]
+__all__ = ["FEATURES", "SIDES", "FeatureKind", "HFFeature", "Site", "normalize_specs", "relation_labels", "spec_options"]
 
 
-@dataclass(frozen=True)
-class FeatureKind:
-    """How one feature is built: defaults of its options, allowed sides and a builder.
-
-    ``build(site, options, shared)`` returns the :class:`AttentionFeature`; ``shared`` is a dict
-    kept while one model and side are built (the constituent layers are numbered there; what they
-    hand each other in a forward travels in that forward's ``SynattnCall.carry``).
-    ``reads_hidden``: the feature reads the attention's input hidden states (``ctx.x``).
-    ``reads(options)``: the syntax fields an entry with these options reads from a batch.
-    """
-
-    defaults: dict[str, Any]
-    sides: tuple[str, ...]
-    build: Callable[[Site, dict[str, Any], dict[str, Any]], AttentionFeature]
-    reads_hidden: bool = False
-    reads: Callable[[dict[str, Any]], frozenset[str]] = lambda options: frozenset()
-
+FeatureKind = HFFeature
+"""How one feature is built (:class:`synattn.methods.HFFeature`): defaults of its options, allowed
+sides, a builder ``build(site, options, shared)`` (``shared``: a dict kept while one model and side
+are built; what the layers hand each other in a forward travels in that forward's
+``SynattnCall.carry``), ``reads_hidden`` and ``reads(options)``, the syntax fields it reads."""
 
 FEATURES: dict[str, FeatureKind] = {
-    name: FeatureKind(entry.defaults, entry.sides, entry.build, entry.reads_hidden, entry.reads)
-    for method in methods() for name, entry in method.hf_features().items()}
+    name: entry for method in methods() for name, entry in method.hf_features().items()}
 """Every registered method's Hugging Face entries (``synattn.methods.Method.hf_features``)."""
 
 

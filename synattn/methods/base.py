@@ -80,7 +80,7 @@ class Option:
 
 @dataclass(frozen=True)
 class HFFeature:
-    """How a method is built inside a Hugging Face model (``synattn.hf.FeatureKind``'s fields).
+    """How a method is built inside a Hugging Face model (``synattn.hf.FEATURES`` holds them).
 
     ``build(site, options, shared)`` returns the feature; ``shared`` is a dict kept for one model
     and side. ``reads_hidden``: the feature reads the attention's input hidden states.

@@ -57,12 +57,13 @@ def test_supervised_head_study_end_to_end_and_resumable(tmp_path, treebank, caps
     assert results["complete"] and set(results["runs"]) == {"plain", "supervised"}
     first = results["runs"]["supervised"]["1"]
     assert 0 <= first["uas_dev"] <= 100 and "uas_test_nopunct" in first and first["train_step"] == 6
+    assert 0 <= first["uas_dev_tree"] <= 100 and "uas_test_tree_nopunct" in first
     plain = results["runs"]["plain"]["1"]
     assert plain["head"].endswith("(best on dev)")
     layers = np.asarray(plain["all_heads_dev"]["encoder"])
     assert layers.shape == (4, 2, 2) and plain["uas_dev"] == pytest.approx(100 * layers[..., 0].max())
     readme = (out / "README.md").read_text()
-    assert "| `supervised` | 1 |" in readme and "Δ UAS dev % vs plain" in readme
+    assert "| `supervised` | 1 |" in readme and "Δ UAS dev % vs plain" in readme and "decoded tree" in readme
     assert (out / "plots" / "uas_dev.png").stat().st_size > 0 and (out / "plots" / "heads_dev.png").exists()
     assert (out / "configs" / "supervised.yaml").exists() and "synattn train" in (out / "commands.sh").read_text()
     # rerun with a second seed: seed-1 runs are neither trained nor scored again

@@ -4,6 +4,13 @@ A supervised head attends from every piece to the piece of its head (docs/method
 per **word**: word w's predicted head is the word containing the piece that w's final piece attends
 to most (the final piece carries the word's arc in the subword projection); a word attending into
 itself means "root". The gold of a root word is itself, as in training.
+
+The same head also scores whole trees: :func:`word_arc_scores` turns its attention into word-level
+arc log-scores (the log of the probability mass a word's final piece puts on each word's pieces;
+on its own word, ROOT), and :func:`tree_predictions` decodes the best single-root tree under them,
+projective (Eisner 1996) or not (Chu-Liu-Edmonds through the Matrix-Tree CRF's ``argmax``), as
+graph-based parsers decode their arc scores (Dozat & Manning 2017). The argmax reading above can
+form cycles or give several roots; a decoded tree cannot.
 """
 
 from __future__ import annotations
@@ -41,6 +48,56 @@ def supervised_attachment(piece_scores: Sequence[np.ndarray], word_of_piece: Seq
     """Unlabeled attachment of a supervised head over a corpus (word level; see module docstring)."""
     pred = [word_predictions(s, w) for s, w in zip(piece_scores, word_of_piece)]
     return attachment_scores(pred, [np.asarray(g) for g in gold_heads], upos=upos, punct=punct)
+
+
+def word_arc_scores(piece_log_probs: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
+    """``[n+1, n+1]`` word-level arc log-scores of one sentence, laid out as :mod:`synattn.structs`
+    takes them (``[head, dependent]``, index 0 = ROOT, words ``1..n``).
+
+    Args:
+        piece_log_probs: ``[p, p]`` log-probabilities of a supervised head (row = attending piece).
+        word_of_piece: ``[p]`` 0-based word of every piece.
+
+    The score of ``h → d`` is the log of the mass that ``d``'s final piece puts on the pieces of
+    ``h``; ROOT → ``d`` is the mass it puts on its own word; the diagonal is ``-inf``.
+    """
+    word_of_piece = np.asarray(word_of_piece)
+    n = int(word_of_piece.max()) + 1
+    last = np.zeros(n, dtype=np.int64)
+    last[word_of_piece] = np.arange(len(word_of_piece))
+    rows = np.asarray(piece_log_probs, dtype=np.float64)[last]  # [n(d), p]
+    top = rows.max(-1, keepdims=True)
+    mass = np.zeros((n, n))  # [d, h]
+    np.add.at(mass.T, word_of_piece, np.exp(rows - top).T)
+    with np.errstate(divide="ignore"):
+        by_word = np.log(mass) + top  # [d, h]
+    scores = np.full((n + 1, n + 1), -np.inf)
+    scores[1:, 1:] = by_word.T
+    scores[0, 1:] = np.diag(by_word)
+    np.fill_diagonal(scores, -np.inf)
+    return scores
+
+
+def tree_predictions(arc_scores: Sequence[np.ndarray], projective: bool = True) -> list[np.ndarray]:
+    """The best single-root tree of every sentence under its ``[n+1, n+1]`` arc log-scores
+    (:func:`word_arc_scores`): Eisner's algorithm if ``projective``, else the maximum spanning
+    arborescence; returns ``[n]`` heads per sentence (CoNLL-U convention, 0 = ROOT)."""
+    import torch
+
+    from synattn.structs import DependencyCRF, NonProjectiveDependencyCRF
+
+    if not arc_scores:
+        return []
+    size = max(len(s) for s in arc_scores)
+    padded = torch.full((len(arc_scores), size, size), -float("inf"), dtype=torch.float64)
+    for b, s in enumerate(arc_scores):
+        padded[b, :len(s), :len(s)] = torch.as_tensor(s)
+    # -inf arcs (no mass at all) stay usable at a very low score: every sentence keeps a tree
+    padded = padded.clamp(min=-1e4)
+    lengths = torch.tensor([len(s) - 1 for s in arc_scores])
+    crf = (DependencyCRF if projective else NonProjectiveDependencyCRF)(padded, lengths, multiroot=False)
+    heads = crf.argmax.numpy()
+    return [heads[b, :len(s) - 1].astype(np.int64) for b, s in enumerate(arc_scores)]
 
 
 def head_agreement(probs: np.ndarray, heads: np.ndarray) -> np.ndarray:

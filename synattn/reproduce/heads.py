@@ -10,6 +10,7 @@ import torch
 
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
 from synattn.data.prepared import PreparedData
+from synattn.evaluate.attachment import tree_predictions, word_arc_scores
 from synattn.evaluate.runner import gold_word_heads
 from synattn.train.tasks import task_for
 
@@ -32,8 +33,12 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
 
     Returns:
         ``{"heads": {"encoder": [layers][heads] (uas, uas without punctuation)},
-        "supervised": {key: (uas, uas without punctuation)}, "words": n, "words_no_punct": n}``;
-        punctuation is UPOS ``PUNCT`` of the gold tree.
+        "supervised": {key: (uas, uas without punctuation)}, "supervised_tree": {key: (…)},
+        "words": n, "words_no_punct": n}``; ``supervised`` reads each word's head as the argmax of
+        its final piece's attention, ``supervised_tree`` decodes the best projective single-root
+        tree under the head's word-level arc scores
+        (:func:`synattn.evaluate.attachment.tree_predictions`); punctuation is UPOS ``PUNCT`` of the
+        gold tree.
     """
     dataset = PreparedDataset(data, split)
     labels = PreparedData(data).labels
@@ -44,6 +49,7 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
                             max_distance=request.max_distance, max_traversal=request.max_traversal)
     hits: dict[str, np.ndarray] = {}
     sup_hits: dict[str, np.ndarray] = {}
+    tree_hits: dict[str, np.ndarray] = {}
     words = np.zeros(2)
     for indices in token_batches(dataset.lengths(), max_tokens, shuffle=False):
         batch = collate(dataset, indices, request)
@@ -54,7 +60,9 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
             out = model(batch.src, syntax=batch.src_syntax, need_weights=True)
         stacks = {"encoder": torch.stack([a.float() for a in out.attentions["encoder.self"]], 1).numpy()}
         # stacks: [B, L, H, t, t]; supervised heads of the encoder: [B, t, t]
-        sup = {k: v.float().exp().numpy() for k, v in out.head_log_probs.items() if k.startswith("encoder")}
+        sup = {k: v.float().numpy() for k, v in out.head_log_probs.items() if k.startswith("encoder")}  # log
+        arcs: dict[str, list] = {key: [] for key in sup}
+        golds, keeps = [], []
         for b, i in enumerate(indices):
             ex = dataset[int(i)]
             p, word = len(ex["src_ids"]), ex["src_word"]
@@ -63,15 +71,23 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
             last[word] = np.arange(p)
             keep = ex["src_upos"][last] != punct_id  # [n]
             words += (len(gold), int(keep.sum()))
+            golds.append(gold)
+            keeps.append(keep)
             for name, probs in stacks.items():
                 correct = _word_targets(probs[b, :, :, :p, :p], word) == gold  # [L, H, n]
                 both = np.stack([correct.sum(-1), (correct & keep).sum(-1)], -1)  # [L, H, 2]
                 hits[name] = hits.get(name, 0) + both
-            for key, probs in sup.items():
-                correct = _word_targets(probs[b, :p, :p], word) == gold
+            for key, log_probs in sup.items():
+                correct = _word_targets(log_probs[b, :p, :p], word) == gold
                 sup_hits[key] = sup_hits.get(key, 0) + np.array([correct.sum(), (correct & keep).sum()])
+                arcs[key].append(word_arc_scores(log_probs[b, :p, :p], word))
+        for key, scores in arcs.items():
+            for pred, gold, keep in zip(tree_predictions(scores), golds, keeps):
+                correct = pred == gold
+                tree_hits[key] = tree_hits.get(key, 0) + np.array([correct.sum(), (correct & keep).sum()])
     return {"heads": {k: (v / words).tolist() for k, v in hits.items()},
             "supervised": {k: (v / words).tolist() for k, v in sup_hits.items()},
+            "supervised_tree": {k: (v / words).tolist() for k, v in tree_hits.items()},
             "words": int(words[0]), "words_no_punct": int(words[1])}
 
 

@@ -135,6 +135,13 @@ class SyntaxField:
         language_model: a language model's decoder may read it: built from the monolingual
             trees of its input ``<s> x``, it says nothing about the words a position predicts
             beyond what causal attention may see (the BET(SG) hints).
+        positions: its values are positions in the sequence (``head_targets``, ``hints``;
+            negative: none), so they move with the sequence: ``synattn.hf.SyntaxCollator`` adds
+            the left padding to the values ``>= 0``.
+        outside: the value ``synattn.hf``'s aligner gives the positions outside the sentence
+            (special tokens such as ``[CLS]``/``</s>``, and padding), or a function of the request
+            giving it; None: ``pad``. The tree relations use an extra label after ``<far>``
+            there, so a special token is told apart from a far word (docs/hf.md).
         doc: one line saying what the field holds.
     """
 
@@ -144,6 +151,8 @@ class SyntaxField:
     build: Callable[[TreeBatch], Any]
     setting: str | None = None
     language_model: bool = False
+    positions: bool = False
+    outside: int | Callable[[Any], int] | None = None
     doc: str = ""
 
     def __post_init__(self) -> None:
@@ -153,6 +162,11 @@ class SyntaxField:
     def pad_value(self, request: Any) -> int:
         """The value outside the sentence for ``request``."""
         return self.pad(request) if callable(self.pad) else self.pad
+
+    def outside_value(self, request: Any) -> int:
+        """The value of ``synattn.hf``'s aligner outside the sentence for ``request``."""
+        value = self.pad if self.outside is None else self.outside
+        return value(request) if callable(value) else value
 
 
 _FIELDS: dict[str, SyntaxField] = {}
@@ -253,18 +267,22 @@ def _hints(trees: TreeBatch) -> np.ndarray:
     return hints
 
 
+# pairs: the overflow label outside (synattn's batches); synattn.hf's aligner gives the pairs of
+# special tokens one more label, "outside" (index len(vocab), after <far>)
 register_field(SyntaxField(
     "tree_dist", "pair", lambda request: len(distance_vocab(request.max_distance)) - 1,
     lambda trees: _relation_labels(trees)[0], setting="max_distance",
+    outside=lambda request: len(distance_vocab(request.max_distance)),
     doc="tree-distance labels (docs/methods.md §1)"))
 register_field(SyntaxField(
     "traversal", "pair", lambda request: len(traversal_vocab(request.max_traversal)) - 1,
     lambda trees: _relation_labels(trees)[1], setting="max_traversal",
+    outside=lambda request: len(traversal_vocab(request.max_traversal)),
     doc="tree-traversal labels (docs/methods.md §1)"))
 register_field(SyntaxField("pos", "token", 0, _labels("upos"), doc="POS-tag ids (docs/methods.md §1)"))
 register_field(SyntaxField("deprel", "token", 0, _labels("deprel"),
                            doc="dependency-label ids (docs/methods.md §1)"))
-register_field(SyntaxField("head_targets", "token", IGNORE_INDEX, _head_targets,
+register_field(SyntaxField("head_targets", "token", IGNORE_INDEX, _head_targets, positions=True,
                            doc="supervised-head targets (docs/methods.md §2)"))
-register_field(SyntaxField("hints", "token", IGNORE_INDEX, _hints, language_model=True,
+register_field(SyntaxField("hints", "token", IGNORE_INDEX, _hints, language_model=True, positions=True,
                            doc="BET(SG) syntax hints (docs/methods.md §4)"))

@@ -328,3 +328,12 @@ def test_a_field_registered_here_flows_into_a_batch(side):
     assert (batch["syntax_depth"][1, pad] == 0).all() and (batch["syntax_grandparent"][1, pad] == -100).all()
     assert (batch["syntax_siblings"][1, pad] == 3).all() and (batch["syntax_siblings"][1, :, pad] == 3).all()
     assert torch.equal(batch["syntax_head_targets"][0], torch.as_tensor(items[0]["syntax_head_targets"]))
+
+
+def test_the_built_in_fields_declare_positions_and_outside_values():
+    from synattn.attention.fields import syntax_fields
+    assert [f.name for f in syntax_fields() if f.positions] == ["head_targets", "hints"]
+    encoder = SyntaxEncoder(["hints"], max_distance=3, max_traversal=2)
+    assert {f.name: encoder.outside(f.name) for f in syntax_fields()} == {
+        "tree_dist": relation_labels("tree_dist", 3, 2) - 1, "traversal": relation_labels("traversal", 3, 2) - 1,
+        "pos": 0, "deprel": 0, "head_targets": IGNORE_INDEX, "hints": IGNORE_INDEX}

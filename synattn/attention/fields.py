@@ -5,8 +5,10 @@ value per position; ``pair``: ``[batch_size, n, n]``, one value per query/key pa
 of the positions outside the sentence, and a builder that computes it for a whole batch from the
 stored trees of one side (:class:`TreeBatch`). :class:`~synattn.attention.SyntaxInputs` holds
 exactly the registered fields, ``synattn.data.batching`` builds the ones a model asks for by
-iterating :func:`syntax_fields`, and a method that needs a field of its own declares it in its
-module with :func:`register_field` (docs/adding_a_method.md).
+iterating :func:`syntax_fields`, ``synattn.hf.SyntaxEncoder`` / ``SyntaxCollator`` build and pad
+them for a Hugging Face tokenizer's pieces the same way (with each field's ``outside`` value at
+special tokens), and a method that needs a field of its own declares it in its module with
+:func:`register_field` (docs/adding_a_method.md).
 
 Positions: piece k of a sentence sits at position ``k + offset`` (offset 1 on a decoder's input
 ``<s> y``, else 0); the positions before the first piece (``<s>``), after the last (``</s>``) and
@@ -14,9 +16,11 @@ padding are outside the sentence. The built-in fields (docs/methods.md §1–§4
 
 - ``tree_dist`` (pair): tree-distance labels ``0..max_distance``, ``max_distance + 1`` for longer
   distances and every pair with a position outside the sentence
-  (``synattn.trees.relations.batch_distance_labels``).
+  (``synattn.trees.relations.batch_distance_labels``); ``max_distance + 2`` (``outside``) at
+  special tokens in ``synattn.hf``.
 - ``traversal`` (pair): tree-traversal labels, indices into
-  ``synattn.trees.relations.traversal_vocab(max_traversal)`` (the overflow label outside).
+  ``synattn.trees.relations.traversal_vocab(max_traversal)`` (the overflow label outside; one more,
+  ``outside``, at special tokens in ``synattn.hf``).
 - ``pos``, ``deprel`` (token): the POS-tag / dependency-label id of each piece's word (specialized
   heads), 0 (the label vocabulary's ``<pad>``) outside.
 - ``head_targets`` (token): the position each piece's supervised head should attend to, its head
@@ -24,7 +28,11 @@ padding are outside the sentence. The built-in fields (docs/methods.md §1–§4
   (docs/methods.md §2). ``IGNORE_INDEX`` (−100) where there is no target.
 - ``hints`` (token): the BET(SG) hint of position t, which predicts the piece at t + 1: the
   position of that piece's nearest ancestor among positions ≤ t, else t itself
-  (docs/methods.md §4; ``synattn.trees.relations.batch_syntax_hints``); ``IGNORE_INDEX`` at padding.
+  (docs/methods.md §4; ``synattn.trees.relations.batch_syntax_hints``); ``IGNORE_INDEX`` at padding
+  (in ``synattn.hf`` also at special tokens and at the last piece, whose next token is none).
+
+``head_targets`` and ``hints`` hold positions (``SyntaxField.positions``): they move with the
+sequence when it is padded on the left.
 
 Example:
     >>> [f.name for f in syntax_fields()]

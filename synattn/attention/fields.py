@@ -5,8 +5,10 @@ value per position; ``pair``: ``[batch_size, n, n]``, one value per query/key pa
 of the positions outside the sentence, and a builder that computes it for a whole batch from the
 stored trees of one side (:class:`TreeBatch`). :class:`~synattn.attention.SyntaxInputs` holds
 exactly the registered fields, ``synattn.data.batching`` builds the ones a model asks for by
-iterating :func:`syntax_fields`, and a method that needs a field of its own declares it in its
-module with :func:`register_field` (docs/adding_a_method.md).
+iterating :func:`syntax_fields`, ``synattn.hf.SyntaxEncoder`` / ``SyntaxCollator`` build and pad
+them for a Hugging Face tokenizer's pieces the same way (with each field's ``outside`` value at
+special tokens), and a method that needs a field of its own declares it in its module with
+:func:`register_field` (docs/adding_a_method.md).
 
 Positions: piece k of a sentence sits at position ``k + offset`` (offset 1 on a decoder's input
 ``<s> y``, else 0); the positions before the first piece (``<s>``), after the last (``</s>``) and
@@ -14,9 +16,11 @@ padding are outside the sentence. The built-in fields (docs/methods.md §1–§4
 
 - ``tree_dist`` (pair): tree-distance labels ``0..max_distance``, ``max_distance + 1`` for longer
   distances and every pair with a position outside the sentence
-  (``synattn.trees.relations.batch_distance_labels``).
+  (``synattn.trees.relations.batch_distance_labels``); ``max_distance + 2`` (``outside``) at
+  special tokens in ``synattn.hf``.
 - ``traversal`` (pair): tree-traversal labels, indices into
-  ``synattn.trees.relations.traversal_vocab(max_traversal)`` (the overflow label outside).
+  ``synattn.trees.relations.traversal_vocab(max_traversal)`` (the overflow label outside; one more,
+  ``outside``, at special tokens in ``synattn.hf``).
 - ``pos``, ``deprel`` (token): the POS-tag / dependency-label id of each piece's word (specialized
   heads), 0 (the label vocabulary's ``<pad>``) outside.
 - ``head_targets`` (token): the position each piece's supervised head should attend to, its head
@@ -24,7 +28,11 @@ padding are outside the sentence. The built-in fields (docs/methods.md §1–§4
   (docs/methods.md §2). ``IGNORE_INDEX`` (−100) where there is no target.
 - ``hints`` (token): the BET(SG) hint of position t, which predicts the piece at t + 1: the
   position of that piece's nearest ancestor among positions ≤ t, else t itself
-  (docs/methods.md §4; ``synattn.trees.relations.batch_syntax_hints``); ``IGNORE_INDEX`` at padding.
+  (docs/methods.md §4; ``synattn.trees.relations.batch_syntax_hints``); ``IGNORE_INDEX`` at padding
+  (in ``synattn.hf`` also at special tokens and at the last piece, whose next token is none).
+
+``head_targets`` and ``hints`` hold positions (``SyntaxField.positions``): they move with the
+sequence when it is padded on the left.
 
 Example:
     >>> [f.name for f in syntax_fields()]
@@ -135,6 +143,13 @@ class SyntaxField:
         language_model: a language model's decoder may read it: built from the monolingual
             trees of its input ``<s> x``, it says nothing about the words a position predicts
             beyond what causal attention may see (the BET(SG) hints).
+        positions: its values are positions in the sequence (``head_targets``, ``hints``;
+            negative: none), so they move with the sequence: ``synattn.hf.SyntaxCollator`` adds
+            the left padding to the values ``>= 0``.
+        outside: the value ``synattn.hf``'s aligner gives the positions outside the sentence
+            (special tokens such as ``[CLS]``/``</s>``, and padding), or a function of the request
+            giving it; None: ``pad``. The tree relations use an extra label after ``<far>``
+            there, so a special token is told apart from a far word (docs/hf.md).
         doc: one line saying what the field holds.
     """
 
@@ -144,6 +159,8 @@ class SyntaxField:
     build: Callable[[TreeBatch], Any]
     setting: str | None = None
     language_model: bool = False
+    positions: bool = False
+    outside: int | Callable[[Any], int] | None = None
     doc: str = ""
 
     def __post_init__(self) -> None:
@@ -153,6 +170,11 @@ class SyntaxField:
     def pad_value(self, request: Any) -> int:
         """The value outside the sentence for ``request``."""
         return self.pad(request) if callable(self.pad) else self.pad
+
+    def outside_value(self, request: Any) -> int:
+        """The value of ``synattn.hf``'s aligner outside the sentence for ``request``."""
+        value = self.pad if self.outside is None else self.outside
+        return value(request) if callable(value) else value
 
 
 _FIELDS: dict[str, SyntaxField] = {}
@@ -253,18 +275,22 @@ def _hints(trees: TreeBatch) -> np.ndarray:
     return hints
 
 
+# pairs: the overflow label outside (synattn's batches); synattn.hf's aligner gives the pairs of
+# special tokens one more label, "outside" (index len(vocab), after <far>)
 register_field(SyntaxField(
     "tree_dist", "pair", lambda request: len(distance_vocab(request.max_distance)) - 1,
     lambda trees: _relation_labels(trees)[0], setting="max_distance",
+    outside=lambda request: len(distance_vocab(request.max_distance)),
     doc="tree-distance labels (docs/methods.md §1)"))
 register_field(SyntaxField(
     "traversal", "pair", lambda request: len(traversal_vocab(request.max_traversal)) - 1,
     lambda trees: _relation_labels(trees)[1], setting="max_traversal",
+    outside=lambda request: len(traversal_vocab(request.max_traversal)),
     doc="tree-traversal labels (docs/methods.md §1)"))
 register_field(SyntaxField("pos", "token", 0, _labels("upos"), doc="POS-tag ids (docs/methods.md §1)"))
 register_field(SyntaxField("deprel", "token", 0, _labels("deprel"),
                            doc="dependency-label ids (docs/methods.md §1)"))
-register_field(SyntaxField("head_targets", "token", IGNORE_INDEX, _head_targets,
+register_field(SyntaxField("head_targets", "token", IGNORE_INDEX, _head_targets, positions=True,
                            doc="supervised-head targets (docs/methods.md §2)"))
-register_field(SyntaxField("hints", "token", IGNORE_INDEX, _hints, language_model=True,
+register_field(SyntaxField("hints", "token", IGNORE_INDEX, _hints, language_model=True, positions=True,
                            doc="BET(SG) syntax hints (docs/methods.md §4)"))

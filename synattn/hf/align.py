@@ -6,11 +6,18 @@ rules of :func:`synattn.trees.project_to_subwords` (a non-final piece hangs from
 a word's final piece from the first piece of its head word, a root word's final piece from ROOT),
 then placed at the pieces' positions in the token sequence.
 
+Every field is built by its registered builder (:mod:`synattn.attention.fields`), as in synattn's
+own batches, from a one-sentence ``TreeBatch`` whose ``offset`` is the position of the first
+piece; so a field a method registers works here too. The pieces must be contiguous (special
+tokens only before and after them).
+
 Special tokens ([CLS], [SEP], <s>, </s>, BOS/EOS) and padding are outside the tree: they attach to
-nothing, get the extra ``outside`` relation label (index ``len(vocab)``, after ``<far>``) in every
-pair they take part in, the label id 0 (``<outside>``) in ``pos``/``deprel``, and
-``IGNORE_INDEX`` (−100) as head target and syntax hint, so no loss reads them. A sentence cut by
-truncation keeps its first words; an arc to a cut word becomes an arc to ROOT.
+nothing and get each field's ``outside`` value (``SyntaxField.outside``, by default its pad): the
+extra ``outside`` relation label (index ``len(vocab)``, after ``<far>``) in every pair they take
+part in, the label id 0 (``<outside>``) in ``pos``/``deprel``, and ``IGNORE_INDEX`` (−100) as head
+target and syntax hint, so no loss reads them. The syntax hint of the last piece (which predicts a
+special token or nothing) is −100 too. A sentence cut by truncation keeps its first words; an arc
+to a cut word becomes an arc to ROOT.
 """
 
 from __future__ import annotations
@@ -21,15 +28,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from synattn.attention.inputs import IGNORE_INDEX
+from synattn.attention.fields import IGNORE_INDEX, TreeBatch, build_field, is_field, syntax_field, syntax_fields
+from synattn.data.batching import SyntaxRequest
 from synattn.errors import InputError
-from synattn.hf.features import relation_labels
 from synattn.trees.dependency import DependencyTree
-from synattn.trees.relations import batch_relation_labels, head_targets, syntax_hints
+from synattn.trees.relations import head_targets
 from synattn.trees.subword import project_to_subwords
 
 OUTSIDE, UNKNOWN = "<outside>", "<unk>"
-PAIR_FIELDS = ("tree_dist", "traversal")
 
 
 def as_tree(sentence: Any) -> DependencyTree:
@@ -96,11 +102,12 @@ def label_vocab(trees: Iterable[DependencyTree], column: str) -> list[str]:
 
 
 class SyntaxEncoder:
-    """Computes the syntax fields of one tokenized sentence.
+    """Computes the syntax fields of one tokenized sentence with the fields' registered builders.
 
     Args:
-        fields: which ``SyntaxInputs`` fields to compute (``tree_dist``, ``traversal``,
-            ``head_targets``, ``hints``, ``pos``, ``deprel``).
+        fields: which registered syntax fields to compute (``synattn.attention.fields``: the
+            built-in ``tree_dist``, ``traversal``, ``head_targets``, ``hints``, ``pos``,
+            ``deprel``, and any field a method registers).
         max_distance: largest tree distance with its own label (as the ``tree_relations``
             feature's option of the same name).
         max_traversal: longest traversal path with its own label.
@@ -111,12 +118,14 @@ class SyntaxEncoder:
     def __init__(self, fields: Sequence[str] = ("head_targets",), max_distance: int = 8,
                  max_traversal: int = 4, pos_vocab: Sequence[str] | None = None,
                  deprel_vocab: Sequence[str] | None = None):
-        known = ("tree_dist", "traversal", "head_targets", "hints", "pos", "deprel")
-        unknown = [f for f in fields if f not in known]
+        unknown = [f for f in fields if not is_field(f)]
         if unknown:
-            raise ValueError(f"unknown syntax field(s) {unknown}; use some of {list(known)}")
+            raise ValueError(f"unknown syntax field(s) {unknown}; registered: "
+                             f"{', '.join(f.name for f in syntax_fields())}")
         self.fields = tuple(fields)
         self.max_distance, self.max_traversal = max_distance, max_traversal
+        self.request = SyntaxRequest(src=frozenset(self.fields), max_distance=max_distance,
+                                     max_traversal=max_traversal)
         self.vocabs = {"pos": list(pos_vocab or []), "deprel": list(deprel_vocab or [])}
         for name in ("pos", "deprel"):
             if name in self.fields and not self.vocabs[name]:
@@ -124,41 +133,56 @@ class SyntaxEncoder:
         self._index = {k: {label: i for i, label in enumerate(v)} for k, v in self.vocabs.items()}
 
     def outside(self, field: str) -> int:
-        """The ``outside`` label of a pair field (special tokens and padding)."""
-        return relation_labels(field, self.max_distance, self.max_traversal) - 1
+        """The value of ``field`` at special tokens and padding (a pair field's ``outside`` label)."""
+        return syntax_field(field).outside_value(self.request)
 
     def encode(self, sentence: Any, word_ids: Sequence[int | None]) -> dict[str, np.ndarray]:
-        """Returns the fields (numpy, ``[T]`` or ``[T, T]``) of one sentence's tokens."""
+        """Returns the fields (numpy, ``[T]`` or ``[T, T]``) of one sentence's tokens.
+
+        The pieces of the sentence's words must be contiguous (special tokens only before and
+        after them): each field is built by its registered builder on the pieces placed at their
+        positions (``TreeBatch.offset``: the position of the first piece).
+        """
         tree = as_tree(sentence)
         full = piece_heads(tree.heads, word_ids)  # [T], -1 at special tokens
         real = np.flatnonzero(full >= 0)
-        t = len(word_ids)
+        t, m = len(word_ids), len(real)
+        offset = int(real[0]) if m else 0
+        if m and real[-1] != offset + m - 1:
+            inner = int(np.flatnonzero(full[offset: offset + m] < 0)[0]) + offset
+            raise ValueError(f"the special token at position {inner} lies between the sentence's pieces; "
+                             "special tokens may only come before and after them (tokenize one sentence)")
+        word = [w for w in word_ids if w is not None]
+        columns = {}
+        for name, column, labels in (("pos", "upos", tree.upos), ("deprel", "deprel", tree.deprels)):
+            if self.vocabs[name]:  # per piece, the label id of its word (1: <unk>)
+                columns[column] = [np.array([self._index[name].get(labels[w], 1) for w in word], dtype=np.int64)]
+        sub = full[real]
+        heads = np.where(sub > 0, sub - offset, 0)  # 1-based over the real pieces, 0 = ROOT
+        trees = TreeBatch([heads], columns, t, offset, False, self.request, where="SyntaxEncoder")
+        outside = np.ones(t, dtype=bool)  # [T] the special tokens
+        outside[offset: offset + m] = False
         out: dict[str, np.ndarray] = {}
-        if "head_targets" in self.fields:
-            targets = np.full(t, IGNORE_INDEX, dtype=np.int64)
-            targets[real] = head_targets(np.where(full < 0, 0, full))[real]
-            out["head_targets"] = targets
-        if "hints" in self.fields:
-            hints = syntax_hints(np.where(full < 0, 0, full))  # special tokens: roots of their own
-            following = np.append(full[1:] >= 0, False)  # the next token is a piece of a word
-            out["hints"] = np.where((full >= 0) & following, hints, IGNORE_INDEX)
-        pair = [f for f in PAIR_FIELDS if f in self.fields]
-        if pair:
-            sub = full[real]
-            sub = np.where(sub > 0, np.searchsorted(real, sub - 1) + 1, 0)[None]  # over real pieces
-            dist, trav = batch_relation_labels(sub, None, self.max_distance, self.max_traversal)
-            for name, labels in (("tree_dist", dist), ("traversal", trav)):
-                if name in pair:
-                    grid = np.full((t, t), self.outside(name), dtype=np.int16)
-                    grid[np.ix_(real, real)] = labels[0]
-                    out[name] = grid
-        for name, column in (("pos", tree.upos), ("deprel", tree.deprels)):
-            if name in self.fields:
-                index = self._index[name]
-                ids = np.zeros(t, dtype=np.int64)
-                word = [w for w in word_ids if w is not None]
-                ids[real] = [index.get(column[w], 1) for w in word]
-                out[name] = ids
+        for name in self.fields:
+            spec = syntax_field(name)
+            value = build_field(name, trees)[0].numpy().astype(np.int64)  # [T] or [T, T], a copy
+            # special tokens get the aligner's outside value, which differs from synattn's own
+            # batches for the tree relations (an extra label after <far> instead of the overflow
+            # label, fields.py) and, before the first piece, for the BET(SG) hint (-100 instead of
+            # the position itself: synattn's decoder reads <s> there, which predicts the first piece)
+            fill = spec.outside_value(self.request)
+            if spec.kind == "pair":
+                value[outside, :] = value[:, outside] = fill
+                small = value.size == 0 or (value.min() >= -2 ** 15 and value.max() < 2 ** 15)
+                value = value.astype(np.int16 if small else np.int64)
+            else:
+                value[outside] = fill
+            if name == "hints" and m:
+                # the hint of the last piece predicts a special token ([SEP], </s>) or nothing:
+                # no target here, whereas synattn's own decoder input (<s> y, predicting y </s>)
+                # keeps the piece's own position there
+                value[offset + m - 1] = IGNORE_INDEX
+            out[name] = value
         return out
 
 
@@ -191,10 +215,12 @@ class SyntaxCollator:
     """Pads a list of :func:`tokenize_trees` items into a batch (a dict of tensors).
 
     Token fields are padded by ``tokenizer.pad`` (its ``padding_side``); the syntax fields the
-    same way: head targets and hints with −100 (and shifted by the padding when it is on the
-    left), ``pos``/``deprel`` with 0, pair fields with their ``outside`` label. A token-level
-    ``labels`` list is padded with −100; ``lm_labels=True`` adds ``labels`` = ``input_ids``
-    with −100 at padding (language modelling).
+    same way, each with its registered ``outside`` value (head targets and hints −100,
+    ``pos``/``deprel`` 0, pair fields their ``outside`` label); the values of position-valued
+    fields (``SyntaxField.positions``: head targets, hints) are shifted by the padding when it is
+    on the left. Pair fields are ``int8`` (``int16``, ``int64`` when their values need it), token
+    fields ``int64``. A token-level ``labels`` list is padded with −100; ``lm_labels=True`` adds
+    ``labels`` = ``input_ids`` with −100 at padding (language modelling).
     """
 
     def __init__(self, tokenizer: Any, encoder: SyntaxEncoder, lm_labels: bool = False):
@@ -214,19 +240,22 @@ class SyntaxCollator:
         if self.lm_labels:
             batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)
         for key in syntax_keys:
-            field = key.split("syntax_", 1)[1]
-            if field in PAIR_FIELDS:
-                fill = self.encoder.outside(field)
-                dtype = torch.int8 if fill < 127 else torch.int16
+            spec = syntax_field(key.split("syntax_", 1)[1])
+            fill = self.encoder.outside(spec.name)
+            if spec.kind == "pair":
+                values = [np.asarray(item[key]) for item in items]
+                low = min([fill, *(int(v.min()) for v in values if v.size)])
+                high = max([fill, *(int(v.max()) for v in values if v.size)])
+                dtype = next(d for d in (torch.int8, torch.int16, torch.int64)
+                             if torch.iinfo(d).min <= low and high <= torch.iinfo(d).max)
                 grid = torch.full((len(items), t, t), fill, dtype=dtype)
-                for b, (item, off) in enumerate(zip(items, offsets)):
+                for b, (value, off) in enumerate(zip(values, offsets)):
                     n = lengths[b]
-                    grid[b, off:off + n, off:off + n] = torch.as_tensor(np.asarray(item[key]), dtype=dtype)
+                    grid[b, off:off + n, off:off + n] = torch.as_tensor(value, dtype=dtype)
                 batch[key] = grid
             else:
-                pad = IGNORE_INDEX if field in ("head_targets", "hints") else 0
-                values = self._pad1(items, key, pad, offsets, t)
-                if field in ("head_targets", "hints"):
+                values = self._pad1(items, key, fill, offsets, t)
+                if spec.positions:  # positions in the sequence move with the left padding
                     shift = torch.tensor(offsets)[:, None]
                     values = torch.where(values >= 0, values + shift, values)
                 batch[key] = values

@@ -210,3 +210,53 @@ def test_original_diagonal_reaches_the_layer_from_the_model_config():
     with pytest.raises(ValueError, match=r"encoder\.constituent_diagonal=0\.5, but encoder\.constituent is off"):
         MaskedLMConfig(vocab_size=20, d_model=16, heads=2, ffn_dim=32,
                        encoder=StackConfig(layers=2, constituent_diagonal=0.5))
+
+
+def public_code_group_attention(scores, valid, prior):
+    """The matrix form of ``GroupAttention.forward`` in Wang, Lee & Chen's public code (2019,
+    attention.py), transcribed for scores ``[n, n]`` already divided by d / 2.
+
+    Returns the links matrix (its superdiagonal is a^l) and C.
+    """
+    n = scores.shape[0]
+    up = torch.diag(torch.ones(n - 1, dtype=torch.int64), 1)
+    eye = torch.eye(n, dtype=torch.int64)
+    down = torch.diag(torch.ones(n - 1, dtype=torch.int64), -1)
+    tri = torch.ones(n, n, dtype=scores.dtype).triu()
+    mask = valid[None, :].long() & (up + down)  # eos_mask & (a + c)
+    neighbour = torch.softmax(scores.masked_fill(mask == 0, -1e9), dim=-1)
+    neighbour = torch.sqrt(neighbour * neighbour.T + 1e-9)
+    neighbour = prior + (1.0 - prior) * neighbour
+    t = torch.log(neighbour + 1e-9).masked_fill(up == 0, 0).matmul(tri)
+    g = tri.matmul(t).exp().masked_fill((tri.long() - eye) == 0, 0)
+    return neighbour, g + g.T + neighbour.masked_fill(eye == 0, 1e-9)
+
+
+def test_links_and_prior_equal_the_public_code_matrix_form():
+    """Two layers over a padded batch: a^l is the superdiagonal of the public code's links matrix
+    and C its g_attn between real positions (off the diagonal; the public code's diagonal is the
+    links matrix's own, ≈ 0 like ``diagonal=1e-9``)."""
+    torch.manual_seed(5)
+    features = [ConstituentAttention(D, layer=l).double() for l in range(2)]
+    for f in features:
+        with torch.no_grad():
+            f.bilinear.mul_(4.0)
+            f.key_bias.normal_()
+    lengths = [6, 4, 2]
+    x = torch.randn(3, 6, D, dtype=torch.float64)
+    valid = torch.arange(6)[None, :] < torch.tensor(lengths)[:, None]
+    prior = None
+    for f in features:
+        a = f.links(x, valid, prior)  # [B, 5]
+        c = constituent_prior(a, valid)
+        for b, n in enumerate(lengths):
+            pair = x[b] @ f.bilinear @ x[b].T + (x[b] @ f.key_bias)[None, :]  # q_i · k_j
+            theirs_prior = (torch.zeros(6, 6, dtype=torch.float64) if prior is None
+                            else torch.diag(prior[b], 1) + torch.diag(prior[b], -1))
+            links, g = public_code_group_attention(pair / (D / 2), valid[b], theirs_prior)
+            # ours is clipped to 1 where theirs is sqrt(1 + 1e-9) (a word with one neighbour each side)
+            torch.testing.assert_close(a[b, :n - 1], links.diagonal(1)[:n - 1], rtol=0, atol=1e-9)
+            off = ~torch.eye(n, dtype=torch.bool)
+            torch.testing.assert_close(c[b, :n, :n][off], g[:n, :n][off], rtol=1e-7, atol=2e-9)
+            assert (g[:n, :n].diagonal() < 1e-3).all()
+        prior = a

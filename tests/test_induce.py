@@ -133,3 +133,38 @@ def test_public_code_rule_sends_a_part_with_strong_links_one_layer_down():
     assert original == {(0, 5), (0, 2), (2, 5), (2, 4)}
     # never below the minimum layer: with min_layer = 2 the rule has nowhere to go
     assert induced_spans(a, 0.8, min_layer=2, descend_above=0.7) == induced_spans(a, 0.8, min_layer=2)
+
+
+def public_code_build_tree(break_probs, layer, start, end, threshold=0.8, min_layer=2):
+    """``build_tree`` of Wang, Lee & Chen's public code (2019, parse.py), transcribed: ``end`` is
+    the index of the span's last link + 1, brackets are word spans (end exclusive)."""
+    brackets = set()
+    layer_probs = break_probs[layer, start:end]
+    if end - start > 1:
+        point = np.argmin(layer_probs)
+        if layer_probs[point] > threshold:
+            if layer == min_layer:
+                brackets.add((start, end + 1))
+                return brackets
+            return public_code_build_tree(break_probs, max(layer - 1, min_layer), start, end, threshold)
+        for span in (layer_probs[:point], layer_probs[point + 1:]):
+            span_size = span.shape[0]
+            if span_size > 0:
+                part_layer = max(layer - 1, min_layer) if np.min(span) > 0.7 else layer
+                brackets.add((start, start + span_size + 1))
+                brackets.update(public_code_build_tree(break_probs, part_layer, start, start + span_size))
+            start += span_size + 1
+        return brackets
+    brackets.add((start, start + 2))
+    return brackets
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(3, 6), st.integers(2, 12), st.integers(0, 2 ** 31 - 1))
+def test_public_code_rule_equals_the_public_code_decoder(layers, n, seed):
+    """With ``descend_above=0.7`` and the default minimum layer, the decoding is the public code's
+    (the whole-sentence span, which its test script removes, left aside)."""
+    rng = np.random.default_rng(seed)
+    a = np.sort(rng.random((layers, n - 1)) ** 0.3, axis=0)  # non-decreasing, many links > 0.7
+    theirs = public_code_build_tree(a, layers - 1, 0, n - 1) - {(0, n)}
+    assert induced_spans(a, 0.8, 3, descend_above=0.7) - {(0, n)} == theirs

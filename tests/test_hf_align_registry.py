@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_hf_align import trees_with_pieces
+from test_syntax_fields import _depth
 
 from hf_models import CONLLU, byte_bpe_tokenizer, wordpiece_tokenizer
 
@@ -251,18 +252,6 @@ def test_special_tokens_between_pieces_and_unknown_fields_are_errors():
 
 # ------------------------------------------------------------------------------------------------
 # fields registered here flow through tokenize_trees and SyntaxCollator
-
-
-def _depth(trees: TreeBatch) -> list[np.ndarray]:
-    """Each piece's depth in its tree (the root piece 1, its dependents 2, …); 0 outside."""
-    out = []
-    for heads in trees.heads:
-        depth, node = np.zeros(len(heads), np.int64), np.arange(1, len(heads) + 1)  # 1-based
-        while (node > 0).any():
-            depth += node > 0
-            node = np.where(node > 0, heads[np.maximum(node, 1) - 1], 0)
-        out.append(np.concatenate([np.zeros(trees.offset, np.int64), depth]))
-    return out
 
 
 def _grandparent(trees: TreeBatch) -> list[np.ndarray]:

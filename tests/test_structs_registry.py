@@ -24,13 +24,13 @@ def accelerations(structure: str) -> list[registry.Implementation]:
     return registry.implementations(structure)[1:]
 
 
-CASES = [pytest.param(structure, impl.name, id=f"{structure}-{impl.name}")
+CASES = [pytest.param(structure, impl.name, id=f"{structure}-{impl.name}",
+                      marks=pytest.mark.skipif(impl.name == "numba" and not numba_available(),
+                                               reason="numba is not installed"))
          for structure in STRUCTURES for impl in accelerations(structure)]
 
 
 def implementation(structure: str, name: str) -> registry.Implementation:
-    if name == "numba" and not numba_available():
-        pytest.skip("numba is not installed")
     return next(i for i in registry.implementations(structure) if i.name == name)
 
 

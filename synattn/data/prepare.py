@@ -68,6 +68,8 @@ def check_split_name(split: str, option: str = "split") -> str:
 
 
 CORPORA, ON_ERROR = ("bible", "ptb"), ("raise", "skip")
+#: sentencepiece's model types: subword units (unigram LM, BPE), whole words, characters.
+SUBWORD_MODELS = ("unigram", "bpe", "word", "char")
 
 
 @dataclass
@@ -79,6 +81,8 @@ class PrepareConfig(StrictConfig):
     holds ``source<TAB>target`` lines), or ``src_trees`` alone (CoNLL-U per split, monolingual,
     words used as tokens). ``prefixes`` with ``src_trees`` uses the given trees for the source side
     of those splits (their words must equal the source lines' tokens) instead of parsing.
+    ``subword_model`` is sentencepiece's model type (``unigram``, ``bpe``, ``char``, or ``word``:
+    whole words, one piece each, rare words ``<unk>``).
     Strict (:class:`~synattn.models.config_io.StrictConfig`): wrong types and choices are errors
     naming the key; ``from_yaml``/``from_dict`` also refuse unknown keys, naming file and key.
     """
@@ -98,6 +102,7 @@ class PrepareConfig(StrictConfig):
     tgt_model: str = "fr_core_news_sm"
     vocab_size: int = 8000
     joint_vocab: bool = False
+    subword_model: str = "unigram"
     limit: int | None = None
     max_words: int = 250
     on_error: str = "raise"
@@ -105,6 +110,8 @@ class PrepareConfig(StrictConfig):
     def check(self) -> None:
         if self.corpus is not None and self.corpus not in CORPORA:
             raise ConfigError(f"corpus={self.corpus!r}: expected one of {', '.join(CORPORA)} (or none)")
+        if self.subword_model not in SUBWORD_MODELS:
+            raise ConfigError(f"subword_model={self.subword_model!r}: expected one of {', '.join(SUBWORD_MODELS)}")
         if self.on_error not in ON_ERROR:
             raise ConfigError(f"on_error={self.on_error!r}: expected one of {', '.join(ON_ERROR)}")
 
@@ -134,11 +141,20 @@ def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, forc
         return
     old = manifest.get("config") if isinstance(manifest, dict) else None
     old = old if isinstance(old, dict) else {}  # a damaged manifest: every setting counts as changed
-    changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in asdict(cfg).items() if old.get(k) != v]
+    changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in _settings(cfg).items() if old.get(k) != v]
     raise UsageError(f"{out} is already prepared with other settings ({', '.join(changed) or 'another version'}); "
                      "preparing it again would retrain its tokenizers under the runs trained on it: prepare "
                      "into a new folder (-o NEW_FOLDER), or replace it with --force (runs trained on it will "
                      "then refuse it)")
+
+
+def _settings(cfg: PrepareConfig) -> dict:
+    """The settings that identify a prepared folder; a setting added since at its default is left
+    out, so that folders prepared before it still count as prepared with these settings."""
+    settings = asdict(cfg)
+    if settings["subword_model"] == "unigram":
+        del settings["subword_model"]
+    return settings
 
 
 def _hash(*parts: object) -> str:
@@ -291,7 +307,7 @@ def _check_config(cfg: PrepareConfig) -> None:
 
 
 def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
-    key = _hash(asdict(cfg), __version__)
+    key = _hash(_settings(cfg), __version__)
     manifest_path = out / MANIFEST
     if manifest_path.exists() and not force:
         try:
@@ -326,7 +342,8 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
         if name not in models:
             text = [" ".join(w) for s in sides if names[s] == name for w in data["train"][s].words()]
             try:
-                models[name] = train_sentencepiece(text, out / f"spm.{name}.model", cfg.vocab_size)
+                models[name] = train_sentencepiece(text, out / f"spm.{name}.model", cfg.vocab_size,
+                                                   model_type=cfg.subword_model)
             except RuntimeError as err:  # sentencepiece's own checks, e.g. a too small vocabulary
                 raise DataError(f"sentencepiece cannot train on it: {' '.join(str(err).split())}",
                                 data["train"]["src" if name != "tgt" else "tgt"].path) from None

@@ -25,7 +25,8 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str | Path, vocab_
         sentences: training text, one sentence per item.
         model_path: where to write the ``.model`` file (the vocabulary goes beside it as ``.vocab``).
         vocab_size: target vocabulary size; lowered automatically when the text is too small.
-        model_type: ``"unigram"`` or ``"bpe"``.
+        model_type: ``"unigram"``, ``"bpe"``, ``"word"`` (whole words, the most frequent
+            ``vocab_size`` of them; the others are ``<unk>``) or ``"char"``.
         character_coverage: share of characters covered by the vocabulary.
 
     Returns:

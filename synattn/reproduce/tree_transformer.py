@@ -30,6 +30,10 @@ from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
 
 
+SUBWORD_MODEL = "unigram"
+WORD_VOCAB = 10000
+
+
 class TreeTransformerStudy(Study):
     name = "tree-transformer"
     title = "induced constituency trees of a Tree Transformer vs branching and random trees"
@@ -50,9 +54,14 @@ class TreeTransformerStudy(Study):
         add_treebank_argument(parser)
         parser.add_argument("--gold", help="score against these PTB-bracketed trees (their words are the "
                                            "sentences parsed) instead of the dev split's dependency yields")
+        parser.add_argument("--subword-model", choices=("word", "unigram"), default=SUBWORD_MODEL,
+                            help=f"the model's tokens: whole words (the {WORD_VOCAB} most frequent, others <unk>; "
+                                 f"as Wang et al.) or unigram sentencepiece pieces (default {SUBWORD_MODEL})")
 
     def prepare(self, ctx: Context) -> Path:
-        return prepare_treebank(ctx, vocab_size=300 if ctx.toy else 8000)
+        words = getattr(ctx.args, "subword_model", SUBWORD_MODEL) == "word"
+        return prepare_treebank(ctx, vocab_size=300 if ctx.toy else WORD_VOCAB if words else 8000,
+                                subword_model="word" if words else "unigram")
 
     def base_model(self, ctx: Context) -> dict:
         if ctx.toy:

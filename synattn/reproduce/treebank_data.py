@@ -21,7 +21,7 @@ def treebank_splits(ctx: Context) -> dict[str, str]:
     """``--src-trees`` as ``{split: path}``, checked (train and dev are needed)."""
     given = getattr(ctx.args, "src_trees", None)
     if not given:
-        raise UsageError(f"--src-trees: this study trains on a dependency treebank; give "
+        raise UsageError("--src-trees: this study trains on a dependency treebank; give "
                          "train=FILE dev=FILE [test=FILE] (CoNLL-U, e.g. UD English-EWT)")
     splits = {}
     for item in given:
@@ -37,16 +37,17 @@ def treebank_splits(ctx: Context) -> dict[str, str]:
     return splits
 
 
-def prepare_treebank(ctx: Context, vocab_size: int) -> Path:
+def prepare_treebank(ctx: Context, vocab_size: int, subword_model: str = "unigram") -> Path:
     """Prepares the treebank as a monolingual dataset (words as tokens, gold trees projected onto
-    sentencepiece pieces) under ``OUT/data``; a toy run takes the first sentences only."""
+    sentencepiece pieces; ``subword_model="word"``: one piece per word) under ``OUT/data``; a toy
+    run takes the first sentences only."""
     from synattn.data.prepare import PrepareConfig, prepare
 
     splits = treebank_splits(ctx)
     if ctx.toy:
         splits = _toy_copies(splits, ctx.out / "toy-treebank")
     return prepare(PrepareConfig(out=str(ctx.out / "data"), src_trees=splits, tgt_lang=None,
-                                 vocab_size=vocab_size))
+                                 vocab_size=vocab_size, subword_model=subword_model))
 
 
 def _toy_copies(splits: dict[str, str], folder: Path) -> dict[str, str]:

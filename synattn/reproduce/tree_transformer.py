@@ -3,7 +3,9 @@ learns from masked-LM training alone decode into trees closer to gold constituen
 right-branching, left-branching and random trees?
 
 The model is a masked LM with constituent attention in every layer, trained on the treebank's
-training text (its trees are not used for training). Its trees are induced top-down (threshold
+training text (its trees are not used for training): on whole words, and with the public code's
+near-zero diagonal of the constituent prior, as the model whose trees Wang et al. report (with
+``--subword-model unigram`` on sentencepiece pieces). Its trees are induced top-down (threshold
 0.8, minimum layer 3; docs/methods.md §3) for the dev (and test) sentences and
 scored by unlabeled bracket F1 without punctuation, single-word and whole-sentence spans excluded,
 sentence-averaged (the paper's convention) and corpus-level, for all sentences and for those of at
@@ -30,7 +32,7 @@ from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
 
 
-SUBWORD_MODEL = "unigram"
+SUBWORD_MODEL = "word"
 WORD_VOCAB = 10000
 
 
@@ -41,10 +43,13 @@ class TreeTransformerStudy(Study):
                 "Do a Tree Transformer's links, learned by masked-LM training alone, give trees that beat the "
                 "right-branching baseline here?")
     task = "mlm"
-    arms = (Arm("tree-transformer", {"encoder": {"constituent": True}},
-                "masked LM with constituent attention in every layer (trees induced from its links)"),)
+    # The public code's near-zero diagonal of C (a word hardly attends to itself), not the paper's
+    # C_ii = 1: its links came out more syntactic here (docs/reproduce.md, "Faithful options").
+    arms = (Arm("tree-transformer", {"encoder": {"constituent": True, "constituent_diagonal": 1e-9}},
+                "masked LM with constituent attention in every layer, the public code's diagonal of C "
+                "(trees induced from its links)"),)
     seeds = 3
-    minutes = 40.0
+    minutes = 70.0
     primary = "f1_dev"
     columns = (("f1_dev", "sentence F1 dev"), ("corpus_f1_dev", "corpus F1 dev"),
                ("f1_dev_10", "sentence F1 dev ≤10"), ("f1_dev_original_rule", "sentence F1 dev, public-code rule"),

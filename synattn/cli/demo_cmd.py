@@ -35,18 +35,19 @@ import numpy as np
 from synattn.cli.options import positive_float, positive_int
 from synattn.data.prepare import PrepareConfig, prepare
 
-# Sized by measurement for a ten-minute budget on one CPU core each (docs/cli.md): one encoder and
-# one decoder layer (the baseline reaches chrF 37 on the test verses where 2+2 layers reach 27 and
-# 3+3 layers 18: in ten minutes a shallow model makes more updates and learns more from each),
-# dropout off (the models see the training verses about twice), 2000-token batches (twice the
-# updates of 4000 at the same loss per token seen).
+# Sized by measurement for a ten-minute budget on one CPU core each (README, "Studies"): one encoder
+# and one decoder layer (the baseline reaches chrF 37 on the test verses where 2+2 layers reach 27
+# and 3+3 layers 18: in ten minutes a shallow model makes more updates and learns more from each),
+# dropout off (the models see the training verses about four times), 2000-token batches (twice
+# the updates of 4000 at the same loss per token seen).
 BASE = {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.0, "norm": "pre",
         "encoder": {"layers": 1}, "decoder": {"layers": 1}}
 SUPERVISED = {"layer": 0, "head": 0, "weight": 1.0}
 # Both encoders have Shaw et al.'s relative positions, so that the difference between the two
 # models is the syntax alone: tree-distance relations and the supervised head.
 BASELINE = {**BASE, "encoder": {"layers": 1, "relations": ["sequential"]}}
-SYNTAX = {**BASE, "encoder": {"layers": 1, "relations": ["tree_distance", "sequential"], "supervised_head": SUPERVISED}}
+SYNTAX = {**BASE, "encoder": {"layers": 1, "relations": ["tree_distance", "sequential"],
+                              "supervised_head": SUPERVISED}}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

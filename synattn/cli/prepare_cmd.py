@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         prefixes=prefixes, src_lang=args.src_lang, tgt_lang=tgt_lang, src_trees=_split_paths(args.src_trees),
         pretokenized=args.pretokenized, parse_source=not args.no_parse_source, parse_target=args.parse_target,
         src_model=args.src_model, tgt_model=args.tgt_model, vocab_size=args.vocab_size,
-        joint_vocab=args.joint_vocab, subword_model=args.subword_model, limit=args.limit, max_words=args.max_words, on_error=args.on_error)
+        joint_vocab=args.joint_vocab, subword_model=args.subword_model, limit=args.limit,
+        max_words=args.max_words, on_error=args.on_error)
     _check_prefixes(prefixes, args.src_lang, tgt_lang)
     output_folder(args.out, "-o")
     given = sum(bool(x) for x in (args.corpus, prefixes or cfg.src_trees))

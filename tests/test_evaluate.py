@@ -93,3 +93,16 @@ def test_head_agreement():
     probs[0, [0, 1, 2], [1, 1, 1]] = 1  # head 0 matches gold at every word (root attends itself)
     probs[1, [0, 1, 2], [0, 0, 0]] = 1  # head 1 always attends to w0: wrong for every word
     assert head_agreement(probs, heads).tolist() == [1.0, 0.0]
+
+
+def test_word_predictions_over_leading_dimensions_equal_one_head_at_a_time():
+    from synattn.evaluate.attachment import word_predictions
+
+    rng = np.random.default_rng(3)
+    word = np.array([0, 0, 1, 2, 2, 2, 3])
+    scores = rng.normal(size=(3, 2, 7, 7))  # [layers, heads, p, p]
+    stacked = word_predictions(scores, word)
+    assert stacked.shape == (3, 2, 4)
+    for layer in range(3):
+        for head in range(2):
+            assert np.array_equal(stacked[layer, head], word_predictions(scores[layer, head], word))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synattn.trees.relations import head_targets, tree_distance
-from synattn.trees.subword import first_piece_index, project_to_subwords, word_index_of_pieces
+from synattn.trees.subword import first_piece_index, last_piece_index, project_to_subwords, word_index_of_pieces
 
 
 @st.composite
@@ -103,3 +103,14 @@ def test_bad_input_raises():
         project_to_subwords([0, 1, 1], [1, 2])
     with pytest.raises(ValueError, match="expected 0"):
         project_to_subwords([0, 3], [1, 1])
+
+
+def test_last_piece_index_is_the_last_position_of_each_word():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        pieces = rng.integers(1, 4, size=rng.integers(1, 8))
+        word = word_index_of_pieces(pieces)
+        expected = [max(i for i, w in enumerate(word) if w == k) for k in range(len(pieces))]
+        assert last_piece_index(word).tolist() == expected
+        assert np.array_equal(last_piece_index(word), first_piece_index(pieces) + pieces - 1)
+    assert last_piece_index([]).tolist() == []

@@ -20,26 +20,25 @@ from collections.abc import Sequence
 import numpy as np
 
 from synattn.trees.metrics import AttachmentScores, attachment_scores
+from synattn.trees.subword import last_piece_index
 
 
 def word_predictions(piece_scores: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
     """Word-level heads (1-based, 0 = ROOT) from one sentence's piece-level attention.
 
     Args:
-        piece_scores: ``[p, p]`` scores or probabilities of the supervised head, row = attending piece
-            (only the sentence's pieces, no padding or special tokens).
+        piece_scores: ``[..., p, p]`` scores or probabilities of the supervised head (or of any
+            attention heads), row = attending piece (only the sentence's pieces, no padding or
+            special tokens).
         word_of_piece: ``[p]`` 0-based word of every piece.
 
     Returns:
-        ``[n_words]`` int64 predicted heads in CoNLL-U convention.
+        ``[..., n_words]`` int64 predicted heads in CoNLL-U convention.
     """
     word_of_piece = np.asarray(word_of_piece)
-    n = int(word_of_piece.max()) + 1 if len(word_of_piece) else 0
-    last_piece = np.zeros(n, dtype=np.int64)
-    last_piece[word_of_piece] = np.arange(len(word_of_piece))  # later pieces overwrite earlier ones
-    target_word = word_of_piece[np.asarray(piece_scores)[last_piece].argmax(-1)]  # [n]
-    words = np.arange(n)
-    return np.where(target_word == words, 0, target_word + 1)
+    last = last_piece_index(word_of_piece)
+    target_word = word_of_piece[np.asarray(piece_scores)[..., last, :].argmax(-1)]  # [..., n]
+    return np.where(target_word == np.arange(len(last)), 0, target_word + 1)
 
 
 def supervised_attachment(piece_scores: Sequence[np.ndarray], word_of_piece: Sequence[np.ndarray],
@@ -62,9 +61,8 @@ def word_arc_scores(piece_log_probs: np.ndarray, word_of_piece: np.ndarray) -> n
     ``h``; ROOT → ``d`` is the mass it puts on its own word; the diagonal is ``-inf``.
     """
     word_of_piece = np.asarray(word_of_piece)
-    n = int(word_of_piece.max()) + 1
-    last = np.zeros(n, dtype=np.int64)
-    last[word_of_piece] = np.arange(len(word_of_piece))
+    last = last_piece_index(word_of_piece)
+    n = len(last)
     rows = np.asarray(piece_log_probs, dtype=np.float64)[last]  # [n(d), p]
     top = rows.max(-1, keepdims=True)
     mass = np.zeros((n, n))  # [d, h]

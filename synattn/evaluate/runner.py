@@ -29,6 +29,7 @@ from synattn.progress import progress
 from synattn.train.checkpoint import resolve_checkpoint
 from synattn.train.tasks import task_for
 from synattn.trees.metrics import attachment_scores
+from synattn.trees.subword import last_piece_index
 
 
 def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, ExperimentConfig, Path]:
@@ -94,10 +95,7 @@ def _names_transformers(checkpoint: Path) -> bool:
 def gold_word_heads(piece_heads: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
     """Word-level heads (1-based, 0 = ROOT) read back from a projected subword tree: a word's arc is
     carried by its final piece, which points at the first piece of the head word."""
-    n = int(word_of_piece.max()) + 1
-    last = np.zeros(n, dtype=np.int64)
-    last[word_of_piece] = np.arange(len(word_of_piece))
-    h = piece_heads[last]
+    h = piece_heads[last_piece_index(word_of_piece)]
     return np.where(h == 0, 0, word_of_piece[np.maximum(h - 1, 0)] + 1)
 
 

@@ -10,20 +10,10 @@ import torch
 
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
 from synattn.data.prepared import PreparedData
-from synattn.evaluate.attachment import tree_predictions, word_arc_scores
+from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
 from synattn.evaluate.runner import gold_word_heads
 from synattn.train.tasks import task_for
-
-
-def _word_targets(probs: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
-    """Predicted heads (1-based, 0 = ROOT) of every word from ``probs [..., p, p]`` (rows: the
-    attending piece). A word is read at its last piece, whose most attended piece's word is the
-    predicted head; attending to one's own word means ROOT (as the supervised head is trained)."""
-    n = int(word_of_piece.max()) + 1
-    last = np.zeros(n, dtype=np.int64)
-    last[word_of_piece] = np.arange(len(word_of_piece))
-    target = word_of_piece[probs[..., last, :].argmax(-1)]  # [..., n]
-    return np.where(target == np.arange(n), 0, target + 1)
+from synattn.trees.subword import last_piece_index
 
 
 @torch.no_grad()
@@ -67,18 +57,17 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
             ex = dataset[int(i)]
             p, word = len(ex["src_ids"]), ex["src_word"]
             gold = gold_word_heads(ex["src_heads"], word)  # [n]
-            last = np.zeros(len(gold), dtype=np.int64)
-            last[word] = np.arange(p)
+            last = last_piece_index(word)
             keep = ex["src_upos"][last] != punct_id  # [n]
             words += (len(gold), int(keep.sum()))
             golds.append(gold)
             keeps.append(keep)
             for name, probs in stacks.items():
-                correct = _word_targets(probs[b, :, :, :p, :p], word) == gold  # [L, H, n]
+                correct = word_predictions(probs[b, :, :, :p, :p], word) == gold  # [L, H, n]
                 both = np.stack([correct.sum(-1), (correct & keep).sum(-1)], -1)  # [L, H, 2]
                 hits[name] = hits.get(name, 0) + both
             for key, log_probs in sup.items():
-                correct = _word_targets(log_probs[b, :p, :p], word) == gold
+                correct = word_predictions(log_probs[b, :p, :p], word) == gold
                 sup_hits[key] = sup_hits.get(key, 0) + np.array([correct.sum(), (correct & keep).sum()])
                 arcs[key].append(word_arc_scores(log_probs[b, :p, :p], word))
         for key, scores in arcs.items():

@@ -30,6 +30,7 @@ from synattn.data.prepared import PreparedData
 from synattn.errors import InputError
 from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
+from synattn.trees.subword import last_piece_index
 
 
 SUBWORD_MODEL = "word"
@@ -170,8 +171,7 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     keep, trees = [], []
     for k, (example, words) in enumerate(zip(all_sentences.examples, all_sentences.words)):
         heads = gold_word_heads(example["src_heads"], example["src_word"])
-        last = np.zeros(len(words), dtype=np.int64)
-        last[example["src_word"]] = np.arange(len(example["src_word"]))
+        last = last_piece_index(example["src_word"])
         punct = [upos[i] == "PUNCT" if i < len(upos) else False for i in example["src_upos"][last]]
         try:
             trees.append(tree_from_dependency(words, heads, punct))

@@ -48,6 +48,22 @@ def first_piece_index(pieces_per_word: Any) -> np.ndarray:
     return np.cumsum(pieces) - pieces  # [n]
 
 
+def last_piece_index(word_of_piece: Any) -> np.ndarray:
+    """0-based index of the last piece of every word, from the word of every piece (the piece that
+    carries the word's arc in a projected tree, :func:`project_to_subwords`).
+
+    Args:
+        word_of_piece: ``[m]`` 0-based word of every piece, words in order.
+
+    Returns:
+        ``[n]`` int64, e.g. ``[1, 4, 5]`` for pieces of words ``[0, 0, 1, 1, 1, 2]``.
+    """
+    word_of_piece = np.asarray(word_of_piece, dtype=np.int64)
+    last = np.zeros(int(word_of_piece.max()) + 1 if len(word_of_piece) else 0, dtype=np.int64)
+    last[word_of_piece] = np.arange(len(word_of_piece))  # later pieces overwrite earlier ones
+    return last
+
+
 def word_index_of_pieces(pieces_per_word: Any) -> np.ndarray:
     """0-based word of every piece.
 

@@ -5,7 +5,6 @@ Every refusal is one line on standard error with exit status 2 (bad input) or 1 
 import shutil
 
 import pytest
-import yaml
 
 from synattn.cli.main import main
 

@@ -175,6 +175,50 @@ def test_dependency_tree_basics():
         DependencyTree(["a"], [0.5])
 
 
+def _descendants(heads: list[int], word: int) -> set[int]:
+    """1-based words below ``word`` (itself included), by following heads upward from each."""
+    out = set()
+    for w in range(1, len(heads) + 1):
+        v = w
+        while v:
+            if v == word:
+                out.add(w)
+                break
+            v = heads[v - 1]
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(random_trees(), st.data())
+def test_keep_words_keeps_every_kept_words_descendants(heads, data):
+    keep = data.draw(st.lists(st.booleans(), min_size=len(heads), max_size=len(heads)))
+    keep[data.draw(st.integers(0, len(heads) - 1))] = True
+    tree = DependencyTree([f"w{i}" for i in range(len(heads))], np.array(heads),
+                          upos=[f"T{i}" for i in range(len(heads))])
+    kept = tree.keep_words(keep)
+    old = [i + 1 for i, k in enumerate(keep) if k]  # old 1-based id of each kept word
+    assert kept.words == [f"w{i - 1}" for i in old] and kept.upos == [f"T{i - 1}" for i in old]
+    for new_id, old_id in enumerate(old, start=1):
+        below = {old[d - 1] for d in _descendants(kept.heads.tolist(), new_id)}
+        assert below == _descendants(heads, old_id) & set(old)
+
+
+def test_keep_words_by_hand():
+    t = DependencyTree(["the", "cat", "sleeps", ",", "well", "."], np.array([2, 3, 0, 5, 3, 3]),
+                       deprels=["det", "nsubj", "root", "punct", "advmod", "punct"], sent_id="s1",
+                       metadata={"misc": ["_"] * 5 + ["SpaceAfter=No"], "multiword_tokens": [(1, 2, "x", "_")]})
+    kept = t.keep_words([True, True, True, False, True, False])
+    assert kept.heads.tolist() == [2, 3, 0, 3] and kept.deprels == ["det", "nsubj", "root", "advmod"]
+    assert kept.metadata == {"misc": ["_"] * 4} and kept.sent_id == "s1"
+    # a dropped head: its dependents climb to the nearest kept ancestor, or become roots
+    assert t.keep_words([True, False, True, True, True, True]).heads.tolist() == [2, 0, 4, 2, 2]
+    assert t.keep_words([True, True, False, False, True, False]).heads.tolist() == [2, 0, 0]
+    with pytest.raises(InputError, match="no word kept"):
+        t.keep_words([False] * 6)
+    with pytest.raises(InputError, match="keep has shape"):
+        t.keep_words([True] * 5)
+
+
 # --- reading -------------------------------------------------------------------------------
 
 def test_read_sample():

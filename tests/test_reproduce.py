@@ -99,7 +99,7 @@ def test_an_interrupted_study_continues_where_it_stopped(tmp_path, treebank, mon
 
 
 def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_path, treebank):
-    from synattn.reproduce.tree_transformer import SUBWORD_MODEL
+    from synattn.reproduce.tree_transformer import SUBWORD_MODEL, TEXT
 
     out = tmp_path / "tt"
     assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out),
@@ -117,14 +117,33 @@ def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_pa
     gold = tmp_path / "gold.trees"
     gold.write_text("(S (NP (DT the) (JJ old) (NN cat)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))\n"
                     "(S (NP (DT a) (NN bird)) (VP (VBD found) (NP (DT the) (NN river))))\n")
-    out2 = tmp_path / "tt-gold"  # and the tokens the default does not use (words or pieces)
+    out2 = tmp_path / "tt-gold"  # and the tokens and text the default does not use
     other = "unigram" if SUBWORD_MODEL == "word" else "word"
+    other_text = "as-is" if TEXT == "lm" else "lm"
     assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out2),
-                 *_trees_args(treebank, ("train", "dev")), "--gold", str(gold), "--subword-model", other]) == 0
+                 *_trees_args(treebank, ("train", "dev")), "--gold", str(gold), "--subword-model", other,
+                 "--text", other_text]) == 0
     run = json.loads((out2 / "results.json").read_text())["runs"]["tree-transformer"]["1"]
     assert run["dev_sentences"] == 2 and "f1_test" not in run
-    assert json.loads((out / "data" / "manifest.json").read_text())["config"]["subword_model"] == SUBWORD_MODEL
-    assert json.loads((out2 / "data" / "manifest.json").read_text())["config"]["subword_model"] == other
+    for folder, model, text in ((out, SUBWORD_MODEL, TEXT), (out2, other, other_text)):
+        config = json.loads((folder / "data" / "manifest.json").read_text())["config"]
+        assert config["subword_model"] == model
+        assert ("lm-text" in config["src_trees"]["train"]) == (text == "lm"), folder
+    lm = out if TEXT == "lm" else out2
+    assert "." not in (lm / "lm-text" / "train.conllu").read_text().split()
+
+
+def test_lm_text_drops_punctuation_lowercases_and_writes_numbers_as_N():
+    from synattn.reproduce.treebank_data import lm_text
+
+    t = DependencyTree(["In", "1999", ",", "Bush", "won", "3-2", "!"], np.array([2, 5, 5, 5, 0, 5, 5]),
+                       upos=["ADP", "NUM", "PUNCT", "PROPN", "VERB", "NUM", "PUNCT"])
+    lm = lm_text(t)
+    assert lm.words == ["in", "N", "bush", "won", "N"] and lm.heads.tolist() == [2, 4, 4, 0, 4]
+    assert lm.text == "in N bush won N"
+    no_tags = DependencyTree(["Yes", "!", "--"], np.array([0, 1, 1]))  # UPOS "_": punctuation by its characters
+    assert lm_text(no_tags).words == ["yes"]
+    assert lm_text(DependencyTree(["..."], np.array([0]), upos=["PUNCT"])) is None
 
 
 def test_a_study_without_its_treebank_is_a_one_line_error(tmp_path, capsys):

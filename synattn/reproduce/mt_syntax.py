@@ -14,7 +14,6 @@ paired bootstrap test against the baseline of the same seed.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from synattn.io import atomic_write

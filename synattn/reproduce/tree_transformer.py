@@ -5,9 +5,10 @@ right-branching, left-branching and random trees?
 The model is a masked LM with constituent attention in every layer, trained on the treebank's
 training text (its trees are not used for training): on whole words, and with the public code's
 near-zero diagonal of the constituent prior, as the model whose trees Wang et al. report (with
-``--subword-model unigram`` on sentencepiece pieces). Its trees are induced top-down (threshold
-0.8, minimum layer 3; docs/methods.md §3) for the dev (and test) sentences and
-scored by unlabeled bracket F1 without punctuation, single-word and whole-sentence spans excluded,
+``--subword-model unigram`` on sentencepiece pieces; ``--text lm`` trains on and parses the
+treebank as Wang et al.'s language-model text: lowercased, no punctuation, numbers as N). Its
+trees are induced top-down (threshold 0.8, minimum layer 3; docs/methods.md §3) for the dev (and
+test) sentences and scored by unlabeled bracket F1 without punctuation, single-word and whole-sentence spans excluded,
 sentence-averaged (the paper's convention) and corpus-level, for all sentences and for those of at
 most 10 words (punctuation excluded).
 
@@ -29,12 +30,17 @@ import numpy as np
 from synattn.data.prepared import PreparedData
 from synattn.errors import InputError
 from synattn.reproduce.study import Arm, Context, Study, budget_train
-from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
+from synattn.reproduce.treebank_data import TEXTS, add_treebank_argument, lm_word, prepare_treebank
 from synattn.trees.subword import last_piece_index
 
 
 SUBWORD_MODEL = "word"
 WORD_VOCAB = 10000
+TEXT = "as-is"
+
+
+def text_of(ctx: Context) -> str:
+    return getattr(ctx.args, "text", TEXT)
 
 
 class TreeTransformerStudy(Study):
@@ -60,6 +66,10 @@ class TreeTransformerStudy(Study):
         add_treebank_argument(parser)
         parser.add_argument("--gold", help="score against these PTB-bracketed trees (their words are the "
                                            "sentences parsed) instead of the dev split's dependency yields")
+        parser.add_argument("--text", choices=TEXTS, default=TEXT,
+                            help="the treebank's words as they are, or as language-model text (lowercased, "
+                                 "punctuation dropped, numbers as N; Mikolov et al.'s PTB text, on which Wang "
+                                 f"et al. train) for training and parsing alike (default {TEXT})")
         parser.add_argument("--subword-model", choices=("word", "unigram"), default=SUBWORD_MODEL,
                             help=f"the model's tokens: whole words (the {WORD_VOCAB} most frequent, others <unk>; "
                                  f"as Wang et al.) or unigram sentencepiece pieces (default {SUBWORD_MODEL})")
@@ -67,7 +77,7 @@ class TreeTransformerStudy(Study):
     def prepare(self, ctx: Context) -> Path:
         words = getattr(ctx.args, "subword_model", SUBWORD_MODEL) == "word"
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else WORD_VOCAB if words else 8000,
-                                subword_model="word" if words else "unigram")
+                                subword_model="word" if words else "unigram", text=text_of(ctx))
 
     def base_model(self, ctx: Context) -> dict:
         if ctx.toy:
@@ -159,11 +169,16 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     from synattn.cli.common import Sentences
     from synattn.evaluate.runner import gold_word_heads
     from synattn.trees.branching import tree_from_dependency
-    from synattn.trees.constituency import leaves, read_brackets
+    from synattn.trees.constituency import drop_leaves, leaves, read_brackets
+    from synattn.trees.induce import punctuation_mask
 
     gold_file = getattr(ctx.args, "gold", None)
     if gold_file:
         trees = [t for t in read_brackets(gold_file) if leaves(t)]
+        if text_of(ctx) == "lm":  # parse the words the model read: no punctuation, lowercased, N
+            trees = [drop_leaves(t, [not p for p in punctuation_mask(t)]) for t in trees
+                     if not all(punctuation_mask(t))]
+            return words_as_sentences(data, [[lm_word(w) for w in leaves(t)] for t in trees]), trees, 0
         return words_as_sentences(data, [leaves(t) for t in trees]), trees, 0
     all_sentences = Sentences.from_split(data, split)
     labels = PreparedData(data).labels

@@ -7,8 +7,11 @@ from pathlib import Path
 
 from synattn.errors import UsageError
 from synattn.reproduce.study import Context
+from synattn.trees.dependency import DependencyTree
+from synattn.trees.induce import is_punctuation
 
 TOY_SENTENCES = 40
+TEXTS = ("as-is", "lm")  # the treebank's words, or lm_text
 
 
 def add_treebank_argument(parser: argparse.ArgumentParser) -> None:
@@ -37,17 +40,57 @@ def treebank_splits(ctx: Context) -> dict[str, str]:
     return splits
 
 
-def prepare_treebank(ctx: Context, vocab_size: int, subword_model: str = "unigram") -> Path:
+def prepare_treebank(ctx: Context, vocab_size: int, subword_model: str = "unigram", text: str = "as-is") -> Path:
     """Prepares the treebank as a monolingual dataset (words as tokens, gold trees projected onto
     sentencepiece pieces; ``subword_model="word"``: one piece per word) under ``OUT/data``; a toy
-    run takes the first sentences only."""
+    run takes the first sentences only. ``text="lm"``: every split as :func:`lm_text` first."""
     from synattn.data.prepare import PrepareConfig, prepare
 
+    if text not in TEXTS:
+        raise UsageError(f"text must be one of {', '.join(TEXTS)}, got {text!r}")
     splits = treebank_splits(ctx)
     if ctx.toy:
         splits = _toy_copies(splits, ctx.out / "toy-treebank")
+    if text == "lm":
+        splits = _lm_text_copies(splits, ctx.out / "lm-text")
     return prepare(PrepareConfig(out=str(ctx.out / "data"), src_trees=splits, tgt_lang=None,
                                  vocab_size=vocab_size, subword_model=subword_model))
+
+
+def lm_word(word: str) -> str:
+    """A word as language-model text: lowercased, ``N`` when it holds a digit (Mikolov et al. 2011)."""
+    return "N" if any(c.isdigit() for c in word) else word.lower()
+
+
+def lm_text(tree: DependencyTree) -> DependencyTree | None:
+    """The sentence as the language-model text of Mikolov et al. (2011), on which Wang et al. (2019)
+    train their Tree Transformer: punctuation dropped (UPOS ``PUNCT``; by its characters where the
+    treebank has no UPOS), words lowercased, every word with a digit as ``N``. The gold tree
+    follows (:meth:`DependencyTree.keep_words`). ``None`` when the sentence is all punctuation."""
+    keep = [u != "PUNCT" if u != "_" else not is_punctuation(w)
+            for w, u in zip(tree.words, tree.upos or ["_"] * len(tree))]
+    if not any(keep):
+        return None
+    kept = tree.keep_words(keep)
+    kept.words = [lm_word(w) for w in kept.words]
+    kept.text = " ".join(kept.words)
+    return kept
+
+
+def _lm_text_copies(splits: dict[str, str], folder: Path) -> dict[str, str]:
+    """Each split as :func:`lm_text`, written once (atomically) under ``folder``."""
+    from synattn.io import atomic_write
+    from synattn.trees.conllu_io import read_conllu, write_conllu
+
+    out = {}
+    for split, path in splits.items():
+        target = folder / f"{split}.conllu"
+        if not target.exists():
+            trees = [t for t in map(lm_text, read_conllu(path)) if t is not None]
+            with atomic_write(target) as f:
+                write_conllu(trees, f)
+        out[split] = str(target)
+    return out
 
 
 def _toy_copies(splits: dict[str, str], folder: Path) -> dict[str, str]:

@@ -184,3 +184,45 @@ class DependencyTree:
     def is_projective(self) -> bool:
         """Whether the tree is projective (no crossing arcs, ROOT at position 0)."""
         return is_projective_heads(self.heads)
+
+    def keep_words(self, keep: Sequence[bool] | np.ndarray) -> DependencyTree:
+        """The tree over the kept words, in their order.
+
+        A kept word whose head is dropped hangs from its nearest kept ancestor, or from ROOT when
+        it has none (so dropping a root word with dependents leaves several root words). Per-word
+        columns (deprels, tags, the reader's raw columns) follow their words; multiword tokens and
+        empty nodes, which name word ids, are not kept.
+
+        Args:
+            keep: ``[n]`` which words stay (at least one).
+
+        Raises:
+            InputError: a mask of the wrong length, or one that keeps no word.
+
+        Example:
+            >>> t = DependencyTree(["the", "cat", "sleeps", "."], np.array([2, 3, 0, 3]))
+            >>> t.keep_words([True, True, True, False]).heads.tolist()
+            [2, 3, 0]
+        """
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (len(self),):
+            raise InputError(f"keep has shape {list(keep.shape)}, the sentence {len(self)} words",
+                             sent_id=self.sent_id)
+        if not keep.any():
+            raise InputError("no word kept", sent_id=self.sent_id)
+        new_id = np.cumsum(keep)  # [n] 1-based id among the kept words
+        heads = []
+        for i in np.flatnonzero(keep):
+            h = int(self.heads[i])
+            while h and not keep[h - 1]:
+                h = int(self.heads[h - 1])
+            heads.append(int(new_id[h - 1]) if h else 0)
+        kept = np.flatnonzero(keep)
+
+        def column(values: list) -> list:
+            return [values[i] for i in kept] if len(values) == len(self) else list(values)
+
+        metadata = {k: column(v) if k in ("lemma", "feats", "deps", "misc") else v
+                    for k, v in self.metadata.items() if k not in ("multiword_tokens", "empty_nodes")}
+        return DependencyTree(column(self.words), np.array(heads, dtype=np.int64), column(self.deprels),
+                              column(self.upos), column(self.xpos), self.sent_id, self.text, metadata)

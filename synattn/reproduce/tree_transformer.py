@@ -8,9 +8,9 @@ near-zero diagonal of the constituent prior, as the model whose trees Wang et al
 ``--subword-model unigram`` on sentencepiece pieces; ``--text lm`` trains on and parses the
 treebank as Wang et al.'s language-model text: lowercased, no punctuation, numbers as N). Its
 trees are induced top-down (threshold 0.8, minimum layer 3; docs/methods.md §3) for the dev (and
-test) sentences and scored by unlabeled bracket F1 without punctuation, single-word and whole-sentence spans excluded,
-sentence-averaged (the paper's convention) and corpus-level, for all sentences and for those of at
-most 10 words (punctuation excluded).
+test) sentences and scored by unlabeled bracket F1 without punctuation, single-word and
+whole-sentence spans excluded, sentence-averaged (the paper's convention) and corpus-level, for all
+sentences and for those of at most 10 words (punctuation excluded).
 
 Gold brackets: no constituency treebank ships here, so the gold constituents are the yields of
 the treebank's projective gold dependency trees (``synattn.trees.branching.dependency_spans``:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable
 
 from synattn.errors import UsageError
 from synattn.reproduce.study import Context
@@ -50,9 +51,9 @@ def prepare_treebank(ctx: Context, vocab_size: int, subword_model: str = "unigra
         raise UsageError(f"text must be one of {', '.join(TEXTS)}, got {text!r}")
     splits = treebank_splits(ctx)
     if ctx.toy:
-        splits = _toy_copies(splits, ctx.out / "toy-treebank")
+        splits = _copies(splits, ctx.out / "toy-treebank", lambda trees: trees[:TOY_SENTENCES])
     if text == "lm":
-        splits = _lm_text_copies(splits, ctx.out / "lm-text")
+        splits = _copies(splits, ctx.out / "lm-text", lambda trees: [t for t in map(lm_text, trees) if t is not None])
     return prepare(PrepareConfig(out=str(ctx.out / "data"), src_trees=splits, tgt_lang=None,
                                  vocab_size=vocab_size, subword_model=subword_model))
 
@@ -77,8 +78,8 @@ def lm_text(tree: DependencyTree) -> DependencyTree | None:
     return kept
 
 
-def _lm_text_copies(splits: dict[str, str], folder: Path) -> dict[str, str]:
-    """Each split as :func:`lm_text`, written once (atomically) under ``folder``."""
+def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]) -> dict[str, str]:
+    """Each split's trees passed through ``change``, written once (atomically) as ``folder/SPLIT.conllu``."""
     from synattn.io import atomic_write
     from synattn.trees.conllu_io import read_conllu, write_conllu
 
@@ -86,22 +87,7 @@ def _lm_text_copies(splits: dict[str, str], folder: Path) -> dict[str, str]:
     for split, path in splits.items():
         target = folder / f"{split}.conllu"
         if not target.exists():
-            trees = [t for t in map(lm_text, read_conllu(path)) if t is not None]
             with atomic_write(target) as f:
-                write_conllu(trees, f)
-        out[split] = str(target)
-    return out
-
-
-def _toy_copies(splits: dict[str, str], folder: Path) -> dict[str, str]:
-    """The first sentences of each split, written as small CoNLL-U files."""
-    from synattn.trees.conllu_io import read_conllu, write_conllu
-
-    folder.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for split, path in splits.items():
-        target = folder / f"{split}.conllu"
-        if not target.exists():
-            write_conllu(read_conllu(path)[:TOY_SENTENCES], target)
+                write_conllu(change(read_conllu(path)), f)
         out[split] = str(target)
     return out

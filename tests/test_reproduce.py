@@ -68,12 +68,21 @@ def test_supervised_head_study_end_to_end_and_resumable(tmp_path, treebank, caps
     assert (out / "configs" / "supervised.yaml").exists() and "synattn train" in (out / "commands.sh").read_text()
     # rerun with a second seed: seed-1 runs are neither trained nor scored again
     scored = (out / "runs" / "supervised" / "seed1" / "metrics.json").stat().st_mtime_ns
+    capsys.readouterr()
     assert main(args[:4] + ["2"] + args[5:]) == 0
+    assert "= 4 runs of " in capsys.readouterr().err
     assert (out / "runs" / "supervised" / "seed1" / "metrics.json").stat().st_mtime_ns == scored
     results = json.loads((out / "results.json").read_text())
     assert set(results["runs"]["supervised"]) == {"1", "2"}
     diff = results["summaries"]["supervised"]["uas_dev"]["vs_baseline"]
     assert diff["n"] == 2 and diff["std"] >= 0
+    # the results folder moved elsewhere: the same command with the new -o continues there
+    moved = tmp_path / "moved" / "sh"
+    (tmp_path / "moved").mkdir()
+    out.rename(moved)
+    assert main(args[:4] + ["2", "-o", str(moved)] + args[7:]) == 0
+    assert "4 already trained (at most 0.0 h of training to go)" in capsys.readouterr().err
+    assert (moved / "runs" / "supervised" / "seed1" / "metrics.json").stat().st_mtime_ns == scored
 
 
 def test_an_interrupted_study_continues_where_it_stopped(tmp_path, treebank, monkeypatch):

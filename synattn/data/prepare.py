@@ -10,7 +10,8 @@ the stored subword heads when a batch is built, by the vectorised functions of
 :mod:`synattn.trees.relations` (tens of thousands of sentences per second), which keeps the dataset
 O(n) per sentence and lets a config change ``max_distance`` without preparing again.
 
-Re-running with the same settings finds the manifest and does nothing; parsed treebanks are cached
+Re-running with the same settings and inputs (by contents, wherever the input files and ``OUT``
+lie) finds the manifest and does nothing; parsed treebanks are cached
 under ``OUT/cache`` by a hash of their text and parser, so changing e.g. the vocabulary size does not
 parse again. Arrays are written into ``OUT/.building`` and moved into place before the manifest,
 which is written last: a folder without a manifest is never taken as prepared.
@@ -136,12 +137,28 @@ class Side:
 def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, force: bool) -> None:
     """A prepared folder is not changed under the runs trained on it: preparing it again with other
     settings would retrain its tokenizers (runs keep copies and refuse a changed dataset, see
-    :mod:`synattn.runs`). Raises :class:`UsageError` naming the changed settings unless ``force``."""
+    :mod:`synattn.runs`). Raises :class:`UsageError` naming the changed settings and inputs unless
+    ``force``."""
     if force:
         return
-    old = manifest.get("config") if isinstance(manifest, dict) else None
+    manifest = manifest if isinstance(manifest, dict) else {}
+    old = manifest.get("config")
     old = old if isinstance(old, dict) else {}  # a damaged manifest: every setting counts as changed
-    changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in _settings(cfg).items() if old.get(k) != v]
+    now = asdict(cfg)
+    if now["subword_model"] == "unigram":  # as _settings: folders prepared before it have no such key
+        del now["subword_model"]
+    by_contents = isinstance(manifest.get("inputs"), dict)  # else the inputs count by path (older folders)
+    ignored = ("out", "prefixes", "src_trees") if by_contents else ("out",)
+    changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in now.items() if k not in ignored and old.get(k) != v]
+    if by_contents:
+        inputs, before = _input_digests(cfg), manifest["inputs"]
+        for role in sorted(set(inputs) | set(before)):
+            if role not in before:
+                changed.append(f"{role}: a new input")
+            elif role not in inputs:
+                changed.append(f"{role}: no longer an input")
+            elif inputs[role] != before[role]:
+                changed.append(f"{role}: {'not readable' if inputs[role] is None else 'other contents'}")
     raise UsageError(f"{out} is already prepared with other settings ({', '.join(changed) or 'another version'}); "
                      "preparing it again would retrain its tokenizers under the runs trained on it: prepare "
                      "into a new folder (-o NEW_FOLDER), or replace it with --force (runs trained on it will "
@@ -149,12 +166,68 @@ def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, forc
 
 
 def _settings(cfg: PrepareConfig) -> dict:
-    """The settings that identify a prepared folder; a setting added since at its default is left
-    out, so that folders prepared before it still count as prepared with these settings."""
+    """The settings that identify a prepared folder besides the contents of its input files: all
+    but the folder's own path and the input files' paths (a prepared folder moved or copied, with
+    the ``synattn reproduce`` results and input copies around it, is the same dataset; so is one
+    prepared from the same files elsewhere), with the splits that have text files or treebanks.
+    A setting added since at its default is left out, so that folders prepared before it still
+    count as prepared with these settings."""
     settings = asdict(cfg)
+    for name in ("out", "prefixes", "src_trees"):
+        del settings[name]
+    settings["splits"] = {"text": sorted(cfg.prefixes), "trees": sorted(cfg.src_trees)}
     if settings["subword_model"] == "unigram":
         del settings["subword_model"]
     return settings
+
+
+def _input_files(cfg: PrepareConfig) -> dict[str, str]:
+    """The input files by role (``train.src``, ``train.tgt``, ``train.trees``, ...)."""
+    files = {}
+    for split, prefix in cfg.prefixes.items():
+        if prefix.endswith(".tsv"):
+            files[f"{split}.tsv"] = prefix
+        else:
+            files[f"{split}.src"] = f"{prefix}.{cfg.src_lang}"
+            if not cfg.monolingual:
+                files[f"{split}.tgt"] = f"{prefix}.{cfg.tgt_lang}"
+    files.update({f"{split}.trees": path for split, path in cfg.src_trees.items()})
+    return files
+
+
+def _input_digests(cfg: PrepareConfig) -> dict[str, str | None]:
+    """SHA-1 of each input file's contents by role (None: not readable)."""
+    digests: dict[str, str | None] = {}
+    for role, path in _input_files(cfg).items():
+        h = hashlib.sha1()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            digests[role] = None
+            continue
+        digests[role] = h.hexdigest()
+    return digests
+
+
+def _key(cfg: PrepareConfig, inputs: dict[str, str | None]) -> str:
+    """What a prepared folder's manifest records as ``key``: a hash of its settings, the contents of
+    its inputs and the synattn version."""
+    return _hash(_settings(cfg), inputs, __version__)
+
+
+def _older_key(cfg: PrepareConfig, manifest: dict) -> str | None:
+    """The key as folders prepared while the paths (of the folder and of its inputs) were among the
+    settings have it, with the folder's path the manifest records: such a folder, moved, is still
+    prepared (its inputs count by path, as they did)."""
+    old = manifest.get("config")
+    if not isinstance(old, dict) or "out" not in old or "inputs" in manifest:
+        return None
+    settings = {**asdict(cfg), "out": old["out"]}
+    if settings["subword_model"] == "unigram":
+        del settings["subword_model"]
+    return _hash(settings, __version__)
 
 
 def _hash(*parts: object) -> str:
@@ -307,14 +380,15 @@ def _check_config(cfg: PrepareConfig) -> None:
 
 
 def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
-    key = _hash(_settings(cfg), __version__)
+    inputs = _input_digests(cfg)
+    key = _key(cfg, inputs)
     manifest_path = out / MANIFEST
     if manifest_path.exists() and not force:
         try:
             manifest = json.loads(manifest_path.read_text())
         except ValueError:
             manifest = {}
-        if isinstance(manifest, dict) and manifest.get("key") == key:
+        if isinstance(manifest, dict) and manifest.get("key") in (key, _older_key(cfg, manifest)):
             logger.info("%s is already prepared with these settings", out)
             return out
         refuse_changing_prepared(out, manifest, cfg, force)
@@ -375,7 +449,7 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
         json.dump(labels, f, indent=1)
     manifest = {
         "key": key, "synattn": __version__, "python": platform.python_version(),
-        "config": asdict(cfg), "splits": sizes, "sides": list(sides),
+        "config": asdict(cfg), "inputs": inputs, "splits": sizes, "sides": list(sides),
         "spm": {s: f"spm.{names[s]}.model" for s in sides},
         "vocab_size": {s: models[names[s]].get_piece_size() for s in sides},
         "labels": {k: len(v) for k, v in labels.items()},

@@ -110,8 +110,11 @@ def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list
     ctx.data = study.prepare(ctx)
     write_configs(study, ctx, arms, minutes, argv)
     total = seeds * len(arms)
-    print(f"{study.name}: {len(arms)} arms × {seeds} seeds = {total} runs of {minutes:g} training minutes "
-          f"(about {total * minutes / 60:.1f} h of training in all); results in {ctx.out}", file=sys.stderr)
+    trained = sum((run_dir_of(ctx, arm, seed) / DONE).exists() for arm in arms for seed in range(1, seeds + 1))
+    print(f"{study.name}: {len(arms)} arms × {seeds} seeds = {total} runs of {minutes:g} training minutes"
+          + (f", {trained} already trained" if trained else "")
+          + f" (at most {(total - trained) * minutes / 60:.1f} h of training to go); results in {ctx.out}",
+          file=sys.stderr)
     metrics: dict[str, dict[int, dict]] = {arm.name: {} for arm in arms}
     runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in arms}
     done = 0

@@ -192,7 +192,7 @@ CASES = [
     P(["evaluate", "--run", "T/mt", "--split", "nosuch"], 2, "has no split 'nosuch'", None, id="7-evaluate-no-such-split"),
     P(["evaluate", "--run", "T/mt", "--split", "test", "--no-translate"], 0, "ckpt_000002", None,
       id="7-evaluate-never-validated-uses-last"),
-    P(["translate", "--run", "T/mlm", "-i", "T/in.txt"], 2, "translate needs a EncoderDecoderTransformer", None,
+    P(["translate", "--run", "T/mlm", "-i", "T/in.txt"], 2, "translate needs a model of kind EncoderDecoderTransformer", None,
       id="7-translate-masked-lm"),
     P([*TRANSLATE, "-i", "B/long.txt", "-o", "B/out.txt"], 2, "B/long.txt:2: sentence has",
       _long_line(100_000), id="7-translate-100k-word-line"),

@@ -69,7 +69,7 @@ def test_translate_refuses_another_datasets_vocabulary_and_a_masked_lm(tiny, cap
     code = main([*base, "--run", str(tiny / "mt"), "--data", str(tiny / "nowhere")])
     _one_line_error(capsys, code, 2, f"--data: {tiny / 'nowhere'}: no such folder")
     code = main([*base, "--run", str(tiny / "mlm")])
-    _one_line_error(capsys, code, 2, "translate needs a EncoderDecoderTransformer", "MaskedLM")
+    _one_line_error(capsys, code, 2, "translate needs a model of kind EncoderDecoderTransformer", "MaskedLM")
     copy = tiny / "copy"  # the same vocabulary in another folder is fine
     shutil.copytree(tiny / "data", copy, ignore=shutil.ignore_patterns(".synattn.lock"))
     assert main([*base, "--run", str(tiny / "mt"), "--data", str(copy)]) == 0

@@ -244,3 +244,10 @@ def test_empty_tree_spans_nothing():
     # every word of "(X (-NONE- *))" is a trace: the tree that remains has no words and no spans
     (tree,) = read_brackets(io.StringIO("(X (-NONE- *))\n"))
     assert leaves(tree) == [] and spans(tree, include_trivial=True) == set()
+
+
+def test_brackets_in_words_are_written_as_the_penn_treebank_writes_them():
+    tree = Tree("S", (Tree("NP", (Tree("", word="the"), Tree("", word="earth"))),
+                      Tree("VP", (Tree("", word="(was)"), Tree("X", word="empty")))))
+    text = to_brackets(tree)
+    assert "-LRB-was-RRB-" in text and leaves(parse_brackets(text)) == ["the", "earth", "-LRB-was-RRB-", "empty"]

@@ -124,6 +124,36 @@ def test_word_model_keeps_one_piece_per_word_and_unknown_words_as_unk(tmp_path):
     sp = spm.SentencePieceProcessor(model_file=str(out / "spm.src.model"))
     assert sp.encode("zyzzyva") == [1]  # a word never seen is <unk> (id 1), whole
     assert sp.id_to_piece(ids[0].tolist()) == ["▁" + w for w in trees[0].words]
+    # the sentences of a split, as induce/viz read them: the words themselves, not <unk> (⁇)
+    from synattn.cli.common import Sentences
+
+    small = prepare(PrepareConfig(out=str(tmp_path / "small"), src_trees={"train": str(tmp_path / "train.conllu")},
+                                  tgt_lang=None, vocab_size=8, subword_model="word"))
+    assert 1 in IndexedField(small / "train", "src_ids")[0].tolist()  # some word is <unk> there
+    assert Sentences.from_split(small, "train").words == [t.words for t in trees]
+
+
+def test_a_failed_prepare_leaves_no_folder_behind(tmp_path):
+    _write(tmp_path, "train.en", [])
+    _write(tmp_path, "train.fr", [])
+    cfg = PrepareConfig(out=str(tmp_path / "new"), prefixes={"train": str(tmp_path / "train")}, parse_source=False)
+    with pytest.raises(DataError, match="no sentences"):
+        prepare(cfg)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()  # a folder that was there stays
+    with pytest.raises(DataError):
+        prepare(PrepareConfig(**{**cfg.__dict__, "out": str(tmp_path / "kept")}))
+    assert (tmp_path / "kept").is_dir()
+
+
+def test_a_dataset_folder_that_does_not_exist_is_named_as_such(tmp_path):
+    from synattn.data.validate import check_manifest
+
+    with pytest.raises(InputError, match=r"nowhere: no such folder \(from .*\): give the prepared dataset's"):
+        check_manifest(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="manifest.json is missing: not a prepared dataset"):
+        check_manifest(tmp_path / "empty")
 
 
 def test_a_folder_prepared_before_subword_model_existed_is_still_prepared(tmp_path):
@@ -162,9 +192,9 @@ def test_a_moved_folder_is_still_prepared_and_other_settings_are_still_refused(t
     assert prepare(elsewhere) == moved and (moved / MANIFEST).stat().st_mtime_ns == stamp
     # an input edited in place is another dataset
     _write(tmp_path / "text", "dev.fr", FR[1:6])
-    with pytest.raises(UsageError, match=r"other settings \(dev\.tgt: other contents\)"):
+    with pytest.raises(UsageError, match=r"other settings or inputs \(\S+/text/dev\.fr: other contents than when "):
         prepare(elsewhere)
-    with pytest.raises(UsageError, match=r"other settings \(vocab_size=60->50\)"):
+    with pytest.raises(UsageError, match=r"other settings or inputs \(vocab_size=60->50\)"):
         prepare(PrepareConfig(**{**cfg.__dict__, "vocab_size": 50}))
     # a folder prepared while paths were among the settings (no "inputs" in its manifest), then moved
     manifest = json.loads((moved / MANIFEST).read_text())

@@ -103,8 +103,12 @@ def test_an_interrupted_study_continues_where_it_stopped(tmp_path, treebank, mon
     assert (out / "runs" / "plain" / "seed1" / "metrics.json").exists()
     assert (out / "runs" / "supervised" / "seed1" / "train_done.json").exists()
     assert not (out / "runs" / "supervised" / "seed1" / "metrics.json").exists()
-    assert main(args) == 0
+    # trained but not scored, then moved: scored on the dataset where the folder lies now
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    assert main(args[:5] + ["-o", str(moved)] + args[7:]) == 0
     assert calls == ["plain", "supervised", "supervised"]  # plain was not scored again
+    assert (moved / "runs" / "supervised" / "seed1" / "metrics.json").exists()
 
 
 def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_path, treebank):
@@ -202,3 +206,49 @@ def test_paired_bootstrap_of_identical_outputs_is_no_difference():
     assert all(same[k]["delta"] == 0.0 and same[k]["p_value"] == 1.0 for k in ("bleu", "chrf"))
     other = paired_bootstrap(hyps, ["the cat sat on a mat", "the dog barked", "she reads books"], refs, samples=100)
     assert other["chrf"]["delta"] > 0 and other["chrf"]["p_value"] < 1.0
+    # other outputs with the same score (both BLEU 0 here): no difference either
+    zero = paired_bootstrap(["x y", "z"], ["q r", "s"], ["a b c d", "e f g h"], samples=100)
+    assert zero["bleu"]["delta"] == 0.0 and zero["bleu"]["p_value"] == 1.0
+
+
+def test_a_study_stays_true_to_its_inputs_and_budget(tmp_path, treebank, capsys):
+    from synattn.locks import FolderLock
+    from synattn.trees.conllu_io import read_conllu
+
+    out = tmp_path / "tt"
+    args = ["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out)]
+    assert main(args + _trees_args(treebank)) == 0
+    results = (out / "results.json").read_text()
+    json.loads(results, parse_constant=lambda name: pytest.fail(f"{name} in results.json"))  # strict JSON
+    assert "**Toy run**" in (out / "README.md").read_text()
+    capsys.readouterr()
+    # another budget for the same folder: refused before anything is trained
+    assert main(args + ["--minutes", "0.07"] + _trees_args(treebank)) == 2
+    err = capsys.readouterr().err
+    assert "budget of 0.05 training minutes" in err and "--minutes 0.05" in err
+    # dev swapped for test: the study's copy follows the file, and its dataset is not silently reused
+    swapped = _trees_args(treebank, ("train", "test"))[:-1] + [f"dev={treebank['test']}", f"test={treebank['dev']}"]
+    assert main(args + swapped) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "toy-treebank/dev.conllu: other contents" in err[0] and "-o NEW_FOLDER" in err[0]
+    assert read_conllu(out / "toy-treebank" / "dev.conllu")[0].words == read_conllu(treebank["test"])[0].words
+    # one process at a time in a results folder
+    with FolderLock(tmp_path / "busy", "test"):
+        assert main(["reproduce", "tree-transformer", "--toy", "-o", str(tmp_path / "busy")]
+                    + _trees_args(treebank)) == 1
+    assert "busy" in capsys.readouterr().err
+    # a gold file that cannot be read stops the study before it trains
+    bad = tmp_path / "bad.trees"
+    bad.write_text("(S (NP the cat)\n")
+    assert main(["reproduce", "tree-transformer", "--toy", "-o", str(tmp_path / "g"), "--gold", str(bad)]
+                + _trees_args(treebank)) == 2
+    assert "bad.trees:1:" in capsys.readouterr().err and not (tmp_path / "g" / "runs").exists()
+
+
+def test_lm_text_of_punctuation_only_names_the_users_file(tmp_path, capsys):
+    path = tmp_path / "punct.conllu"
+    write_conllu([DependencyTree(["!", "?"], np.array([0, 1]), upos=["PUNCT", "PUNCT"])] * 3, path)
+    assert main(["reproduce", "tree-transformer", "--toy", "--text", "lm", "-o", str(tmp_path / "t"),
+                 "--src-trees", f"train={path}", f"dev={path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"synattn reproduce: error: {path}: no sentence of split train is left")

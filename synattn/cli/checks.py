@@ -71,7 +71,8 @@ def require_model(model, kinds: tuple[type, ...], run: str, command: str) -> Non
     """Refuse a run whose model ``command`` cannot use (e.g. translating with a masked LM)."""
     if not isinstance(model, kinds):
         names = " or ".join(k.__name__ for k in kinds)
-        raise UsageError(f"--run {run}: {command} needs a {names}, but this run trained a {type(model).__name__}")
+        raise UsageError(f"--run {run}: {command} needs a model of kind {names}, but this run trained a "
+                         f"{type(model).__name__}")
 
 
 def check_lengths(sentences, max_len: int, on_error: str, source: str) -> None:

@@ -85,8 +85,17 @@ class Sentences:
             if not 0 <= i < len(dataset):
                 raise InputError(f"sentence index {i} is outside 0..{len(dataset) - 1}", f"{data}/{split}")
         examples = [dataset[i] for i in indices]
-        words = [[sp.decode(ids.tolist()) for ids in _pieces_by_word(e["src_ids"], e["src_word"])]
-                 for e in examples]
+        try:
+            lines = dataset.text("src")
+        except OSError:
+            lines = None
+        words = []
+        for i, e in zip(indices, examples):
+            count = int(e["src_word"].max()) + 1 if len(e["src_word"]) else 0
+            tokens = lines[i].split() if lines is not None and i < len(lines) else []
+            if len(tokens) != count:  # raw text tokenised by the parser: the words from their pieces
+                tokens = [sp.decode(ids.tolist()) for ids in _pieces_by_word(e["src_ids"], e["src_word"])]
+            words.append(tokens)  # the prepared words themselves: rare words are not <unk> (⁇)
         return cls(examples, words, [i + 1 for i in indices], len(dataset))
 
     @classmethod

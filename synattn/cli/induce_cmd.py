@@ -9,7 +9,8 @@ sentence (threshold and minimum layer as in docs/methods.md §3), written bracke
 over words: the link between two words is the model's link between the last piece of the first
 and the first piece of the second. Input text (``-i``) is one sentence per line, its words
 separated by whitespace (PTB style); a ``--split`` of the run's prepared dataset uses the words
-the dataset was prepared with.
+the dataset was prepared with (rare words included, not ``<unk>``). Brackets inside words are
+written ``-LRB-``/``-RRB-``, as in the Penn Treebank.
 
 With ``--gold`` (bracketed trees, one per sentence, e.g. the PTB's with POS tags), unlabeled
 bracket F1 without punctuation (single-word and whole-sentence spans excluded) is printed,

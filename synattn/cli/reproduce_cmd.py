@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help=f"training minutes per run (default {study.minutes:g})")
         s.add_argument("--arms", nargs="+", metavar="ARM", choices=[a.name for a in study.arms],
                        help=f"only these arms (default all: {', '.join(a.name for a in study.arms)}); "
-                            f"the baseline {study.arms[0].name} is always run")
+                            f"the first arm, {study.arms[0].name}, is always run: the others are compared with it")
         s.add_argument("--toy", action="store_true", help="tiny data, model and budget (a smoke test)")
         s.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
         study.add_arguments(s)
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from synattn.cli.paths import output_folder
 
     output_folder(out, "-o")
-    ctx = Context(out=out, args=args, toy=args.toy)
+    ctx = Context(out=out.resolve(), args=args, toy=args.toy)  # the runs' configs work from any directory
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]
     results = run_study(study, ctx, args.seeds, minutes, arms, argv)

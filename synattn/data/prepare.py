@@ -43,7 +43,7 @@ from synattn.data.subwords import train_sentencepiece
 from synattn.data.text import SkipReport, read_lines
 from synattn.errors import ConfigError, DataError, UsageError
 from synattn.io import atomic_write
-from synattn.locks import FolderLock
+from synattn.locks import LOCK_NAME, FolderLock
 from synattn.models.config_io import StrictConfig
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
@@ -134,11 +134,12 @@ class Side:
         return [t.words for t in self.trees] if self.trees is not None else [s.split() for s in self.lines]
 
 
-def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, force: bool) -> None:
+def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, force: bool,
+                             remedy: str | None = None) -> None:
     """A prepared folder is not changed under the runs trained on it: preparing it again with other
     settings would retrain its tokenizers (runs keep copies and refuse a changed dataset, see
     :mod:`synattn.runs`). Raises :class:`UsageError` naming the changed settings and inputs unless
-    ``force``."""
+    ``force``; ``remedy`` replaces the advice (a new ``-o`` folder, or ``--force``)."""
     if force:
         return
     manifest = manifest if isinstance(manifest, dict) else {}
@@ -151,18 +152,20 @@ def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, forc
     ignored = ("out", "prefixes", "src_trees") if by_contents else ("out",)
     changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in now.items() if k not in ignored and old.get(k) != v]
     if by_contents:
-        inputs, before = _input_digests(cfg), manifest["inputs"]
+        inputs, before, files = _input_digests(cfg), manifest["inputs"], _input_files(cfg)
         for role in sorted(set(inputs) | set(before)):
             if role not in before:
-                changed.append(f"{role}: a new input")
+                changed.append(f"{files[role]}: a new input ({role})")
             elif role not in inputs:
                 changed.append(f"{role}: no longer an input")
             elif inputs[role] != before[role]:
-                changed.append(f"{role}: {'not readable' if inputs[role] is None else 'other contents'}")
-    raise UsageError(f"{out} is already prepared with other settings ({', '.join(changed) or 'another version'}); "
-                     "preparing it again would retrain its tokenizers under the runs trained on it: prepare "
-                     "into a new folder (-o NEW_FOLDER), or replace it with --force (runs trained on it will "
-                     "then refuse it)")
+                what = "not readable" if inputs[role] is None else "other contents than when it was prepared"
+                changed.append(f"{files[role]}: {what}")
+    remedy = remedy or ("prepare into a new folder (-o NEW_FOLDER), or replace it with --force (runs trained on "
+                        "it will then refuse it)")
+    raise UsageError(f"{out} is already prepared with other settings or inputs "
+                     f"({', '.join(changed) or 'another version'}); preparing it again would retrain its "
+                     f"tokenizers under the runs trained on it: {remedy}")
 
 
 def _settings(cfg: PrepareConfig) -> dict:
@@ -352,18 +355,27 @@ def _label_vocab(trees: list[DependencyTree], attribute: str) -> list[str]:
     return ["<pad>", "<unk>"] + labels
 
 
-def prepare(cfg: PrepareConfig, force: bool = False) -> Path:
-    """Prepare a dataset (see module docstring); returns the output folder.
+def prepare(cfg: PrepareConfig, force: bool = False, remedy: str | None = None) -> Path:
+    """Prepare a dataset (see module docstring); returns the output folder. ``remedy``: what the
+    refusal to change a prepared folder advises instead of the options of ``synattn prepare``.
 
     Raises:
         DataError: bad input lines (with ``on_error="raise"``), mismatched parallel files.
         MissingDependencyError: a corpus package or spaCy model is missing.
+        UsageError: the folder is prepared with other settings or inputs (unless ``force``).
     """
     out = Path(cfg.out)
     _check_config(cfg)
     check_output_folder(out, force)
-    with FolderLock(out, "prepared dataset"):
-        return _prepare_locked(cfg, out, force)
+    existed = out.exists()
+    try:
+        with FolderLock(out, "prepared dataset"):
+            return _prepare_locked(cfg, out, force, remedy)
+    except BaseException:
+        if not existed and out.is_dir() and [p.name for p in out.iterdir()] == [LOCK_NAME]:  # nothing of it is left behind
+            (out / LOCK_NAME).unlink(missing_ok=True)
+            out.rmdir()
+        raise
 
 
 def _check_config(cfg: PrepareConfig) -> None:
@@ -379,7 +391,7 @@ def _check_config(cfg: PrepareConfig) -> None:
             raise UsageError(f"{option} {value}: must be at least {low}")
 
 
-def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
+def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | None = None) -> Path:
     inputs = _input_digests(cfg)
     key = _key(cfg, inputs)
     manifest_path = out / MANIFEST
@@ -388,10 +400,11 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool) -> Path:
             manifest = json.loads(manifest_path.read_text())
         except ValueError:
             manifest = {}
-        if isinstance(manifest, dict) and manifest.get("key") in (key, _older_key(cfg, manifest)):
+        if isinstance(manifest, dict) and manifest.get("key") is not None and \
+                manifest.get("key") in (key, _older_key(cfg, manifest)):
             logger.info("%s is already prepared with these settings", out)
             return out
-        refuse_changing_prepared(out, manifest, cfg, force)
+        refuse_changing_prepared(out, manifest, cfg, force, remedy)
     data = _load_text(cfg)  # bad input stops here, before anything is written into OUT
     for split, by_side in data.items():
         if not by_side["src"].lines:

@@ -25,6 +25,9 @@ def _json(path: Path, what: str):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise InputError(f"no such folder (from {Path.cwd()}): give the prepared dataset's folder (--data)",
+                             str(path.parent)) from None
         raise InputError(f"{path.name} is missing: not a prepared dataset (run 'synattn prepare')",
                          str(path.parent)) from None
     except (ValueError, UnicodeDecodeError) as err:

@@ -17,9 +17,14 @@ import argparse
 from pathlib import Path
 
 from synattn.io import atomic_write
-from synattn.reproduce.study import Arm, Context, Study, budget_train
+from synattn.reproduce.study import NEW_FOLDER, Arm, Context, Study, budget_train
 
 SUPERVISED = {"layer": 2, "head": 0, "weight": 1.0}
+
+
+def resamples(ctx: Context) -> int:
+    """Resamples of the paired bootstrap (fewer for a toy run)."""
+    return 100 if ctx.toy else 1000
 
 
 class MTSyntaxStudy(Study):
@@ -70,9 +75,9 @@ class MTSyntaxStudy(Study):
                         f.write("\n".join(getattr(p, side) for p in pairs) + "\n")
                 prefixes[split] = str(ctx.out / "text" / split)
             return prepare(PrepareConfig(out=str(ctx.out / "data"), prefixes=prefixes, parse_target=True,
-                                         vocab_size=400))
+                                         vocab_size=400), remedy=NEW_FOLDER)
         return prepare(PrepareConfig(out=str(ctx.out / "data"), corpus="bible", bible_source="4", bible_target="l",
-                                     limit=ctx.args.pairs, parse_target=True, vocab_size=6000))
+                                     limit=ctx.args.pairs, parse_target=True, vocab_size=6000), remedy=NEW_FOLDER)
 
     def base_model(self, ctx: Context) -> dict:
         if ctx.toy:
@@ -88,9 +93,9 @@ class MTSyntaxStudy(Study):
         return {"beam": 2 if ctx.toy else 4, "bleu_sentences": 0, "batch_size": 32}
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
-        from synattn.evaluate.runner import evaluate_run, load_run
+        from synattn.evaluate.runner import evaluate_run
 
-        model, exp, _ = load_run(run_dir, "last")
+        model, exp = self.load(ctx, run_dir)
         count = 20 if ctx.toy else ctx.args.test_sentences
         ev = evaluate_run(model, exp, "test", translate=True, max_translate=count, show_progress=not ctx.toy)
         with atomic_write(run_dir / "test.hyp") as f:
@@ -119,14 +124,14 @@ class MTSyntaxStudy(Study):
                 hyp = (run / "test.hyp").read_text(encoding="utf-8").splitlines()
                 base = (base_run / "test.hyp").read_text(encoding="utf-8").splitlines()
                 refs = PreparedDataset(ctx.data, "test").text("tgt")[:len(hyp)]
-                out.setdefault(arm, {})[str(seed)] = paired_bootstrap(base, hyp, refs, samples=100 if ctx.toy else 1000)
+                out.setdefault(arm, {})[str(seed)] = paired_bootstrap(base, hyp, refs, samples=resamples(ctx))
         return out
 
     def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:
         from synattn.reproduce.report import default_table
 
         lines = [default_table(self, metrics), "",
-                 "Paired bootstrap (sacreBLEU, 1000 resamples) against the baseline of the same seed: "
+                 f"Paired bootstrap (sacreBLEU, {resamples(ctx)} resamples) against the baseline of the same seed: "
                  "Δ and p-value per seed."]
         for arm, by_seed in comparisons.items():
             cells = [f"seed {s}: ΔBLEU {c['bleu']['delta']:+.2f} (p = {c['bleu']['p_value']:.3f}), "

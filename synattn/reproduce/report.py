@@ -83,7 +83,7 @@ def bar_plot(study: Study, metrics: dict[str, dict[int, dict]], path: Path) -> P
 
 
 def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]], comparisons: dict,
-                  final: bool) -> dict:
+                  final: bool, minutes: float | None = None) -> dict:
     """Writes ``results.json`` and ``README.md`` (and, when ``final``, the plots)."""
     results = {"study": study.name, "title": study.title, "question": study.question,
                "complete": final, "arms": {a.name: a.description for a in study.arms if a.name in metrics},
@@ -91,9 +91,16 @@ def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]
                "summaries": summaries(study, metrics), "comparisons": comparisons}
     plots = study.plots(ctx, metrics, ctx.out / "plots") if final else []
     with atomic_write(ctx.out / "results.json") as f:
-        json.dump(results, f, indent=1, default=_json_default)
+        json.dump(json_safe(results), f, indent=1, allow_nan=False)
     table = study.table(ctx, metrics, comparisons)
-    text = [f"# {study.name}: {study.title}", "", study.question, "", table, ""]
+    text = [f"# {study.name}: {study.title}", "", study.question, ""]
+    if ctx.toy:
+        text += ["**Toy run** (`--toy`): tiny data, model and budget, a smoke test of the pipeline; its numbers "
+                 "say nothing about the methods.", ""]
+    elif minutes is not None:
+        text += [f"Budget: {minutes:g} training minutes per run (`train_step` in `results.json`: the updates "
+                 "each made).", ""]
+    text += [table, ""]
     if not final:
         text.append("*(partial: the study is still running)*\n")
     text += [f"![{p.stem}](plots/{p.name})" for p in plots]
@@ -103,11 +110,19 @@ def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]
     return results
 
 
-def _json_default(value):
+def json_safe(value):
+    """``value`` as strict JSON holds it: NaN and infinities as ``null`` (JSON has neither; Python
+    would write bare ``NaN``), numpy scalars as numbers, paths as strings."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
     if isinstance(value, Path):
         return str(value)
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
         return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
     raise TypeError(f"cannot write {type(value).__name__} to JSON")

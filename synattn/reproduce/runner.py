@@ -28,8 +28,9 @@ from pathlib import Path
 
 import yaml
 
+from synattn.errors import UsageError
 from synattn.io import atomic_write
-from synattn.reproduce.report import write_results
+from synattn.reproduce.report import json_safe, write_results
 from synattn.reproduce.study import Arm, Context, Study
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def score_run(study: Study, ctx: Context, arm: Arm, seed: int, run: Path) -> dic
     metrics.update({f"train_{k}": v for k, v in json.loads((run / DONE).read_text()).items()
                     if k in ("step", "minutes")})
     with atomic_write(path) as f:
-        json.dump(metrics, f, indent=1)
+        json.dump(json_safe(metrics), f, indent=1, allow_nan=False)
     return metrics
 
 
@@ -105,8 +106,37 @@ def write_configs(study: Study, ctx: Context, arms: list[Arm], minutes: float, a
 
 def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list[Arm],
               argv: list[str]) -> dict:
-    """Runs ``study`` (see the module docstring); returns what ``results.json`` holds."""
-    ctx.out.mkdir(parents=True, exist_ok=True)
+    """Runs ``study`` (see the module docstring); returns what ``results.json`` holds. One process
+    at a time works in a results folder (a second one stops, naming the first).
+
+    Raises:
+        UsageError: runs of the folder were trained with another budget (``minutes``).
+        RunFailure: another process is working in the folder.
+    """
+    from synattn.locks import FolderLock
+
+    with FolderLock(ctx.out, "results folder of 'synattn reproduce'"):
+        return _run_study(study, ctx, seeds, minutes, arms, argv)
+
+
+def check_budget(ctx: Context, arms: list[Arm], seeds: int, minutes: float) -> None:
+    """Refuses to add runs of another budget to a results folder (their mean would mix budgets)."""
+    for arm in arms:
+        for seed in range(1, seeds + 1):
+            config = run_dir_of(ctx, arm, seed) / "config.yaml"
+            try:
+                trained = yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]["train"]["max_minutes"]
+            except (OSError, yaml.YAMLError, KeyError, TypeError):
+                continue  # no run yet (or not readable: training it reports that)
+            if trained is not None and abs(float(trained) - minutes) > 1e-9:
+                raise UsageError(f"--minutes {minutes:g}: the runs in {ctx.out} have a budget of {trained:g} "
+                                 f"training minutes ({config.parent}); rerun with --minutes {trained:g} to "
+                                 f"continue the study, or give a new results folder (-o) for another budget")
+
+
+def _run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list[Arm],
+               argv: list[str]) -> dict:
+    check_budget(ctx, arms, seeds, minutes)
     ctx.data = study.prepare(ctx)
     write_configs(study, ctx, arms, minutes, argv)
     total = seeds * len(arms)
@@ -125,6 +155,6 @@ def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list
             run = train_run(study, ctx, arm, seed, minutes)
             runs[arm.name][seed] = run
             metrics[arm.name][seed] = score_run(study, ctx, arm, seed, run)
-        write_results(study, ctx, metrics, {}, final=False)
+        write_results(study, ctx, metrics, {}, final=False, minutes=minutes)
     comparisons = study.compare(ctx, runs)
-    return write_results(study, ctx, metrics, comparisons, final=True)
+    return write_results(study, ctx, metrics, comparisons, final=True, minutes=minutes)

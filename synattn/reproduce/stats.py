@@ -71,8 +71,9 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
     Returns:
         ``{"bleu": {...}, "chrf": {...}}``, each with ``baseline``, ``system``, ``delta``,
         ``ci`` (half width of the system's 95% interval), ``p_value`` (the probability that the
-        difference is due to chance; 1 for identical outputs, where sacreBLEU's count of resampled
-        differences at least as large as the observed one, 0, would give its smallest p-value)
+        difference is due to chance; 1 where the scores are equal, e.g. identical outputs, where
+        sacreBLEU's count of resampled differences larger than the observed one, 0, would give its
+        smallest p-value)
         and ``signature``.
     """
     import os
@@ -101,6 +102,6 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
         base, sys_ = scores[metric]
         out[key] = {"baseline": float(base.score), "system": float(sys_.score),
                     "delta": float(sys_.score - base.score), "ci": float(sys_.ci),
-                    "p_value": 1.0 if list(baseline) == list(system) else float(sys_.p_value),
+                    "p_value": 1.0 if sys_.score == base.score else float(sys_.p_value),
                     "signature": str(signatures[metric])}
     return out

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from synattn.io import atomic_write
-from synattn.reproduce.study import Arm, Context, Study, budget_train
+from synattn.reproduce.study import NEW_FOLDER, Arm, Context, Study, budget_train
 
 WORDS = 6
 
@@ -79,7 +79,8 @@ class StructuredAttentionStudy(Study):
                     f.write("\n".join(p[k] for p in pairs) + "\n")
             prefixes[split] = str(folder / split)
         return prepare(PrepareConfig(out=str(ctx.out / "data"), prefixes=prefixes, src_lang="src", tgt_lang="tgt",
-                                     parse_source=False, pretokenized=True, vocab_size=200 if ctx.toy else 4000))
+                                     parse_source=False, pretokenized=True, vocab_size=200 if ctx.toy else 4000),
+                       remedy=NEW_FOLDER)
 
     def base_model(self, ctx: Context) -> dict:
         d, layers = (32, 2) if ctx.toy else (128, 2)
@@ -93,9 +94,9 @@ class StructuredAttentionStudy(Study):
         return {"beam": 1, "bleu_sentences": 0, "batch_size": 64, "max_len_a": 0.5, "max_len_b": 10}
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
-        from synattn.evaluate.runner import evaluate_run, load_run
+        from synattn.evaluate.runner import evaluate_run
 
-        model, exp, _ = load_run(run_dir, "last")
+        model, exp = self.load(ctx, run_dir)
         ev = evaluate_run(model, exp, "test", translate=True, show_progress=not ctx.toy)
         refs = (ctx.out / "text" / "test.tgt").read_text(encoding="utf-8").splitlines()[:len(ev.hypotheses)]
         exact = sum(h.split() == r.split() for h, r in zip(ev.hypotheses, refs))

@@ -51,6 +51,9 @@ class Context:
     data: Path | None = None
 
 
+NEW_FOLDER = "rerun the study into a new results folder (-o NEW_FOLDER)"
+"""What a study advises when its dataset folder was prepared from other inputs or settings."""
+
 def merge(base: dict, changes: dict) -> dict:
     """``base`` with ``changes`` merged in recursively (dicts merge, other values replace).
 
@@ -138,6 +141,16 @@ class Study:
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
         """Scores one trained run: a flat dict of metrics (JSON-serialisable)."""
         raise NotImplementedError
+
+    @staticmethod
+    def load(ctx: Context, run_dir: Path):
+        """``(model, experiment config)`` of the run's last checkpoint, its dataset the study's own
+        (where the results folder lies now, not where it was when the run was trained)."""
+        from synattn.evaluate.runner import load_run
+
+        model, exp, _ = load_run(run_dir, "last")
+        exp.data = str(ctx.data)
+        return model, exp
 
     def compare(self, ctx: Context, runs: dict[str, dict[int, Path]]) -> dict:
         """Comparisons that need several runs at once (e.g. paired bootstrap of translations);

@@ -77,9 +77,7 @@ class SupervisedHeadStudy(Study):
                             validate_every=5, bf16=True)
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
-        from synattn.evaluate.runner import load_run
-
-        model, exp, _ = load_run(run_dir, "last")
+        model, exp = self.load(ctx, run_dir)
         splits = ["dev"] + (["test"] if (Path(exp.data) / "test").exists() else [])
         scores = {split: head_attachment(model, exp.data, split) for split in splits}
         out: dict = {"dev_ppl": last_valid(run_dir).get("ppl")}

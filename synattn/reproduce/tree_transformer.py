@@ -75,6 +75,12 @@ class TreeTransformerStudy(Study):
                                  f"as Wang et al.) or unigram sentencepiece pieces (default {SUBWORD_MODEL})")
 
     def prepare(self, ctx: Context) -> Path:
+        gold = getattr(ctx.args, "gold", None)
+        if gold:  # a bad gold file stops the study before its minutes of training, not after
+            from synattn.trees.constituency import leaves, read_brackets
+
+            if not any(leaves(t) for t in read_brackets(gold)):
+                raise InputError("no tree with words: nothing to score the induced trees against", gold)
         words = getattr(ctx.args, "subword_model", SUBWORD_MODEL) == "word"
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else WORD_VOCAB if words else 8000,
                                 subword_model="word" if words else "unigram", text=text_of(ctx))
@@ -91,9 +97,7 @@ class TreeTransformerStudy(Study):
                             validate_every=5, bf16=True)
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
-        from synattn.evaluate.runner import load_run
-
-        model, exp, _ = load_run(run_dir, "last")
+        model, exp = self.load(ctx, run_dir)
         data = Path(exp.data)
         out: dict = {}
         sets = {"dev": gold_sentences(ctx, data, "dev")}

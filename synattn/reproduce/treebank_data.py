@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from synattn.errors import UsageError
-from synattn.reproduce.study import Context
+from synattn.reproduce.study import NEW_FOLDER, Context
 from synattn.trees.dependency import DependencyTree
 from synattn.trees.induce import is_punctuation
 
@@ -55,7 +55,7 @@ def prepare_treebank(ctx: Context, vocab_size: int, subword_model: str = "unigra
     if text == "lm":
         splits = _copies(splits, ctx.out / "lm-text", lambda trees: [t for t in map(lm_text, trees) if t is not None])
     return prepare(PrepareConfig(out=str(ctx.out / "data"), src_trees=splits, tgt_lang=None,
-                                 vocab_size=vocab_size, subword_model=subword_model))
+                                 vocab_size=vocab_size, subword_model=subword_model), remedy=NEW_FOLDER)
 
 
 def lm_word(word: str) -> str:
@@ -79,15 +79,43 @@ def lm_text(tree: DependencyTree) -> DependencyTree | None:
 
 
 def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]) -> dict[str, str]:
-    """Each split's trees passed through ``change``, written once (atomically) as ``folder/SPLIT.conllu``."""
+    """Each split's trees passed through ``change``, written (atomically) as ``folder/SPLIT.conllu``;
+    written again when the split's file has other contents than those the copy was made from (its
+    SHA-1 is kept beside it, ``SPLIT.source``), so a study rerun on edited or other files never
+    trains on stale copies.
+
+    Raises:
+        DataError: ``change`` leaves no sentence of a split (the error names the user's file).
+    """
+    import hashlib
+    import json
+
+    from synattn.errors import DataError
     from synattn.io import atomic_write
     from synattn.trees.conllu_io import read_conllu, write_conllu
 
     out = {}
     for split, path in splits.items():
-        target = folder / f"{split}.conllu"
-        if not target.exists():
+        target, source = folder / f"{split}.conllu", folder / f"{split}.source"
+        digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()
+        try:
+            made_from = json.loads(source.read_text())["sha1"]
+        except (OSError, ValueError, KeyError, TypeError):
+            made_from = None
+        if made_from != digest or not target.exists():
+            trees = change(read_conllu(path))
+            if not trees:
+                origin = path  # a copy of a copy (the toy's language-model text) names the user's file
+                for _ in range(2):
+                    try:
+                        origin = json.loads(Path(origin).with_suffix(".source").read_text())["path"]
+                    except (OSError, ValueError, KeyError, TypeError):
+                        break
+                raise DataError(f"no sentence of split {split} is left for {folder.name} (its sentences were "
+                                "all punctuation, or there were none)", origin)
             with atomic_write(target) as f:
-                write_conllu(change(read_conllu(path)), f)
+                write_conllu(trees, f)
+            with atomic_write(source) as f:
+                json.dump({"path": path, "sha1": digest}, f)
         out[split] = str(target)
     return out

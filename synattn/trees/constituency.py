@@ -93,12 +93,15 @@ def to_brackets(tree: Tree) -> str:
 
     An unlabelled leaf is its bare word; an unlabelled inner node opens with ``"( "`` (so that
     ``parse_brackets`` does not take its first word for a label). An inner node whose only
-    child is an unlabelled leaf, ``(X w)``, reads back as a leaf tagged ``X``.
+    child is an unlabelled leaf, ``(X w)``, reads back as a leaf tagged ``X``. Brackets inside
+    words are written as the Penn Treebank writes them, ``-LRB-`` and ``-RRB-``, so that the
+    output reads back.
     """
     parts: list[str] = []
     for event, node in _walk(tree):
         if event == "leaf":
-            parts.append(f"({node.label} {node.word})" if node.label else node.word)
+            word = node.word.replace("(", "-LRB-").replace(")", "-RRB-")
+            parts.append(f"({node.label} {word})" if node.label else word)
         elif event == "open":
             parts.append(f"({node.label}")
         else:

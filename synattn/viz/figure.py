@@ -22,7 +22,7 @@ def save(fig, path: str | Path, dpi: int = 110) -> Path:
     path = Path(path)
     try:
         with atomic_write(path, "wb") as f:
-            fig.savefig(f, dpi=dpi, format=path.suffix.lstrip(".") or "png")
+            fig.savefig(f, dpi=dpi, format=path.suffix.lstrip(".") or "png", bbox_inches="tight")
     finally:
         pyplot().close(fig)
     return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -58,3 +59,13 @@ def _naming(err: OSError, path: Path) -> OSError:
     if err.errno == errno.ENOSPC:
         cause += " (is the disk full?)"
     return OSError(err.errno, f"cannot write: {cause}", str(path))
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's contents, read in blocks (the files compared for identity: datasets'
+    inputs, tokenizers)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -20,20 +20,16 @@ files; a dataset whose files differ (prepared again, or another one) is refused 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 from synattn.errors import ConfigError, InputError, RunFailure
+from synattn.io import file_digest
 
 VOCAB = "vocab"
 MANIFEST = "manifest.json"
 LABELS = "labels.json"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _manifest(folder: Path) -> dict:
@@ -66,7 +62,7 @@ def fingerprint(folder: str | Path) -> dict:
     files = {}
     for name in vocab_files(manifest):
         path = folder / name
-        files[name] = _sha256(path) if path.exists() else None
+        files[name] = file_digest(path) if path.exists() else None
     return {"path": str(folder), "key": manifest.get("key"), "files": files}
 
 

@@ -225,7 +225,7 @@ def test_a_study_stays_true_to_its_inputs_and_budget(tmp_path, treebank, capsys)
     # another budget for the same folder: refused before anything is trained
     assert main(args + ["--minutes", "0.07"] + _trees_args(treebank)) == 2
     err = capsys.readouterr().err
-    assert "budget of 0.05 training minutes" in err and "--minutes 0.05" in err
+    assert "budget of 0.5 training minutes" in err and "--minutes 0.5" in err
     # dev swapped for test: the study's copy follows the file, and its dataset is not silently reused
     swapped = _trees_args(treebank, ("train", "test"))[:-1] + [f"dev={treebank['test']}", f"test={treebank['dev']}"]
     assert main(args + swapped) == 2

@@ -225,8 +225,8 @@ def test_preparing_a_folder_again_with_other_settings_is_refused(tmp_path):
     out = prepare(cfg)
     before = (out / "spm.tgt.model").read_bytes()
     cfg.parse_target = True
-    with pytest.raises(UsageError, match=r"already prepared with other settings or inputs \(parse_target=False->True\).*"
-                                         r"new folder"):
+    with pytest.raises(UsageError, match=r"already prepared with other settings or inputs "
+                                         r"\(parse_target=False->True\).*new folder"):
         prepare(cfg)
     assert (out / "spm.tgt.model").read_bytes() == before
 

@@ -4,7 +4,6 @@ fits the command, ``--data`` has the run's vocabulary, inputs are not longer tha
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from synattn.cli.options import positive_int
 from synattn.data.prepared import PreparedData
 from synattn.data.validate import check_dataset, check_manifest
 from synattn.errors import InputError, UsageError
+from synattn.io import file_digest
 from synattn.runs import VOCAB, dataset_of, run_vocab
 
 DEFAULT_MAX_LEN = 1024
@@ -25,7 +25,7 @@ def add_max_len_argument(p: argparse.ArgumentParser) -> None:
 
 def _digest(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return file_digest(path)
     except OSError:
         return None
 

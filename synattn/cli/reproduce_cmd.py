@@ -22,6 +22,9 @@ from pathlib import Path
 from synattn.cli.options import positive_float, positive_int
 from synattn.errors import UsageError
 
+TOY_MINUTES = 0.5
+"""The budget of a ``--toy`` run unless ``--minutes`` is given."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from synattn.reproduce import STUDIES
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     study = STUDIES[args.study]
     arms = [a for a in study.arms if a is study.arms[0] or not args.arms or a.name in args.arms]
-    minutes = 0.05 if args.toy and args.minutes == study.minutes else args.minutes
+    # a toy run stops after six updates; its minutes only bound a slow first update (kernels compiled)
+    minutes = TOY_MINUTES if args.toy and args.minutes == study.minutes else args.minutes
     out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
     from synattn.cli.paths import output_folder
 

@@ -42,7 +42,7 @@ from synattn.data.prepared import MANIFEST, MARKER, check_output_folder
 from synattn.data.subwords import train_sentencepiece
 from synattn.data.text import SkipReport, read_lines
 from synattn.errors import ConfigError, DataError, UsageError
-from synattn.io import atomic_write
+from synattn.io import atomic_write, file_digest
 from synattn.locks import LOCK_NAME, FolderLock
 from synattn.models.config_io import StrictConfig
 from synattn.progress import progress
@@ -145,9 +145,7 @@ def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, forc
     manifest = manifest if isinstance(manifest, dict) else {}
     old = manifest.get("config")
     old = old if isinstance(old, dict) else {}  # a damaged manifest: every setting counts as changed
-    now = asdict(cfg)
-    if now["subword_model"] == "unigram":  # as _settings: folders prepared before it have no such key
-        del now["subword_model"]
+    now = _without_later_defaults(asdict(cfg))
     by_contents = isinstance(manifest.get("inputs"), dict)  # else the inputs count by path (older folders)
     ignored = ("out", "prefixes", "src_trees") if by_contents else ("out",)
     changed = [f"{k}={old.get(k)!r}->{v!r}" for k, v in now.items() if k not in ignored and old.get(k) != v]
@@ -172,14 +170,18 @@ def _settings(cfg: PrepareConfig) -> dict:
     """The settings that identify a prepared folder besides the contents of its input files: all
     but the folder's own path and the input files' paths (a prepared folder moved or copied, with
     the ``synattn reproduce`` results and input copies around it, is the same dataset; so is one
-    prepared from the same files elsewhere), with the splits that have text files or treebanks.
-    A setting added since at its default is left out, so that folders prepared before it still
-    count as prepared with these settings."""
+    prepared from the same files elsewhere), with the splits that have text files or treebanks."""
     settings = asdict(cfg)
     for name in ("out", "prefixes", "src_trees"):
         del settings[name]
     settings["splits"] = {"text": sorted(cfg.prefixes), "trees": sorted(cfg.src_trees)}
-    if settings["subword_model"] == "unigram":
+    return _without_later_defaults(settings)
+
+
+def _without_later_defaults(settings: dict) -> dict:
+    """``settings`` without the settings added since folders were first prepared, where they have
+    their default (``subword_model: unigram``): such folders count as prepared with them."""
+    if settings.get("subword_model") == "unigram":
         del settings["subword_model"]
     return settings
 
@@ -199,18 +201,13 @@ def _input_files(cfg: PrepareConfig) -> dict[str, str]:
 
 
 def _input_digests(cfg: PrepareConfig) -> dict[str, str | None]:
-    """SHA-1 of each input file's contents by role (None: not readable)."""
+    """SHA-256 of each input file's contents by role (None: not readable)."""
     digests: dict[str, str | None] = {}
     for role, path in _input_files(cfg).items():
-        h = hashlib.sha1()
         try:
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
+            digests[role] = file_digest(path)
         except OSError:
             digests[role] = None
-            continue
-        digests[role] = h.hexdigest()
     return digests
 
 
@@ -227,10 +224,7 @@ def _older_key(cfg: PrepareConfig, manifest: dict) -> str | None:
     old = manifest.get("config")
     if not isinstance(old, dict) or "out" not in old or "inputs" in manifest:
         return None
-    settings = {**asdict(cfg), "out": old["out"]}
-    if settings["subword_model"] == "unigram":
-        del settings["subword_model"]
-    return _hash(settings, __version__)
+    return _hash(_without_later_defaults({**asdict(cfg), "out": old["out"]}), __version__)
 
 
 def _hash(*parts: object) -> str:
@@ -372,7 +366,7 @@ def prepare(cfg: PrepareConfig, force: bool = False, remedy: str | None = None) 
         with FolderLock(out, "prepared dataset"):
             return _prepare_locked(cfg, out, force, remedy)
     except BaseException:
-        if not existed and out.is_dir() and [p.name for p in out.iterdir()] == [LOCK_NAME]:  # nothing of it is left behind
+        if not existed and out.is_dir() and [p.name for p in out.iterdir()] == [LOCK_NAME]:  # leave nothing behind
             (out / LOCK_NAME).unlink(missing_ok=True)
             out.rmdir()
         raise

@@ -54,6 +54,7 @@ class Context:
 NEW_FOLDER = "rerun the study into a new results folder (-o NEW_FOLDER)"
 """What a study advises when its dataset folder was prepared from other inputs or settings."""
 
+
 def merge(base: dict, changes: dict) -> dict:
     """``base`` with ``changes`` merged in recursively (dicts merge, other values replace).
 

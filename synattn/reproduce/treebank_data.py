@@ -81,25 +81,24 @@ def lm_text(tree: DependencyTree) -> DependencyTree | None:
 def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]) -> dict[str, str]:
     """Each split's trees passed through ``change``, written (atomically) as ``folder/SPLIT.conllu``;
     written again when the split's file has other contents than those the copy was made from (its
-    SHA-1 is kept beside it, ``SPLIT.source``), so a study rerun on edited or other files never
+    SHA-256 is kept beside it, ``SPLIT.source``), so a study rerun on edited or other files never
     trains on stale copies.
 
     Raises:
         DataError: ``change`` leaves no sentence of a split (the error names the user's file).
     """
-    import hashlib
     import json
 
     from synattn.errors import DataError
-    from synattn.io import atomic_write
+    from synattn.io import atomic_write, file_digest
     from synattn.trees.conllu_io import read_conllu, write_conllu
 
     out = {}
     for split, path in splits.items():
         target, source = folder / f"{split}.conllu", folder / f"{split}.source"
-        digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()
+        digest = file_digest(path)
         try:
-            made_from = json.loads(source.read_text())["sha1"]
+            made_from = json.loads(source.read_text())["sha256"]
         except (OSError, ValueError, KeyError, TypeError):
             made_from = None
         if made_from != digest or not target.exists():
@@ -116,6 +115,6 @@ def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]
             with atomic_write(target) as f:
                 write_conllu(trees, f)
             with atomic_write(source) as f:
-                json.dump({"path": path, "sha1": digest}, f)
+                json.dump({"path": path, "sha256": digest}, f)
         out[split] = str(target)
     return out

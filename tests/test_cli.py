@@ -23,6 +23,22 @@ def test_help_lists_every_subcommand(capsys):
         assert f"usage: synattn {name}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["prepare", "--vocab-size", "0", "-o", "x", "--corpus", "bible"],
+     "synattn prepare: error: argument --vocab-size: must be a positive integer, got 0 (see 'synattn prepare --help')"),
+    (["prepare", "--vocab-sise", "3", "-o", "x"],
+     "synattn prepare: error: unrecognized arguments: --vocab-sise 3 (see 'synattn prepare --help')"),
+    (["reproduce", "supervised-head", "--seeds", "0"],
+     "synattn reproduce: error: argument --seeds: must be a positive integer, got 0 "
+     "(see 'synattn reproduce supervised-head --help')"),
+])
+def test_option_errors_are_one_line_naming_the_command(argv, line, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+
+
 def test_console_entry_point_runs():
     out = subprocess.run([sys.executable, "-m", "synattn.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("synattn ")

@@ -23,8 +23,17 @@ SUBCOMMANDS = (demo_cmd, prepare_cmd, train_cmd, translate_cmd, evaluate_cmd, in
                parse_cmd, corpus_cmd, stats_cmd)
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's parser with its errors on one line, as synattn's other errors (exit status 2):
+    ``synattn COMMAND: error: MESSAGE`` and where to read the options, without the usage block."""
+
+    def error(self, message: str):
+        command = " ".join(self.prog.split()[:2])  # a study's options are those of `synattn reproduce`
+        self.exit(2, f"{command}: error: {' '.join(message.split())} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="synattn",
         description="Syntax-aware and structured attention for Transformers.",
         epilog="Run 'synattn COMMAND --help' for the options of a command.")
@@ -39,7 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named with the command they were given to, not the top-level parser
+        parser.exit(2, f"synattn {args.command}: error: unrecognized arguments: {' '.join(unknown)} "
+                       f"(see 'synattn {args.command} --help')\n")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)

@@ -49,11 +49,12 @@ def prepare_treebank(ctx: Context, vocab_size: int, subword_model: str = "unigra
 
     if text not in TEXTS:
         raise UsageError(f"text must be one of {', '.join(TEXTS)}, got {text!r}")
-    splits = treebank_splits(ctx)
+    given = splits = treebank_splits(ctx)
     if ctx.toy:
-        splits = _copies(splits, ctx.out / "toy-treebank", lambda trees: trees[:TOY_SENTENCES])
+        splits = _copies(splits, ctx.out / "toy-treebank", lambda trees: trees[:TOY_SENTENCES], given)
     if text == "lm":
-        splits = _copies(splits, ctx.out / "lm-text", lambda trees: [t for t in map(lm_text, trees) if t is not None])
+        splits = _copies(splits, ctx.out / "lm-text", lambda trees: [t for t in map(lm_text, trees) if t is not None],
+                         given)
     return prepare(PrepareConfig(out=str(ctx.out / "data"), src_trees=splits, tgt_lang=None,
                                  vocab_size=vocab_size, subword_model=subword_model), remedy=NEW_FOLDER)
 
@@ -78,14 +79,15 @@ def lm_text(tree: DependencyTree) -> DependencyTree | None:
     return kept
 
 
-def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]) -> dict[str, str]:
+def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list],
+            given: dict[str, str]) -> dict[str, str]:
     """Each split's trees passed through ``change``, written (atomically) as ``folder/SPLIT.conllu``;
     written again when the split's file has other contents than those the copy was made from (its
     SHA-256 is kept beside it, ``SPLIT.source``), so a study rerun on edited or other files never
     trains on stale copies.
 
     Raises:
-        DataError: ``change`` leaves no sentence of a split (the error names the user's file).
+        DataError: ``change`` leaves no sentence of a split (the error names the user's file, ``given``).
     """
     import json
 
@@ -104,14 +106,8 @@ def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]
         if made_from != digest or not target.exists():
             trees = change(read_conllu(path))
             if not trees:
-                origin = path  # a copy of a copy (the toy's language-model text) names the user's file
-                for _ in range(2):
-                    try:
-                        origin = json.loads(Path(origin).with_suffix(".source").read_text())["path"]
-                    except (OSError, ValueError, KeyError, TypeError):
-                        break
                 raise DataError(f"no sentence of split {split} is left for {folder.name} (its sentences were "
-                                "all punctuation, or there were none)", origin)
+                                "all punctuation, or there were none)", given[split])
             with atomic_write(target) as f:
                 write_conllu(trees, f)
             with atomic_write(source) as f:

@@ -8,6 +8,8 @@ and a fingerprint of its dataset.
       spm.src.model       the sentencepiece model(s) (spm.joint.model for a joint vocabulary)
       spm.tgt.model
       labels.json         POS and dependency-label vocabularies
+      detok.tgt.json      how the target's tokens are written as text (synattn.data.detok), when
+                          the parser tokenized it
 
 so ``RUN/vocab`` reads like the vocabulary part of a prepared folder (``Translator(model,
 RUN/vocab)``, ``Sentences.from_text``), from any directory and after the dataset has moved. The
@@ -44,7 +46,7 @@ def _manifest(folder: Path) -> dict:
 
 def vocab_files(manifest: dict) -> list[str]:
     """The files of a prepared folder that a model's inputs and outputs depend on."""
-    return sorted(set(manifest["spm"].values())) + [LABELS]
+    return sorted(set(manifest["spm"].values()) | set((manifest.get("detok") or {}).values())) + [LABELS]
 
 
 def fingerprint(folder: str | Path) -> dict:

@@ -182,6 +182,27 @@ def test_mt_syntax_study_with_paired_bootstrap(tmp_path):
         assert 0 <= test["chrf"]["p_value"] <= 1 and "bs:100" in test["bleu"]["signature"]
     assert "uas" in results["runs"]["supervised-dec"]["1"]
     assert "Paired bootstrap" in (out / "README.md").read_text()
+    # translations are written as the verses are (the learned spacing), not as tokens
+    from synattn.data.prepared import PreparedData
+
+    spacing = PreparedData(out / "data").spacing("tgt")
+    assert spacing is not None and "," in spacing.glued_left and "l'" in spacing.glued_right
+    run = out / "runs" / "baseline" / "seed1"
+    text = (run / "test.hyp").read_text().splitlines()
+    assert results["runs"]["baseline"]["1"]["detokenized"] is True
+    assert [spacing.detokenize(t) for t in text] == text
+    # a run scored before that (tokens in test.hyp) is scored again from its output, not retrained
+    tokens = ["Il dit : Juda , viens ! l' homme s' en alla ."] * len(text)
+    (run / "test.hyp").write_text("\n".join(tokens) + "\n")
+    metrics = json.loads((run / "metrics.json").read_text())
+    del metrics["detokenized"]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    assert main(["reproduce", "mt-syntax", "--toy", "--seeds", "1", "-o", str(out),
+                 "--arms", "tree-distance", "supervised-dec", "segmentation"]) == 0
+    assert (run / "test.hyp").read_text().splitlines()[0] == "Il dit: Juda, viens! l'homme s'en alla."
+    again = json.loads((out / "results.json").read_text())["runs"]["baseline"]["1"]
+    assert again["detokenized"] is True and again["bleu_tokenized"] == metrics["bleu"]
+    assert again["train_step"] == metrics["train_step"]
 
 
 @pytest.mark.needs_corpora

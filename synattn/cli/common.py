@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from synattn.data.batching import PreparedDataset
+from synattn.data.batching import PreparedDataset, pieces_by_word
 from synattn.data.prepare import encode_sentence
 from synattn.data.prepared import PreparedData
 from synattn.cli.paths import input_folder
@@ -94,7 +94,7 @@ class Sentences:
             count = int(e["src_word"].max()) + 1 if len(e["src_word"]) else 0
             tokens = lines[i].split() if lines is not None and i < len(lines) else []
             if len(tokens) != count:  # raw text tokenised by the parser: the words from their pieces
-                tokens = [sp.decode(ids.tolist()) for ids in _pieces_by_word(e["src_ids"], e["src_word"])]
+                tokens = [sp.decode(ids.tolist()) for ids in pieces_by_word(e["src_ids"], e["src_word"])]
             words.append(tokens)  # the prepared words themselves: rare words are not <unk> (⁇)
         return cls(examples, words, [i + 1 for i in indices], len(dataset))
 
@@ -128,11 +128,6 @@ class Sentences:
         with open(path, "rb") as f:
             total = sum(1 for _ in f)
         return cls(examples, words, [number for number, _ in lines], total)
-
-
-def _pieces_by_word(ids: np.ndarray, word_of_piece: np.ndarray) -> list[np.ndarray]:
-    """The piece ids of each word."""
-    return np.split(ids, np.flatnonzero(np.diff(word_of_piece)) + 1)
 
 
 def write_aligned(output: str | None, total: int, numbers: Sequence[int], texts: Sequence[str]) -> None:

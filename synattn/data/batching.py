@@ -68,6 +68,13 @@ class PreparedDataset:
         """The sentences of one side as prepared (e.g. references for BLEU), one per example."""
         return (self.folder / self.split / f"{side}.txt").read_text(encoding="utf-8").splitlines()
 
+    def words(self, side: str, tokenizer) -> list[list[str]]:
+        """Every example's words on ``side`` as prepared, spelled from their pieces with the side's
+        sentencepiece ``tokenizer`` (rare words whole, not ``<unk>``)."""
+        ids, word = self.fields[f"{side}_ids"], self.fields[f"{side}_word"]
+        return [[tokenizer.decode(p.tolist()) for p in pieces_by_word(ids[i], word[i])] if len(ids[i]) else []
+                for i in range(len(self))]
+
     def has(self, name: str) -> bool:
         return name in self.fields
 
@@ -80,6 +87,11 @@ class PreparedDataset:
         if "tgt_ids" in self.fields:
             out = np.maximum(out, self.fields["tgt_ids"].lengths + 1)
         return out
+
+
+def pieces_by_word(ids: np.ndarray, word_of_piece: np.ndarray) -> list[np.ndarray]:
+    """The piece ids of each word, given each piece's word index."""
+    return np.split(ids, np.flatnonzero(np.diff(word_of_piece)) + 1)
 
 
 def token_batches(lengths: np.ndarray, max_tokens: int, *, shuffle: bool = True, seed: int = 0,

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from synattn import __version__
+from synattn.data.detok import Spacing
 from synattn.data.encoding import encode_sentence
 from synattn.data.indexed import write_field
 from synattn.data.prepared import MANIFEST, MARKER, check_output_folder
@@ -429,6 +430,12 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
                 raise DataError(f"sentencepiece cannot train on it: {' '.join(str(err).split())}",
                                 data["train"]["src" if name != "tgt" else "tgt"].path) from None
 
+    detok = {}  # how each side's tokens are written as text, learned from train (synattn.data.detok)
+    for s in sides:
+        spacing = Spacing.learn(zip(data["train"][s].words(), data["train"][s].lines))
+        if not spacing.is_identity:
+            detok[s] = f"detok.{s}.json"
+            spacing.save(out / detok[s])
     trees_of = {s: data["train"][s].trees for s in sides}  # label vocabularies come from train only
     labels: dict[str, list[str]] = {}
     for s in sides:
@@ -458,6 +465,7 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
         "key": key, "synattn": __version__, "python": platform.python_version(),
         "config": asdict(cfg), "inputs": inputs, "splits": sizes, "sides": list(sides),
         "spm": {s: f"spm.{names[s]}.model" for s in sides},
+        "detok": detok,
         "vocab_size": {s: models[names[s]].get_piece_size() for s in sides},
         "labels": {k: len(v) for k, v in labels.items()},
         "trees": {s: trees_of[s] is not None for s in sides},

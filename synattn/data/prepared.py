@@ -3,7 +3,9 @@ tokenizers, each read once (the splits' arrays are read by :class:`synattn.data.
 
 The folder holds ``manifest.json`` (:data:`MANIFEST`: splits, sides, sentencepiece file names,
 vocabulary sizes, which sides have trees), ``labels.json`` (:data:`LABELS`: the POS and
-dependency-label vocabularies, when the data was parsed) and the sentencepiece models.
+dependency-label vocabularies, when the data was parsed), the sentencepiece models and, for a side
+whose text the parser tokenized, ``detok.SIDE.json`` (how its tokens are written as text,
+:mod:`synattn.data.detok`).
 
 Example:
     >>> PreparedData.is_prepared("/nonexistent")
@@ -18,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from synattn.errors import UsageError
+from synattn.errors import InputError, UsageError
 from synattn.locks import LOCK_NAME
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,34 @@ class PreparedData:
     def tokenizer_path(self, side: str) -> Path:
         """The sentencepiece model of ``side`` (``src`` or ``tgt``)."""
         return self.folder / self.manifest["spm"][side]
+
+    def spacing(self, side: str):
+        """How ``side``'s tokens are written as text (a :class:`synattn.data.detok.Spacing`), or None
+        when they are written as they are (whitespace-separated input).
+
+        The table ``prepare`` stored (``detok.SIDE.json``); for a folder prepared before those
+        tables, one learned from its training split (seconds); None for the vocabulary copy of such
+        a folder in a run (``RUN/vocab``), which has no text to learn from.
+        """
+        from synattn.data.detok import Spacing
+
+        tables = self.manifest.get("detok")
+        if tables is not None:
+            if side not in tables:
+                return None
+            try:
+                return Spacing.load(self.folder / tables[side])
+            except ValueError as err:
+                raise InputError(f"{str(err).split(': ', 1)[-1]}; prepare the dataset again",
+                                 str(self.folder / tables[side])) from None
+        if not (self.folder / "train" / f"{side}.txt").is_file():
+            return None
+        from synattn.data.batching import PreparedDataset
+
+        logger.info("%s was prepared without detokenization tables: learning %s's from its training text",
+                    self.folder, side)
+        train = PreparedDataset(self.folder, "train")
+        return Spacing.learn(zip(train.words(side, self.tokenizer(side)), train.text(side)))
 
     def tokenizer(self, side: str):
         """The sentencepiece processor of ``side``."""

@@ -58,6 +58,10 @@ def check_manifest(folder: str | Path) -> dict:
     for key in ("trees", "config"):
         if not isinstance(manifest.get(key, {}), dict):
             raise bad(f"'{key}' must be an object, got {manifest.get(key)!r}")
+    detok = manifest.get("detok", {})
+    if not isinstance(detok, dict) or not all(side in sides and isinstance(name, str) and _FILE_NAME.fullmatch(name)
+                                              for side, name in detok.items()):
+        raise bad(f"'detok' must map sides to file names inside the folder, got {detok!r}")
     for side in sides:
         name, size = manifest["spm"].get(side), manifest["vocab_size"].get(side)
         if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):

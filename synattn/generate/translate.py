@@ -3,6 +3,7 @@ beam search, decode pieces back to text."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from synattn.generate.greedy import greedy_search
 from synattn.progress import progress
 from synattn.trees.dependency import DependencyTree
 
+logger = logging.getLogger(__name__)
+
 
 class Translator:
     """Beam-search translation with a model and the vocabularies of its prepared dataset.
@@ -30,10 +33,13 @@ class Translator:
         length_penalty: exponent of the length normalisation of beam scores.
         max_len_a, max_len_b: at most ``a × source pieces + b`` target pieces.
         batch_size: sentences per batch (sorted by length).
+        detokenize: write the target's tokens as text, as the dataset's training text writes them
+            (:mod:`synattn.data.detok`); else tokens separated by spaces, as the model makes them.
     """
 
     def __init__(self, model, data: str | Path, beam: int = 4, length_penalty: float = 1.0,
-                 max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 32):
+                 max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 32,
+                 detokenize: bool = True):
         from synattn.train.tasks import syntax_request_for
 
         folder = Path(data)
@@ -43,6 +49,10 @@ class Translator:
             raise InputError("the dataset is monolingual: nothing to translate into", str(folder))
         self.src_sp, self.tgt_sp = prepared.tokenizer("src"), prepared.tokenizer("tgt")
         self.labels = prepared.labels
+        self.spacing = prepared.spacing("tgt") if detokenize else None
+        if detokenize and self.spacing is None and "detok" not in self.manifest:
+            logger.warning("%s holds no detokenization table (prepared by an older synattn): translations "
+                           "are written as tokens separated by spaces", folder)
         self.model = model
         request = syntax_request_for(model.config)  # the source side, with the model's label clipping
         self.request = SyntaxRequest(src=request.src, max_distance=request.max_distance,
@@ -82,5 +92,6 @@ class Translator:
                 result = greedy_search(self.model, state, prompt, max_new, config.eos_id, config.pad_id)
             for row, i in enumerate(chunk):
                 ids = result.tokens[row, : int(result.lengths[row])].tolist()
-                out[i] = self.tgt_sp.decode([t for t in ids if t not in (config.eos_id, config.pad_id)])
+                text = self.tgt_sp.decode([t for t in ids if t not in (config.eos_id, config.pad_id)])
+                out[i] = self.spacing.detokenize(text) if self.spacing is not None else text
         return out

@@ -102,10 +102,28 @@ class MTSyntaxStudy(Study):
             f.write("\n".join(ev.hypotheses) + "\n")
         out = {"bleu": ev.translation["bleu"], "chrf": ev.translation["chrf"], "ppl": ev.perplexity,
                "bleu_signature": ev.translation["bleu_signature"], "chrf_signature": ev.translation["chrf_signature"],
-               "sentences": len(ev.hypotheses)}
+               "sentences": len(ev.hypotheses), "detokenized": True}
         if ev.attachment:
             out["uas"] = 100 * next(iter(ev.attachment.values()))
         return out
+
+    def rescore(self, ctx: Context, run_dir: Path, metrics: dict) -> dict | None:
+        """Runs scored before translations were detokenized (``test.hyp`` holds tokens separated by
+        spaces): their output written as text with the dataset's spacing, BLEU and chrF again."""
+        if metrics.get("detokenized") or not (run_dir / "test.hyp").is_file():
+            return None
+        from synattn.data.batching import PreparedDataset
+        from synattn.data.prepared import PreparedData
+        from synattn.evaluate.translation import translation_scores
+
+        spacing = PreparedData(ctx.data).spacing("tgt")
+        tokens = (run_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
+        text = [spacing.detokenize(t) for t in tokens] if spacing is not None else tokens
+        scores = translation_scores(text, PreparedDataset(ctx.data, "test").text("tgt")[:len(text)])
+        with atomic_write(run_dir / "test.hyp") as f:
+            f.write("\n".join(text) + "\n")
+        return {**metrics, "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
+                "chrf_signature": scores.chrf_signature, "detokenized": True, "bleu_tokenized": metrics["bleu"]}
 
     def compare(self, ctx: Context, runs: dict[str, dict[int, Path]]) -> dict:
         """sacreBLEU's paired bootstrap of every arm against the baseline of the same seed."""

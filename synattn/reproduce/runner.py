@@ -76,13 +76,18 @@ def train_run(study: Study, ctx: Context, arm: Arm, seed: int, minutes: float) -
 
 
 def score_run(study: Study, ctx: Context, arm: Arm, seed: int, run: Path) -> dict:
-    """The run's metrics (computed once, then read back from ``metrics.json``)."""
+    """The run's metrics (computed once, then read back from ``metrics.json``, brought up to date
+    where the study scores differently now: :meth:`Study.rescore`)."""
     path = run / METRICS
     if path.exists():
-        return json.loads(path.read_text())
-    metrics = study.evaluate(ctx, arm, seed, run)
-    metrics.update({f"train_{k}": v for k, v in json.loads((run / DONE).read_text()).items()
-                    if k in ("step", "minutes")})
+        stored = json.loads(path.read_text())
+        metrics = study.rescore(ctx, run, stored)
+        if metrics is None:
+            return stored
+    else:
+        metrics = study.evaluate(ctx, arm, seed, run)
+        metrics.update({f"train_{k}": v for k, v in json.loads((run / DONE).read_text()).items()
+                        if k in ("step", "minutes")})
     with atomic_write(path) as f:
         json.dump(json_safe(metrics), f, indent=1, allow_nan=False)
     return metrics

@@ -143,6 +143,11 @@ class Study:
         """Scores one trained run: a flat dict of metrics (JSON-serialisable)."""
         raise NotImplementedError
 
+    def rescore(self, ctx: Context, run_dir: Path, metrics: dict) -> dict | None:
+        """Metrics read back from an earlier scoring, brought up to how this version scores (e.g.
+        translations scored before they were detokenized); None when they are current."""
+        return None
+
     @staticmethod
     def load(ctx: Context, run_dir: Path):
         """``(model, experiment config)`` of the run's last checkpoint, its dataset the study's own

@@ -58,6 +58,10 @@ def test_parse_writes_conllu_and_reports_bad_lines(tmp_path, capsys):
     assert "skipped 1 line(s)" in capsys.readouterr().err
     trees = read_conllu(out)
     assert [t.words[0] for t in trees] == ["The", "Dogs"] and [t.sent_id for t in trees] == ["1", "3"]
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert main(["parse", str(tmp_path / "empty.txt"), "-o", str(tmp_path / "e.conllu")]) == 2
+    assert f"{tmp_path / 'empty.txt'}: no sentences to parse (the file is empty)" in capsys.readouterr().err
+    assert not (tmp_path / "e.conllu").exists()
 
 
 def test_corpus_and_stats(tmp_path, capsys):

@@ -48,6 +48,21 @@ def test_parallel_text_round_trips(tmp_path):
     assert [int(words[i].max()) + 1 for i in range(5)] == [len(s.split()) for s in EN[:5]]
 
 
+def test_a_dev_split_of_training_examples_is_warned_about(tmp_path, caplog):
+    _write(tmp_path, "train.en", [f"sentence number {i}" for i in range(20)])
+    _write(tmp_path, "train.fr", [f"phrase numéro {i}" for i in range(20)])
+    _write(tmp_path, "dev.en", ["sentence number 3", "sentence number 4", "a new one"])
+    _write(tmp_path, "dev.fr", ["phrase numéro 3", "phrase numéro 4", "une nouvelle"])
+    _write(tmp_path, "test.en", ["sentence number 3", "b", "c", "d"])
+    _write(tmp_path, "test.fr", ["phrase numéro 3", "e", "f", "g"])
+    with caplog.at_level("WARNING"):
+        prepare(PrepareConfig(out=str(tmp_path / "data"), parse_source=False, vocab_size=40,
+                              prefixes={s: str(tmp_path / s) for s in ("train", "dev", "test")}))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings  # 1 of 4 test pairs seen is not warned about
+    assert warnings[0].startswith(f"{tmp_path / 'dev.en'}: 2 of the 3 dev examples (67%) are also training")
+
+
 def test_rerun_reuses_and_interrupted_run_is_not_prepared(tmp_path, monkeypatch):
     cfg = _parallel(tmp_path)
     out = prepare(cfg)
@@ -75,6 +90,14 @@ def test_mismatched_parallel_files_name_file_and_line(tmp_path):
     cfg = _parallel(tmp_path)
     _write(tmp_path, "train.fr", FR[:19])
     with pytest.raises(DataError, match=r"train\.en:20: parallel files differ in length: 20 lines here, 19"):
+        prepare(cfg)
+
+
+def test_a_binary_file_is_named_as_such_not_as_lines_of_bad_text(tmp_path):
+    cfg = _parallel(tmp_path)
+    (tmp_path / "train.fr").write_bytes(b"\x7fELF\n\x02\x01\x00\x00" + bytes(range(256)) * 40)
+    cfg.on_error = "skip"  # not a few bad lines to leave out: the whole file is not text
+    with pytest.raises(DataError, match=r"train\.fr:2: not a text file: a NUL byte at byte 8"):
         prepare(cfg)
 
 

@@ -59,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     lines = read_lines(args.input, on_error=args.on_error, max_words=args.max_words, report=report)
     if len(report):
         print(report.summary(args.input), file=sys.stderr)
+    if not lines:  # nothing to parse: an empty CoNLL-U file would look like a parse of nothing
+        raise InputError("no sentences to parse" + (" (every line was left out)" if len(report) else
+                                                    " (the file is empty)"), args.input)
     nlp = load_pipeline(args.model, allow_split=args.allow_split)
     if not args.pretokenized:  # spaCy's tokenizer refuses a text longer than nlp.max_length characters
         lines = _within_limit(lines, nlp.max_length, args.input, args.on_error)

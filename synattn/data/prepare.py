@@ -41,7 +41,7 @@ from synattn.data.encoding import encode_sentence
 from synattn.data.indexed import write_field
 from synattn.data.prepared import MANIFEST, MARKER, check_output_folder
 from synattn.data.subwords import train_sentencepiece
-from synattn.data.text import SkipReport, read_lines
+from synattn.data.text import SkipReport, check_text_file, read_lines
 from synattn.errors import ConfigError, DataError, UsageError
 from synattn.io import atomic_write, file_digest
 from synattn.locks import LOCK_NAME, FolderLock
@@ -315,6 +315,8 @@ def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
         if cfg.monolingual:
             rows = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0])
             return {"src": Side([t for _, t in rows], [n for n, _ in rows], paths[0])}
+        for path in paths:
+            check_text_file(path)  # before counting lines: a binary file is no parallel text
         counts = [sum(1 for _ in open(p, "rb")) for p in paths]
         if counts[0] != counts[1]:
             raise DataError(f"parallel files differ in length: {counts[0]} lines here, {counts[1]} in "
@@ -328,6 +330,28 @@ def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
     src, tgt = [(n, t) for n, t in src if n in keep], [(n, t) for n, t in tgt if n in keep]
     return {"src": Side([t for _, t in src], [n for n, _ in src], paths[0]),
             "tgt": Side([t for _, t in tgt], [n for n, _ in tgt], paths[1])}
+
+
+def _warn_overlap(data: dict[str, dict[str, Side]], share: float = 0.25) -> None:
+    """Warn about a dev or test split of which more than ``share`` of the examples are also
+    training examples (e.g. the training file given again): its scores would not show overfitting.
+    A few repeated sentences are normal (Bible verses: 8 of 784 dev pairs are in train)."""
+    if "train" not in data:
+        return
+
+    def examples(split: str) -> list[tuple[str, ...]]:
+        return list(zip(*(side.lines for side in data[split].values())))
+
+    train = set(examples("train"))
+    for split in data:
+        if split == "train":
+            continue
+        held_out = examples(split)
+        seen = sum(e in train for e in held_out)
+        if seen > share * len(held_out):
+            logger.warning("%s: %d of the %d %s examples (%.0f%%) are also training examples: its scores will not "
+                           "show how the model does on unseen text", data[split]["src"].path, seen, len(held_out),
+                           split, 100 * seen / len(held_out))
 
 
 def _parse_side(side: Side, model: str, pretokenized: bool, cache: Path, desc: str) -> None:
@@ -404,6 +428,7 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
     for split, by_side in data.items():
         if not by_side["src"].lines:
             raise DataError(f"split {split} has no sentences", by_side["src"].path)
+    _warn_overlap(data)
     if not (out / MARKER).is_file():
         with atomic_write(out / MARKER) as f:
             f.write("a dataset folder of 'synattn prepare'\n")

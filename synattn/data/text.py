@@ -28,6 +28,17 @@ class SkipReport:
         return f"{path}: skipped {len(self.skipped)} line(s) ({detail}); first at line(s) {first}"
 
 
+def check_text_file(path: str | Path, sniff: int = 8192) -> None:
+    """Raise :class:`DataError` for a binary file (a NUL byte among its first ``sniff`` bytes): its
+    "lines" are not sentences, and each would be reported as bad input on its own."""
+    with open(path, "rb") as f:
+        head = f.read(sniff)
+    if b"\x00" in head:
+        offset = head.index(b"\x00")
+        raise DataError(f"not a text file: a NUL byte at byte {offset + 1} (a binary file?)", str(path),
+                        head[:offset].count(b"\n") + 1)
+
+
 def read_lines(path: str | Path, *, on_error: str = "raise", max_words: int | None = None,
                report: SkipReport | None = None, keep_tabs: bool = False) -> list[tuple[int, str]]:
     """Read a one-sentence-per-line UTF-8 file.
@@ -45,12 +56,14 @@ def read_lines(path: str | Path, *, on_error: str = "raise", max_words: int | No
         ``(line_number, text)`` pairs (1-based line numbers) of the good lines, whitespace-normalised.
 
     Raises:
-        DataError: non-UTF-8 bytes, an empty line, or an over-long line (with ``on_error="raise"``).
+        DataError: non-UTF-8 bytes, an empty line, or an over-long line (with ``on_error="raise"``);
+            a binary file (:func:`check_text_file`), whatever ``on_error``.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
     report = report if report is not None else SkipReport()
     out: list[tuple[int, str]] = []
+    check_text_file(path)
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark is no text

@@ -56,6 +56,20 @@ def test_collate_source_syntax_matches_per_sentence(dataset):
         assert np.array_equal(syntax.pos[b, :n].numpy(), ex["src_upos"])
 
 
+def test_a_source_framed_with_bos_shifts_its_syntax_by_one(dataset):
+    wanted = frozenset({"tree_dist", "head_targets"})
+    plain = collate(dataset, np.arange(6), SyntaxRequest(src=wanted, max_distance=2))
+    framed = collate(dataset, np.arange(6), SyntaxRequest(src=wanted, max_distance=2, src_bos=True))
+    assert (plain.src_offset, framed.src_offset) == (0, 1) and framed.src.shape == plain.src.shape
+    for b in range(6):
+        n = len(dataset[b]["src_ids"])
+        assert framed.src[b, 0] == BOS and (framed.src[b, 1:n + 1] == plain.src[b, :n]).all()
+        assert (framed.src[b] != EOS).all() and bool(framed.src_padding[b, n + 1:].all())
+        assert (framed.src_syntax.tree_dist[b, 1:n + 1, 1:n + 1] == plain.src_syntax.tree_dist[b, :n, :n]).all()
+        targets = plain.src_syntax.head_targets[b, :n]
+        assert (framed.src_syntax.head_targets[b, 1:n + 1] == targets + 1).all()
+
+
 def test_target_side_shift_and_causal_targets(dataset):
     # Use the source trees as if they were target trees: decoder positions are shifted by <s>.
     dataset.fields.update({k.replace("src", "tgt"): v for k, v in list(dataset.fields.items())})

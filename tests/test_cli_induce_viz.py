@@ -184,3 +184,35 @@ def test_attention_maps_of_decoders_align_positions_with_the_tree():
     assert [(m[0], m[2], m[3].tolist()) for m in maps] == [
         ("encoder", ["▁a", "b", "▁c", "</s>"], [3, 3, 0, 0]), ("decoder", ["<s>", "▁x", "▁y"], [0, 0, 2])]
     assert position_heads(None, 1, 0) is None
+
+
+def test_a_model_reading_bos_first_gives_the_links_between_words(run):
+    """``src_bos``: the encoder reads ``<s> x`` (the public Tree Transformer code's framing); the
+    links decoded into trees are those between the words, not the one from ``<s>``."""
+    from synattn.cli.common import Sentences
+    from synattn.cli.induce_cmd import constituent_links, encoder_outputs, source_request
+    from synattn.data.batching import collate_examples
+    from synattn.errors import ConfigError
+    from synattn.models import MaskedLMConfig, MaskedLM
+
+    _, data = run
+    sentences = Sentences.from_split(data, "dev")
+    torch.manual_seed(0)
+    config = {"d_model": 16, "heads": 2, "ffn_dim": 32, "vocab_size": 60, "mask_id": 59,
+              "encoder": {"layers": 3, "constituent": True}}
+    model = MaskedLM(MaskedLMConfig.from_dict(dict(config, src_bos=True))).eval()
+    request = source_request(model)
+    assert request.src_bos
+    links = constituent_links(model, sentences)
+    for example, got in zip(sentences.examples, links):
+        batch = collate_examples([example], request)
+        assert batch.src[0, 0] == 2 and batch.src_offset == 1  # <s> first, no </s>
+        with torch.no_grad():
+            every = encoder_outputs(model, batch).constituent_links["encoder"][0].numpy()  # [L, p]
+        p = len(example["src_ids"])
+        assert got.shape == (3, p - 1) and np.allclose(got, every[:, 1:p])
+    maps = attention_maps(model, sentences.examples[0], {"src": ["a"] * len(sentences.examples[0]["src_ids"])})
+    assert maps[0][2][0] == "<s>" and maps[0][3][0] == 0
+    with pytest.raises(ConfigError, match="src_bos=true frames an encoder's input"):
+        LanguageModelConfig.from_dict({"d_model": 16, "heads": 2, "ffn_dim": 32, "vocab_size": 60,
+                                       "decoder": {"layers": 1}, "src_bos": True})

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -75,8 +76,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
 def source_request(model) -> SyntaxRequest:
     """The source-side syntax the model's encoder reads."""
     request = syntax_request_for(model.config)
-    return SyntaxRequest(src=request.src, max_distance=request.max_distance,
-                         max_traversal=request.max_traversal)
+    return replace(request, tgt=frozenset())
 
 
 def encoder_outputs(model, batch, need_weights: bool = False):
@@ -109,7 +109,7 @@ def constituent_links(model, sentences: Sentences, batch_size: int = 32) -> list
         links = encoder_outputs(model, batch).constituent_links["encoder"].float().cpu().numpy()  # [B, L, n − 1]
         for row, i in enumerate(chunk):
             pieces = len(sentences.examples[i]["src_ids"])
-            out[i] = links[row, :, :pieces - 1]
+            out[i] = links[row, :, batch.src_offset:batch.src_offset + pieces - 1]  # not the <s> link
     return out
 
 

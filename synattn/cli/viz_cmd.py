@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from synattn.cli.common import Sentences, add_run_arguments, load
 from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
 from synattn.cli.options import nonnegative_int, split_name
 from synattn.cli.paths import input_file, output_folder
-from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.batching import collate_examples
 from synattn.data.prepared import PreparedData
 from synattn.data.subwords import BOS
 from synattn.errors import InputError
@@ -74,8 +75,7 @@ def attention_maps(model, example: dict[str, np.ndarray], pieces: dict[str, list
         example = {k: v for k, v in example.items() if k.startswith("src_")}
     has_target = "tgt_ids" in example
     if isinstance(model, EncoderDecoderTransformer) and not has_target:  # text input: no target side
-        request = SyntaxRequest(src=request.src, max_distance=request.max_distance,
-                                max_traversal=request.max_traversal)
+        request = replace(request, tgt=frozenset())
     batch = collate_examples([example], request)
     maps = []
     if isinstance(model, TransformerLM):
@@ -85,8 +85,9 @@ def attention_maps(model, example: dict[str, np.ndarray], pieces: dict[str, list
                      position_heads(example.get("src_heads"), 1, 0)))
     else:
         extras = encoder_outputs(model, batch, need_weights=True)
-        maps.append(("encoder", extras.attentions["encoder.self"], pieces["src"] + ["</s>"],
-                     position_heads(example.get("src_heads"), 0, 1)))
+        framed = (["<s>"] + pieces["src"], 1, 0) if batch.src_offset else (pieces["src"] + ["</s>"], 0, 1)
+        maps.append(("encoder", extras.attentions["encoder.self"], framed[0],
+                     position_heads(example.get("src_heads"), *framed[1:])))
     if isinstance(model, EncoderDecoderTransformer) and has_target:  # teacher-forced on the reference
         out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
                     need_weights=True)

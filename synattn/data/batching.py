@@ -137,6 +137,8 @@ class SyntaxRequest:
     tgt: frozenset[str] = frozenset()
     max_distance: int = 8
     max_traversal: int = 4
+    src_bos: bool = False
+    """The source framed as ``<s> x`` instead of ``x </s>`` (``ModelConfig.src_bos``)."""
 
 
 @dataclass
@@ -144,7 +146,8 @@ class Batch:
     """Padded tensors of one batch.
 
     Attributes:
-        src: ``[B, n]`` source piece ids followed by ``</s>`` (PAD beyond).
+        src: ``[B, n]`` source piece ids followed by ``</s>`` (PAD beyond), or preceded by ``<s>``
+            (``SyntaxRequest.src_bos``): piece k sits at position ``k + src_offset``.
         src_padding: ``[B, n]`` bool, True at padding.
         tgt_in / tgt_out: ``[B, m]`` decoder input (``<s> y``) and output (``y </s>``); None for
             monolingual data.
@@ -163,6 +166,7 @@ class Batch:
     src_syntax: SyntaxInputs | None = None
     tgt_syntax: SyntaxInputs | None = None
     extra: dict = field(default_factory=dict)
+    src_offset: int = 0
 
     @property
     def num_target_tokens(self) -> int:
@@ -211,11 +215,12 @@ def collate_examples(examples: list[dict[str, np.ndarray]], request: SyntaxReque
     """Pad examples (dicts of the stored fields, see ``prepare.encode_sentence``) into a :class:`Batch`."""
     if indices is None:
         indices = np.arange(len(examples))
-    src = [np.concatenate([e["src_ids"], [EOS]]) for e in examples]
+    offset = int(request.src_bos)
+    src = [np.concatenate([[BOS], e["src_ids"]] if offset else [e["src_ids"], [EOS]]) for e in examples]
     n = max(len(s) for s in src)
     src_t = _pad(src, n, PAD)
-    batch = Batch(src=src_t, src_padding=src_t == PAD, index=torch.as_tensor(indices))
-    batch.src_syntax = _syntax(examples, "src", request.src, n, 0, request, causal=False, name=name)
+    batch = Batch(src=src_t, src_padding=src_t == PAD, index=torch.as_tensor(indices), src_offset=offset)
+    batch.src_syntax = _syntax(examples, "src", request.src, n, offset, request, causal=False, name=name)
     if "tgt_ids" in examples[0]:
         m = max(len(e["tgt_ids"]) for e in examples) + 1
         batch.tgt_in = _pad([np.concatenate([[BOS], e["tgt_ids"]]) for e in examples], m, PAD)

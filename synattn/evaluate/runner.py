@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
+from synattn.data.batching import PreparedDataset, collate, token_batches
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
 from synattn.errors import InputError, SynattnError, UsageError
 from synattn.evaluate.translation import perplexity, translation_scores
@@ -165,9 +165,8 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
     task = task_for(model, label_smoothing=0.0)
     request = task.syntax_request()
     has_trees = {s: dataset.has(f"{s}_heads") for s in ("src", "tgt")}
-    probe = SyntaxRequest(src=request.src | ({"head_targets"} if has_trees["src"] else set()),
-                          tgt=request.tgt | ({"head_targets"} if has_trees["tgt"] and exp.kind.parallel else set()),
-                          max_distance=request.max_distance, max_traversal=request.max_traversal)
+    probe = replace(request, src=request.src | ({"head_targets"} if has_trees["src"] else set()),
+                    tgt=request.tgt | ({"head_targets"} if has_trees["tgt"] and exp.kind.parallel else set()))
     nll, tokens = 0.0, 0
     pred: dict[str, list] = defaultdict(list)
     arcs: dict[str, list] = defaultdict(list)
@@ -185,7 +184,7 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         out = exp.kind.evaluate(model, batch)
         examples = [dataset[int(i)] for i in indices]
         for key, log_probs in out.head_log_probs.items():
-            side, offset = ("tgt", 1) if key.startswith("decoder") else ("src", 0)
+            side, offset = ("tgt", 1) if key.startswith("decoder") else ("src", batch.src_offset)
             for b, ex in enumerate(examples):
                 p = len(ex[f"{side}_ids"])
                 scores = log_probs[b, offset:offset + p, offset:offset + p].float().numpy()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.batching import collate_examples
 from synattn.data.prepare import encode_sentence
 from synattn.data.prepared import PreparedData
 from synattn.errors import InputError
@@ -55,8 +56,7 @@ class Translator:
                            "are written as tokens separated by spaces", folder)
         self.model = model
         request = syntax_request_for(model.config)  # the source side, with the model's label clipping
-        self.request = SyntaxRequest(src=request.src, max_distance=request.max_distance,
-                                     max_traversal=request.max_traversal)
+        self.request = replace(request, tgt=frozenset())
         self.beam, self.length_penalty, self.batch_size = beam, length_penalty, batch_size
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
 

@@ -111,6 +111,9 @@ class ModelConfig(StackChecks, StrictConfig):
         pad_id, bos_id, eos_id: special token ids (defaults: those of the sentencepiece models
             synattn trains, ``synattn.data.subwords``: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>).
         num_pos_tags, num_deprels: label vocabulary sizes for specialized heads (0: none).
+        src_bos: the encoder reads ``<s> x`` instead of ``x </s>``: as the Tree Transformer's
+            public code frames its input (``[CLS] w1 … wn``), where the first word has a neighbour
+            on its left and the last none (docs/methods.md §3). Models with an encoder only.
     """
 
     model_type: ClassVar[str] = ""
@@ -130,6 +133,7 @@ class ModelConfig(StackChecks, StrictConfig):
     eos_id: int = 3
     num_pos_tags: int = 0
     num_deprels: int = 0
+    src_bos: bool = False
 
     def stacks(self) -> dict[str, StackConfig]:
         """The model's stacks by name (``encoder`` / ``decoder``)."""
@@ -171,6 +175,8 @@ class ModelConfig(StackChecks, StrictConfig):
             raise ConfigError(f"norm={self.norm!r}: use 'pre' or 'post'")
         for side, stack in self.stacks().items():
             self._validate_stack(side, stack)
+        if self.src_bos and "encoder" not in self.stacks():
+            raise ConfigError("src_bos=true frames an encoder's input, but this model has no encoder")
 
 
 @dataclass(kw_only=True)

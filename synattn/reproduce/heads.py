@@ -3,12 +3,13 @@ scored against a treebank's gold trees (UD English-EWT in the ``supervised-head`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
+from synattn.data.batching import PreparedDataset, collate, token_batches
 from synattn.data.prepared import PreparedData
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
 from synattn.evaluate.runner import gold_word_heads
@@ -35,8 +36,7 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
     punct_id = labels.get("src_upos", []).index("PUNCT") if "PUNCT" in labels.get("src_upos", []) else -1
     model.eval()
     request = task_for(model, 0.0).syntax_request()
-    request = SyntaxRequest(src=request.src | {"head_targets"}, tgt=request.tgt,
-                            max_distance=request.max_distance, max_traversal=request.max_traversal)
+    request = replace(request, src=request.src | {"head_targets"})
     hits: dict[str, np.ndarray] = {}
     sup_hits: dict[str, np.ndarray] = {}
     tree_hits: dict[str, np.ndarray] = {}
@@ -53,6 +53,7 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
         sup = {k: v.float().numpy() for k, v in out.head_log_probs.items() if k.startswith("encoder")}  # log
         arcs: dict[str, list] = {key: [] for key in sup}
         golds, keeps = [], []
+        o = batch.src_offset  # piece k at position k + o
         for b, i in enumerate(indices):
             ex = dataset[int(i)]
             p, word = len(ex["src_ids"]), ex["src_word"]
@@ -63,13 +64,13 @@ def head_attachment(model, data: str | Path, split: str, max_tokens: int = 4000)
             golds.append(gold)
             keeps.append(keep)
             for name, probs in stacks.items():
-                correct = word_predictions(probs[b, :, :, :p, :p], word) == gold  # [L, H, n]
+                correct = word_predictions(probs[b, :, :, o:o + p, o:o + p], word) == gold  # [L, H, n]
                 both = np.stack([correct.sum(-1), (correct & keep).sum(-1)], -1)  # [L, H, 2]
                 hits[name] = hits.get(name, 0) + both
             for key, log_probs in sup.items():
-                correct = word_predictions(log_probs[b, :p, :p], word) == gold
+                correct = word_predictions(log_probs[b, o:o + p, o:o + p], word) == gold
                 sup_hits[key] = sup_hits.get(key, 0) + np.array([correct.sum(), (correct & keep).sum()])
-                arcs[key].append(word_arc_scores(log_probs[b, :p, :p], word))
+                arcs[key].append(word_arc_scores(log_probs[b, o:o + p, o:o + p], word))
         for key, scores in arcs.items():
             for pred, gold, keep in zip(tree_predictions(scores), golds, keeps):
                 correct = pred == gold

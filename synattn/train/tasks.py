@@ -119,6 +119,7 @@ def syntax_request_for(config) -> SyntaxRequest:
         raise ValueError(f"the language model's decoder asks for {', '.join(sorted(unsupported))}, but "
                          f"batches of monolingual text carry no decoder-side syntax other than {allowed}")
     return SyntaxRequest(src=frozenset(wanted["src"]), tgt=frozenset(wanted["tgt"]),
+                         src_bos=bool(getattr(config, "src_bos", False)),
                          **{clip: value for clip, (value, _) in clips.items()})
 
 

@@ -64,7 +64,7 @@ def plot_supervised_example(model, exp, path: str | Path, split: str = "test", m
     the sentence's subword tree: the supervised head should follow the boxes (gold heads)."""
     import sentencepiece as spm
 
-    from synattn.data.batching import PreparedDataset, SyntaxRequest, collate
+    from synattn.data.batching import PreparedDataset, collate
     from synattn.train.tasks import syntax_request_for
 
     dataset = PreparedDataset(exp.data, split)
@@ -72,9 +72,7 @@ def plot_supervised_example(model, exp, path: str | Path, split: str = "test", m
     candidates = np.flatnonzero((lengths >= 8) & (lengths <= max_pieces))
     index = int(candidates[0]) if len(candidates) else int(np.argmin(lengths))
     request = syntax_request_for(model.config)
-    batch = collate(dataset, np.array([index]), SyntaxRequest(src=request.src, tgt=request.tgt,
-                                                                max_distance=request.max_distance,
-                                                                max_traversal=request.max_traversal))
+    batch = collate(dataset, np.array([index]), request)
     model.eval()
     out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
                 need_weights=True)
@@ -86,5 +84,6 @@ def plot_supervised_example(model, exp, path: str | Path, split: str = "test", m
     sp = spm.SentencePieceProcessor(model_file=str(Path(exp.data) / dataset.manifest["spm"]["src"]))
     tokens = [sp.id_to_piece(int(i)) for i in example["src_ids"]]
     names = [f"layer {layer} head {h}" + (" (supervised)" if h == head else "") for h in range(probs.shape[0])]
-    return plot_attention(probs[:, :p, :p], tokens, path, heads=example["src_heads"], head_names=names,
+    o = batch.src_offset
+    return plot_attention(probs[:, o:o + p, o:o + p], tokens, path, heads=example["src_heads"], head_names=names,
                           title="encoder self-attention; boxes: heads in the subword tree")

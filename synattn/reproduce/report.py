@@ -32,6 +32,10 @@ def summaries(study: Study, metrics: dict[str, dict[int, dict]]) -> dict:
     return out
 
 
+COUNTS = ("train_step", "sentences")
+"""Metrics that count (updates, sentences): whole numbers, not scaled."""
+
+
 def default_table(study: Study, metrics: dict[str, dict[int, dict]]) -> str:
     """Arms as rows, the study's columns as mean ± std over seeds, then the primary metric's
     seed-paired difference to the baseline (the first arm)."""
@@ -46,7 +50,9 @@ def default_table(study: Study, metrics: dict[str, dict[int, dict]]) -> str:
     for arm, runs in metrics.items():
         row = [f"`{arm}`", str(len(runs))]
         for key, _ in columns:
-            row.append(summarize(list(_values(runs, key).values())).format(1, study.scale))
+            counts = key in COUNTS  # updates: a whole number (a mean over seeds keeps one decimal)
+            row.append(summarize(list(_values(runs, key).values())).format(1 if len(runs) > 1 or not counts else 0,
+                                                                         1.0 if counts else study.scale))
         if study.primary:
             if arm == baseline:
                 row.append("—")

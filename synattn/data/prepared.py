@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -89,18 +89,25 @@ class PreparedData:
                                  str(self.folder / tables[side])) from None
         if not (self.folder / "train" / f"{side}.txt").is_file():
             return None
-        from synattn.data.batching import PreparedDataset
-
-        logger.info("%s was prepared without detokenization tables: learning %s's from its training text",
-                    self.folder, side)
-        train = PreparedDataset(self.folder, "train")
-        return Spacing.learn(zip(train.words(side, self.tokenizer(side)), train.text(side)))
+        return _learned_spacing(str(self.folder.resolve()), str(self.manifest.get("key")), side)
 
     def tokenizer(self, side: str):
         """The sentencepiece processor of ``side``."""
         import sentencepiece as spm
 
         return spm.SentencePieceProcessor(model_file=str(self.tokenizer_path(side)))
+
+
+@lru_cache(maxsize=4)
+def _learned_spacing(folder: str, key: str, side: str):
+    """The spacing of an older folder's side, learned once per process (``key``: the folder's
+    settings, so that a folder prepared again is learned again)."""
+    from synattn.data.batching import PreparedDataset
+    from synattn.data.detok import Spacing
+
+    logger.info("%s was prepared without detokenization tables: learning %s's from its training text", folder, side)
+    train = PreparedDataset(folder, "train")
+    return Spacing.learn(zip(train.words(side, PreparedData(folder).tokenizer(side)), train.text(side)))
 
 
 def is_prepared_folder(folder: Path) -> bool:

@@ -179,3 +179,33 @@ def test_translations_are_written_as_text_and_runs_carry_the_table(parsed, tmp_p
     with caplog.at_level(logging.WARNING):
         assert Translator(model, vocab, beam=2).translate(examples) == raw
     assert "no detokenization table" in caplog.text
+
+
+def test_translate_writes_text_and_tokens_on_request(parsed, tmp_path, monkeypatch):
+    import yaml
+
+    from synattn.cli.main import main
+    from synattn.generate import translate
+
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump({
+        "task": "mt", "data": str(parsed),
+        "model": {"d_model": 16, "heads": 2, "ffn_dim": 32, "encoder": {"layers": 1}, "decoder": {"layers": 1}},
+        "train": {"max_tokens": 300, "max_steps": 2, "warmup_updates": 1, "progress_bar": False,
+                  "tensorboard": False},
+        "eval": {"beam": 2, "bleu_sentences": 0}}))
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 0
+    made = []
+    real = translate.Translator.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(kwargs.get("detokenize", True))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(translate.Translator, "__init__", init)
+    text, tokens = tmp_path / "text.txt", tmp_path / "tokens.txt"
+    for out, extra in ((text, []), (tokens, ["--tokens"])):
+        assert main(["translate", "--run", str(tmp_path / "run"), "--split", "dev", "-o", str(out), *extra]) == 0
+    assert made == [True, False]
+    spacing = PreparedData(parsed).spacing("tgt")
+    assert text.read_text().splitlines() == [spacing.detokenize(t) for t in tokens.read_text().splitlines()]

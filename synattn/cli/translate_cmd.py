@@ -5,6 +5,8 @@
 
 When the model's encoder reads source trees (tree-relative labels, specialized heads), the input is
 parsed with the spaCy pipeline the dataset was prepared with; supervised heads need no parser.
+The output is text, spaced as the dataset's training text is (``s'en``, ``Hira.``; docs/data.md,
+Detokenization), for sacreBLEU against untokenized references; ``--tokens`` writes the tokens.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pretokenized", action="store_true",
                    help="input tokens are separated by whitespace (else the parser tokenises raw text "
                         "when the encoder reads trees)")
+    p.add_argument("--tokens", action="store_true",
+                   help="write the target's tokens separated by spaces, as the model makes them (default: "
+                        "text, spaced as the dataset's training text: docs/data.md, Detokenization)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="empty, non-UTF-8 or too long (--max-len) input lines: stop (default) or leave them "
                         "out (an empty output line each)")
@@ -51,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     ev = exp.eval
     translator = Translator(model, data, args.beam or ev.beam,
                             ev.length_penalty if args.length_penalty is None else args.length_penalty,
-                            ev.max_len_a, ev.max_len_b, args.batch_size or ev.batch_size)
+                            ev.max_len_a, ev.max_len_b, args.batch_size or ev.batch_size, detokenize=not args.tokens)
     if args.split:
         sentences = Sentences.from_split(data, args.split)
     else:

@@ -36,7 +36,12 @@ from synattn.trees.subword import last_piece_index
 
 SUBWORD_MODEL = "word"
 WORD_VOCAB = 10000
-TEXT = "as-is"
+TEXT = "lm"
+FRAMING = "bos"
+
+
+def framing_of(ctx: Context) -> str:
+    return getattr(ctx.args, "framing", FRAMING)
 
 
 def text_of(ctx: Context) -> str:
@@ -70,6 +75,10 @@ class TreeTransformerStudy(Study):
                             help="the treebank's words as they are, or as language-model text (lowercased, "
                                  "punctuation dropped, numbers as N; Mikolov et al.'s PTB text, on which Wang "
                                  f"et al. train) for training and parsing alike (default {TEXT})")
+        parser.add_argument("--framing", choices=("bos", "eos"), default=FRAMING,
+                            help="the encoder's input: '<s> w1 … wn' as the public code's '[CLS] w1 … wn' (the "
+                                 "first word has a left neighbour, the last none), or 'w1 … wn </s>' as synattn's "
+                                 f"other models (default {FRAMING}; docs/reproduce.md, Faithful options)")
         parser.add_argument("--subword-model", choices=("word", "unigram"), default=SUBWORD_MODEL,
                             help=f"the model's tokens: whole words (the {WORD_VOCAB} most frequent, others <unk>; "
                                  f"as Wang et al.) or unigram sentencepiece pieces (default {SUBWORD_MODEL})")
@@ -86,10 +95,11 @@ class TreeTransformerStudy(Study):
                                 subword_model="word" if words else "unigram", text=text_of(ctx))
 
     def base_model(self, ctx: Context) -> dict:
+        bos = framing_of(ctx) == "bos"
         if ctx.toy:
-            return {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1, "norm": "pre",
+            return {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1, "norm": "pre", "src_bos": bos,
                     "encoder": {"layers": 3}}
-        return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre",
+        return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre", "src_bos": bos,
                 "encoder": {"layers": 6}}
 
     def base_train(self, ctx: Context) -> dict:

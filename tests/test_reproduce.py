@@ -234,6 +234,7 @@ def test_paired_bootstrap_of_identical_outputs_is_no_difference():
 
 def test_a_study_stays_true_to_its_inputs_and_budget(tmp_path, treebank, capsys):
     from synattn.locks import FolderLock
+    from synattn.reproduce.tree_transformer import TEXT
     from synattn.trees.conllu_io import read_conllu
 
     out = tmp_path / "tt"
@@ -251,7 +252,8 @@ def test_a_study_stays_true_to_its_inputs_and_budget(tmp_path, treebank, capsys)
     swapped = _trees_args(treebank, ("train", "test"))[:-1] + [f"dev={treebank['test']}", f"test={treebank['dev']}"]
     assert main(args + swapped) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "toy-treebank/dev.conllu: other contents" in err[0] and "-o NEW_FOLDER" in err[0]
+    copy = "lm-text" if TEXT == "lm" else "toy-treebank"  # the copy the dataset was prepared from
+    assert len(err) == 1 and f"{copy}/dev.conllu: other contents" in err[0] and "-o NEW_FOLDER" in err[0]
     assert read_conllu(out / "toy-treebank" / "dev.conllu")[0].words == read_conllu(treebank["test"])[0].words
     # one process at a time in a results folder
     with FolderLock(tmp_path / "busy", "test"):

@@ -6,8 +6,9 @@ The model is a masked LM with constituent attention in every layer, trained on t
 training text (its trees are not used for training) as the model whose trees Wang et al. report:
 on whole words, the public code's near-zero diagonal of the constituent prior, the public code's
 input ``<s> w1 … wn`` (``--framing eos``: ``w1 … wn </s>``), and Wang et al.'s language-model text
-(lowercased, no punctuation, numbers as N; ``--text as-is``: the treebank's words; with
-``--subword-model unigram`` on sentencepiece pieces; docs/reproduce.md says why each). Its
+(lowercased, no punctuation, numbers as N; ``--text as-is``: the treebank's words);
+``--subword-model unigram`` trains on sentencepiece pieces instead (docs/reproduce.md says why
+each default). Its
 trees are induced top-down (threshold 0.8, minimum layer 3; docs/methods.md §3) for the dev (and
 test) sentences and scored by unlabeled bracket F1 without punctuation, single-word and
 whole-sentence spans excluded, sentence-averaged (the paper's convention) and corpus-level, for all

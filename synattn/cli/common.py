@@ -27,7 +27,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """``--run``, ``--checkpoint``, ``--data`` (shared with ``synattn viz``)."""
     p.add_argument("--run", required=True, help="run directory of 'synattn train'")
     p.add_argument("--checkpoint", default="best",
-                   help="best (falls back to last when the run never validated), last, or a checkpoint directory")
+                   help="best (falls back to last when the run never validated), last, a checkpoint of the run "
+                        "(ckpt_000500: RUN/checkpoints/ckpt_000500) or a checkpoint folder")
     p.add_argument("--data", help="prepared dataset folder (default: the run's)")
 
 

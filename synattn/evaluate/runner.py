@@ -52,9 +52,12 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
             checkpoint = resolve_checkpoint(run, "last")
     else:
         checkpoint = Path(which)
+        if not checkpoint.is_dir() and (run / "checkpoints" / which).is_dir():  # a name: ckpt_000500
+            checkpoint = run / "checkpoints" / which
         if not checkpoint.is_dir():
-            raise UsageError(f"--checkpoint: {checkpoint}: no such checkpoint folder (give best, last, or a "
-                             "folder under RUN/checkpoints)")
+            kept = sorted(p.name for p in (run / "checkpoints").glob("ckpt_*") if p.is_dir())
+            raise UsageError(f"--checkpoint: {checkpoint}: no such checkpoint folder (give best, last, a checkpoint "
+                             f"of the run ({', '.join(kept) or 'none kept'}) or its folder)")
     if checkpoint is None:
         raise InputError(f"has no {which} checkpoint (--checkpoint)", str(run))
     try:

@@ -35,7 +35,7 @@ import numpy as np
 from synattn.cli.options import positive_float, positive_int
 from synattn.data.prepare import PrepareConfig, prepare
 
-# Sized by measurement for a ten-minute budget on one CPU core each (README, "Studies"): one encoder
+# Sized by measurement for a ten-minute budget on one CPU core each (docs/results.md, "The demo"): one encoder
 # and one decoder layer (the baseline reaches chrF 37 on the test verses where 2+2 layers reach 27
 # and 3+3 layers 18: in ten minutes a shallow model makes more updates and learns more from each),
 # dropout off (the models see the training verses about four times), 2000-token batches (twice

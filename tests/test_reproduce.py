@@ -125,8 +125,18 @@ def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_pa
     # right-branching against "(the adj noun) verb (a noun)": gold spans (0,3), (4,6) of 6 words; right-
     # branching has (1,6) .. (4,6): 1 of 4 predicted right, 1 of 2 gold found -> F1 = 1/3
     assert run["right-branching_f1_dev"] == pytest.approx(100 / 3)
+    # along training: a snapshot every 2 of the toy's updates, the last one the run's final model
+    curve = run["f1_dev_by_update"]
+    assert sorted(map(int, curve)) == list(range(2, run["train_step"] + 1, 2))
+    assert curve[str(run["train_step"])] == pytest.approx(run["f1_dev"])
+    from synattn.evaluate.runner import load_run  # a snapshot by its name, as --checkpoint takes it
+
+    seed1 = out / "runs" / "tree-transformer" / "seed1"
+    assert not (seed1 / "checkpoints" / "ckpt_000002").exists()
+    assert load_run(seed1, "ckpt_000002")[0] is not None
     readme = (out / "README.md").read_text()
-    assert "right-branching" in readme and "public code's rule" in readme
+    assert "right-branching" in readme and "public code's rule" in readme and "along training" in readme
+    assert (out / "plots" / "f1_by_update.png").stat().st_size > 0
     gold = tmp_path / "gold.trees"
     gold.write_text("(S (NP (DT the) (JJ old) (NN cat)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))\n"
                     "(S (NP (DT a) (NN bird)) (VP (VBD found) (NP (DT the) (NN river))))\n")

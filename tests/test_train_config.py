@@ -28,6 +28,7 @@ from synattn.train.tasks import FIRST_REGULAR_ID
     (dict(label_smoothing=1.0), r"label_smoothing=1.0 must be in \[0, 1\)"),
     (dict(device="tpu"), r"device='tpu'"),
     (dict(save_interval_updates=-1), r"save_interval_updates=-1 must be 0 \(off\) or positive"),
+    (dict(snapshot_interval_updates=-2), r"snapshot_interval_updates=-2 must be 0 \(off\) or positive"),
 ])
 def test_config_rejects_bad_values_naming_the_key(change, message):
     with pytest.raises(ValueError, match=message):

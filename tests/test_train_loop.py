@@ -80,6 +80,23 @@ def test_run_directory_logs_hook_and_best_pointer(tmp_path):
     assert sum(r["nll_loss"] for r in last) < 0.9 * sum(r["nll_loss"] for r in first)  # it learns
 
 
+def test_snapshots_keep_the_weights_of_every_nth_update_beside_pruned_checkpoints(tmp_path):
+    from safetensors.torch import load_file
+
+    trainer = make_trainer(tmp_path, config(max_epochs=2, keep_last_n=1, snapshot_interval_updates=3))
+    result = trainer.train()
+    assert result.step == 18  # 9 updates an epoch: updates 9 and 18 end an epoch
+    snapshots = sorted(p.name for p in (tmp_path / "snapshots").iterdir())
+    assert snapshots == [f"ckpt_{s:06d}" for s in (3, 6, 9, 12, 15, 18)]
+    assert all(sorted(f.name for f in (tmp_path / "snapshots" / s).iterdir()) == ["model.safetensors"]
+               for s in snapshots)  # the weights alone: not a checkpoint to resume from
+    assert [p.name for p in (tmp_path / "checkpoints").glob("ckpt_*")] == ["ckpt_000018"]  # pruned, unlike them
+    final = load_file(tmp_path / "snapshots" / "ckpt_000018" / "model.safetensors")
+    assert all(torch.equal(final[k], v) for k, v in trainer.model.state_dict().items())
+    first = load_file(tmp_path / "snapshots" / "ckpt_000003" / "model.safetensors")
+    assert not torch.equal(first["hidden.weight"], final["hidden.weight"])
+
+
 def test_stopping_rules(tmp_path):
     result = make_trainer(tmp_path / "steps", config(max_steps=3, max_epochs=None)).train()
     assert (result.stopped_by, result.step) == ("max_steps", 3) and result.checkpoint.name == "ckpt_000003"

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", required=True, help="run directory of 'synattn train'")
     p.add_argument("--checkpoint", default="best",
                    help="best (falls back to last when the run never validated), last, a checkpoint of the run "
-                        "(ckpt_000500: RUN/checkpoints/ckpt_000500) or a checkpoint folder")
+                        "(ckpt_000500, in RUN/checkpoints or RUN/snapshots) or a checkpoint folder")
     p.add_argument("--split", type=split_name, default="test", help="split of the prepared dataset (default test)")
     p.add_argument("--data", help="prepared dataset folder (default: the run's)")
     p.add_argument("--beam", type=positive_int, help="beam size (default: the run's eval.beam)")

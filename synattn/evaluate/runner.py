@@ -26,7 +26,7 @@ from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
 from synattn.models.config_io import config_error, parse_yaml
 from synattn.progress import progress
-from synattn.train.checkpoint import resolve_checkpoint
+from synattn.train.checkpoint import CHECKPOINTS, SNAPSHOTS, resolve_checkpoint
 from synattn.train.tasks import task_for
 from synattn.trees.metrics import attachment_scores
 from synattn.trees.subword import last_piece_index
@@ -52,10 +52,12 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
             checkpoint = resolve_checkpoint(run, "last")
     else:
         checkpoint = Path(which)
-        if not checkpoint.is_dir() and (run / "checkpoints" / which).is_dir():  # a name: ckpt_000500
-            checkpoint = run / "checkpoints" / which
+        for folder in (CHECKPOINTS, SNAPSHOTS):  # a name: ckpt_000500 (a checkpoint, else a snapshot)
+            if not checkpoint.is_dir() and (run / folder / which).is_dir():
+                checkpoint = run / folder / which
         if not checkpoint.is_dir():
-            kept = sorted(p.name for p in (run / "checkpoints").glob("ckpt_*") if p.is_dir())
+            kept = sorted({p.name for folder in (CHECKPOINTS, SNAPSHOTS) for p in (run / folder).glob("ckpt_*")
+                           if p.is_dir() and not p.suffix})
             raise UsageError(f"--checkpoint: {checkpoint}: no such checkpoint folder (give best, last, a checkpoint "
                              f"of the run ({', '.join(kept) or 'none kept'}) or its folder)")
     if checkpoint is None:

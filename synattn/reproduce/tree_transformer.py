@@ -20,6 +20,10 @@ each word with all its descendants is a span; non-projective sentences are left 
 ``--gold FILE`` scores against any PTB-bracketed file instead (its leaves are the sentences to
 parse; traces and empty elements are dropped). The decoding rule of the public code (a part whose
 links all exceed 0.7 is decoded one layer lower) is reported next to the paper's.
+
+Along training: every run keeps its weights every 500 updates (``RUN/snapshots``), and the dev F1
+of each snapshot is reported (``f1_dev_by_update``) and plotted (``plots/f1_by_update.png``), so
+that a curve that rises and falls is seen, not only where it ended.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ SUBWORD_MODEL = "word"
 WORD_VOCAB = 10000
 TEXT = "lm"
 FRAMING = "bos"
+SNAPSHOT_EVERY = 500  # updates between the snapshots scored along training
 
 
 def framing_of(ctx: Context) -> str:
@@ -105,8 +110,9 @@ class TreeTransformerStudy(Study):
                 "encoder": {"layers": 6}}
 
     def base_train(self, ctx: Context) -> dict:
-        return budget_train(ctx, max_tokens=4096, lr=1e-3, warmup=150, min_lr_ratio=0.05, label_smoothing=0.0,
-                            validate_every=5, bf16=True)
+        return {**budget_train(ctx, max_tokens=4096, lr=1e-3, warmup=150, min_lr_ratio=0.05, label_smoothing=0.0,
+                               validate_every=5, bf16=True),
+                "snapshot_interval_updates": 2 if ctx.toy else SNAPSHOT_EVERY}
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
         model, exp = self.load(ctx, run_dir)
@@ -127,7 +133,17 @@ class TreeTransformerStudy(Study):
                         for name in ("right-branching", "left-branching", "random"):
                             out[f"{name}_f1_{split}{subset}"] = 100 * table[name].sentence_f1
                             out[f"{name}_corpus_f1_{split}{subset}"] = 100 * table[name].f1
+        out["f1_dev_by_update"] = f1_by_update(run_dir, sets["dev"], seed)
         return out
+
+    def rescore(self, ctx: Context, run_dir: Path, metrics: dict) -> dict | None:
+        """Adds the F1 along training to runs scored before it was reported."""
+        from synattn.train.checkpoint import SNAPSHOTS, list_checkpoints
+
+        if "f1_dev_by_update" in metrics or not list_checkpoints(run_dir / SNAPSHOTS):
+            return None
+        seed = int(run_dir.name.removeprefix("seed"))
+        return {**metrics, "f1_dev_by_update": f1_by_update(run_dir, gold_sentences(ctx, ctx.data, "dev"), seed)}
 
     def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:
         from synattn.reproduce.stats import summarize
@@ -154,6 +170,11 @@ class TreeTransformerStudy(Study):
         note = (f"\n\nMean ± std over {len(runs)} seed(s) (the random baseline's seed follows the run's). "
                 f"dev: {first.get('dev_sentences')} sentences scored, {first.get('dev_left_out', 0)} non-projective "
                 "left out; ≤10: at most 10 words without punctuation.")
+        curves = [f"seed {seed}: " + ", ".join(f"{step}: {f1:.1f}" for step, f1 in curve_of(m))
+                  for seed, m in sorted(runs.items()) if m.get("f1_dev_by_update")]
+        if curves:
+            note += ("\n\nSentence F1 dev along training (update: F1, the paper's decoding; the last point is the "
+                     "run's end): " + "; ".join(curves) + ".")
         return "\n".join(lines) + note
 
     def plots(self, ctx: Context, metrics: dict, folder: Path) -> list[Path]:
@@ -176,7 +197,49 @@ class TreeTransformerStudy(Study):
         ax.set_ylabel("sentence-level F1 (%)")
         ax.set_title("induced trees vs baselines on dev (unlabeled bracket F1)", fontsize=9)
         fig.tight_layout()
-        return [save(fig, folder / "f1_dev.png")]
+        paths = [save(fig, folder / "f1_dev.png")]
+        curves = {seed: curve_of(m) for seed, m in sorted(runs.items()) if m.get("f1_dev_by_update")}
+        if curves:
+            fig, ax = plt.subplots(figsize=(6.4, 3.4))
+            for seed, curve in curves.items():
+                ax.plot([s for s, _ in curve], [f for _, f in curve], marker="o", ms=3,
+                        label=f"tree transformer, seed {seed}")
+            for title, key, style in (("right-branching", "right-branching_f1_dev", "--"),
+                                      ("random", "random_f1_dev", ":")):
+                values = [m[key] for m in runs.values() if m.get(key) is not None]
+                if values:
+                    ax.axhline(float(np.mean(values)), color="#636363", ls=style, lw=1, label=title)
+            ax.set_xlabel("updates")
+            ax.set_ylabel("sentence-level F1 dev (%)")
+            ax.set_title("induced trees along training", fontsize=9)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            paths.append(save(fig, folder / "f1_by_update.png"))
+        return paths
+
+
+def curve_of(metrics: dict) -> list[tuple[int, float]]:
+    """``(update, sentence F1 dev)`` along a run: its snapshots, then its end."""
+    curve = sorted((int(step), f1) for step, f1 in (metrics.get("f1_dev_by_update") or {}).items())
+    end = metrics.get("train_step")
+    if end is not None and metrics.get("f1_dev") is not None and (not curve or curve[-1][0] < end):
+        curve.append((int(end), metrics["f1_dev"]))
+    return curve
+
+
+def f1_by_update(run_dir: Path, dev, seed: int) -> dict[str, float]:
+    """Sentence F1 (the paper's decoding) of each weight snapshot of the run (``RUN/snapshots``),
+    keyed by its update; ``dev`` is :func:`gold_sentences`'s triple."""
+    from synattn.evaluate.runner import load_run
+    from synattn.train.checkpoint import SNAPSHOTS, list_checkpoints
+
+    sentences, gold, _ = dev
+    curve = {}
+    for snapshot in list_checkpoints(run_dir / SNAPSHOTS):
+        model, _, _ = load_run(run_dir, str(snapshot))
+        step = int(snapshot.name.removeprefix("ckpt_"))
+        curve[str(step)] = 100 * induced_scores(model, sentences, gold, seed, None)[""]["induced"].sentence_f1
+    return curve
 
 
 def gold_sentences(ctx: Context, data: Path, split: str):

@@ -14,6 +14,11 @@ So a process killed at any moment leaves ``last`` pointing at a complete checkpo
 directory named ``ckpt_NNNNNN`` is always complete. Leftovers of a killed save (``*.tmp``,
 ``*.del``) are removed by the next save.
 
+Snapshots (``train.snapshot_interval_updates``) are the weights alone of every N-th update, for
+evaluating a run along its training, never pruned and never resumed from::
+
+    RUN/snapshots/ckpt_000500/   model.safetensors (+ config.json)
+
 Weights are safetensors; the training state (optimizer, scheduler, counters, RNG states) holds
 only tensors and plain Python values, so it loads with ``torch.load(weights_only=True)``:
 loading never unpickles arbitrary objects. A synattn model's checkpoint directory is also a
@@ -37,6 +42,7 @@ from synattn.errors import InputError
 from synattn.io import atomic_write
 
 CHECKPOINTS = "checkpoints"
+SNAPSHOTS = "snapshots"
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 POINTERS = ("last", "best")
@@ -150,6 +156,25 @@ def save_checkpoint(folder: str | Path, step: int, model: nn.Module, state: dict
         with atomic_write(folder / which) as f:
             f.write(final.name + "\n")
     prune_checkpoints(folder, keep_last_n)
+    return final
+
+
+def save_snapshot(folder: str | Path, step: int, model: nn.Module) -> Path:
+    """Writes the model's weights alone (no training state) as ``folder/ckpt_NNNNNN``, atomically
+    (a temporary directory renamed when complete); a snapshot already there is replaced."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / checkpoint_name(step)
+    tmp = folder / (final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # of a killed write
+    tmp.mkdir()
+    _write_weights(model, tmp)
+    for file in tmp.iterdir():
+        _fsync(file)
+    if final.exists():
+        _discard(final)
+    os.rename(tmp, final)
+    _fsync(folder)
     return final
 
 

@@ -57,6 +57,9 @@ class TrainConfig(StrictConfig):
         save_interval: save a checkpoint every this many epochs (0: only at the end of the run).
         save_interval_updates: also save every this many updates (0: off).
         keep_last_n: numbered checkpoints kept besides ``best`` (None: keep all).
+        snapshot_interval_updates: also write the weights alone every this many updates to
+            ``RUN/snapshots/ckpt_NNNNNN`` (never pruned, not resumable; for evaluating a run along
+            its training, e.g. the trees of a Tree Transformer; 0: off).
         best_metric: the validation metric that picks the ``best`` checkpoint: ``task_loss`` (the
             task's own loss, without auxiliary losses; the default), ``loss`` (with them),
             ``nll_loss``, or a metric of the run's validation hook such as ``bleu`` or ``chrf``
@@ -89,6 +92,7 @@ class TrainConfig(StrictConfig):
     save_interval: int = 1
     save_interval_updates: int = 0
     keep_last_n: int | None = 5
+    snapshot_interval_updates: int = 0
     best_metric: str = "task_loss"
     progress_bar: bool = True
     tensorboard: bool = True
@@ -102,7 +106,7 @@ class TrainConfig(StrictConfig):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}={getattr(self, key)} must be at least 1")
         for key in ("warmup_updates", "validate_interval", "validate_interval_updates",
-                    "save_interval", "save_interval_updates"):
+                    "save_interval", "save_interval_updates", "snapshot_interval_updates"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}={getattr(self, key)} must be 0 (off) or positive")
         if self.max_epochs is None and self.max_steps is None and self.max_minutes is None:

@@ -47,7 +47,8 @@ from synattn.data.batching import Batch, collate, token_batches
 from synattn.errors import InputError, RunFailure
 from synattn.io import atomic_write
 from synattn.locks import FolderLock
-from synattn.train.checkpoint import CHECKPOINTS, resolve_checkpoint, rng_state, set_rng_state
+from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, resolve_checkpoint, rng_state, save_snapshot,
+                                      set_rng_state)
 from synattn.train.config import TrainConfig
 from synattn.train.distributed import init_distributed
 from synattn.train.optim import build_optimizer
@@ -364,7 +365,8 @@ class Trainer:
         return logs
 
     def _validate_and_save(self, epoch_end: bool, stopping: bool) -> None:
-        """Validates and saves when an interval (of epochs at an epoch's end, else of updates) says so."""
+        """Validates and saves when an interval (of epochs at an epoch's end, else of updates) says so;
+        writes a snapshot of the weights at every ``snapshot_interval_updates``-th update."""
         c = self.config
         if epoch_end:
             done = self.epoch - 1
@@ -373,6 +375,8 @@ class Trainer:
         else:
             validate = c.validate_interval_updates and self.step % c.validate_interval_updates == 0
             save = c.save_interval_updates and self.step % c.save_interval_updates == 0
+        if c.snapshot_interval_updates and self.step % c.snapshot_interval_updates == 0 and self.dist.is_main:
+            save_snapshot(self.run_dir / SNAPSHOTS, self.step, self.model)
         if stopping or validate:
             self.validate()
         if stopping or save:

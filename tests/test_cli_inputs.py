@@ -137,3 +137,18 @@ def test_resuming_weights_that_are_not_finite_is_a_run_failure(tiny, tmp_path, c
     save_file({k: v.float().fill_(float("nan")).to(v.dtype) for k, v in load_file(path).items()}, path)
     code = main(["train", "--run-dir", str(run), "--resume", "train.max_steps=3"])  # the run's own config
     _one_line_error(capsys, code, 1, "the gradient norm is nan at update 3")
+
+
+def test_ctrl_c_during_training_says_what_is_kept_and_how_to_continue(tiny, tmp_path, capsys, monkeypatch):
+    def interrupt(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("synattn.train.trainer.Trainer.train", interrupt)
+    assert main(["train", "--config", str(tiny / "mt.yaml"), "--run-dir", str(tmp_path / "new")]) == 130
+    assert "it had not saved a checkpoint yet" in capsys.readouterr().err
+    run = tmp_path / "run"
+    shutil.copytree(tiny / "mt", run, ignore=shutil.ignore_patterns(".synattn.lock"))
+    assert main(["train", "--run-dir", str(run), "--resume"]) == 130
+    err = capsys.readouterr().err
+    assert f"its last checkpoint (ckpt_000002) is kept: continue with 'synattn train --run-dir {run} --resume'" in err
+    assert err.strip().endswith("synattn train: interrupted")

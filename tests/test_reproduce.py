@@ -111,9 +111,12 @@ def test_an_interrupted_study_continues_where_it_stopped(tmp_path, treebank, mon
     assert (moved / "runs" / "supervised" / "seed1" / "metrics.json").exists()
 
 
-def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_path, treebank):
+def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_path, treebank, monkeypatch):
     from synattn.reproduce.tree_transformer import SUBWORD_MODEL, TEXT
 
+    # a toy model's links all exceed 0.8 (flat trees, F1 0): split at the weakest link at every
+    # layer instead, so that the F1 compared below are the scores of real trees
+    monkeypatch.setattr("synattn.reproduce.tree_transformer.THRESHOLD", 1.0)
     out = tmp_path / "tt"
     assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out),
                  *_trees_args(treebank)]) == 0
@@ -128,7 +131,7 @@ def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_pa
     # along training: a snapshot every 2 of the toy's updates, the last one the run's final model
     curve = run["f1_dev_by_update"]
     assert sorted(map(int, curve)) == list(range(2, run["train_step"] + 1, 2))
-    assert curve[str(run["train_step"])] == pytest.approx(run["f1_dev"])
+    assert run["f1_dev"] > 0 and curve[str(run["train_step"])] == pytest.approx(run["f1_dev"])
     from synattn.evaluate.runner import load_run  # a snapshot by its name, as --checkpoint takes it
 
     seed1 = out / "runs" / "tree-transformer" / "seed1"
@@ -154,6 +157,28 @@ def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_pa
         assert ("lm-text" in config["src_trees"]["train"]) == (text == "lm"), folder
     lm = out if TEXT == "lm" else out2
     assert "." not in (lm / "lm-text" / "train.conllu").read_text().split()
+
+
+def test_f1_along_training_scores_each_snapshot_with_its_own_weights(tmp_path, treebank, monkeypatch):
+    from types import SimpleNamespace
+
+    import synattn.reproduce.tree_transformer as tt
+    from synattn.evaluate.runner import load_run
+
+    out = tmp_path / "tt"
+    assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out),
+                 *_trees_args(treebank)]) == 0
+    seed1 = out / "runs" / "tree-transformer" / "seed1"
+
+    def weight_sum(model, *args):  # a "score" that only these weights give
+        value = sum(float(p.detach().double().sum()) for p in model.parameters())
+        return {"": {"induced": SimpleNamespace(sentence_f1=value)}}
+
+    monkeypatch.setattr(tt, "induced_scores", weight_sum)
+    curve = tt.f1_by_update(seed1, ([], [], 0), 1)
+    assert sorted(curve, key=int) == ["2", "4", "6"] and len(set(curve.values())) == 3
+    last = load_run(seed1, "last")[0]  # the run's final checkpoint, read from RUN/checkpoints
+    assert curve["6"] == pytest.approx(100 * weight_sum(last)[""]["induced"].sentence_f1)
 
 
 def test_lm_text_drops_punctuation_lowercases_and_writes_numbers_as_N():

@@ -96,3 +96,56 @@ def test_rng_states_round_trip(tmp_path):
     first = (random.random(), np.random.rand(), torch.rand(1).item())
     set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == first
+
+
+def _weights(folder):
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"w")
+    return folder
+
+
+def test_a_run_that_starts_or_resumes_drops_the_snapshots_it_will_write_again(tmp_path):
+    from synattn.train.checkpoint import drop_snapshots_after, save_snapshot
+
+    folder = tmp_path / "snapshots"
+    model = TinyTranslator()
+    for step in (2, 4, 6):
+        save_snapshot(folder, step, model)
+    (folder / "ckpt_000008.tmp").mkdir()  # a write killed midway
+    assert [p.name for p in drop_snapshots_after(folder, 4)] == ["ckpt_000006"]
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt_000002", "ckpt_000004"]
+    assert [p.name for p in drop_snapshots_after(folder, 0)] == ["ckpt_000002", "ckpt_000004"]
+    assert drop_snapshots_after(tmp_path / "none", 0) == []
+
+
+def test_a_fresh_run_on_an_attempt_killed_before_its_first_checkpoint_keeps_none_of_its_snapshots(tmp_path):
+    from test_train_support import config, make_trainer
+
+    stale = _weights(tmp_path / "snapshots" / "ckpt_000050")  # of another configuration
+    make_trainer(tmp_path, config(max_steps=4, max_epochs=None, snapshot_interval_updates=2)).train()
+    assert not stale.exists()
+    assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == ["ckpt_000002", "ckpt_000004"]
+
+
+def test_checkpoint_names_are_the_runs_own_before_a_folder_where_the_command_runs(tmp_path, monkeypatch):
+    from synattn.errors import UsageError
+    from synattn.evaluate.runner import named_checkpoint
+
+    run = tmp_path / "run"
+    snap = _weights(run / "snapshots" / "ckpt_000002")
+    for step in (3, 6, 9, 12, 15):
+        _weights(run / "snapshots" / f"ckpt_{step:06d}")
+    both = _weights(run / "checkpoints" / "ckpt_000006")
+    _weights(tmp_path / "ckpt_000002")  # another run's weights, in the working directory
+    monkeypatch.chdir(tmp_path)
+    assert named_checkpoint(run, "ckpt_000002") == snap
+    assert named_checkpoint(run, "ckpt_000006") == both  # a checkpoint before a snapshot of that name
+    assert named_checkpoint(run, "./ckpt_000002").resolve() == (tmp_path / "ckpt_000002").resolve()  # a path
+    with pytest.raises(UsageError, match="ckpt_000099: no such checkpoint .*checkpoints: ckpt_000006; "
+                                         "snapshots: ckpt_000002 … ckpt_000015, 6 of them"):
+        named_checkpoint(run, "ckpt_000099")
+    with pytest.raises(UsageError, match="is a file; give the checkpoint's folder"):
+        named_checkpoint(run, str(snap / "model.safetensors"))
+    for folder in (str(run / "snapshots"), ""):
+        with pytest.raises(UsageError, match="not a checkpoint folder, no model.safetensors in it"):
+            named_checkpoint(run, folder)

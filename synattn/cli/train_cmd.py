@@ -83,8 +83,9 @@ def load_experiment(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
                   "is not read again", file=sys.stderr)
         exp = ExperimentConfig.from_sections(raw["experiment"], str(saved), args.overrides, args.data)
     elif args.config is None:
-        raise ConfigError(f"--resume without --config: {run_dir} has no checkpoint and config.yaml to "
-                          "continue from")
+        what = "no config.yaml" if not saved.is_file() else "no checkpoint (it stopped before its first one)"
+        raise ConfigError(f"--resume without --config: {run_dir} has {what} to continue from; start it "
+                          "again with --config")
     else:
         exp = ExperimentConfig.from_yaml(args.config, args.overrides, args.data)
     try:
@@ -136,6 +137,13 @@ def run(args: argparse.Namespace) -> int:
                           valid_data=dev, valid_metrics=metrics, run_config={"experiment": exp.to_dict()})
         try:
             result = trainer.train(resume=args.resume, lock=lock)
+        except KeyboardInterrupt:
+            if trainer.dist.is_main:
+                last = resolve_checkpoint(run_dir)
+                kept = (f"its last checkpoint ({last.name}) is kept: continue with 'synattn train --run-dir "
+                        f"{run_dir} --resume'" if last else "it had not saved a checkpoint yet")
+                print(f"stopped at update {trainer.step}; {kept}", file=sys.stderr)
+            raise
         finally:
             trainer.close()
     finally:

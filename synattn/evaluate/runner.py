@@ -26,10 +26,46 @@ from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
 from synattn.models.config_io import config_error, parse_yaml
 from synattn.progress import progress
-from synattn.train.checkpoint import CHECKPOINTS, SNAPSHOTS, resolve_checkpoint
+from synattn.train.checkpoint import CHECKPOINTS, SNAPSHOTS, WEIGHTS, list_checkpoints, resolve_checkpoint
 from synattn.train.tasks import task_for
 from synattn.trees.metrics import attachment_scores
 from synattn.trees.subword import last_piece_index
+
+
+def named_checkpoint(run: Path, which: str) -> Path:
+    """The folder that ``--checkpoint which`` names: a bare name (``ckpt_000500``) is the run's
+    own, in ``RUN/checkpoints`` or else ``RUN/snapshots``, before any folder of that name where
+    the command runs; anything else is a checkpoint folder's path.
+
+    Raises:
+        UsageError: no such checkpoint, a file, or a folder without weights (the message lists the
+            run's checkpoints).
+    """
+    path = Path(which)
+    if which and path.name == which:
+        for folder in (CHECKPOINTS, SNAPSHOTS):
+            if (run / folder / which / WEIGHTS).is_file():
+                return run / folder / which
+    if path.is_file():
+        raise UsageError(f"--checkpoint: {which}: is a file; give the checkpoint's folder ({path.parent})")
+    if not path.is_dir():
+        raise UsageError(f"--checkpoint: {which}: no such checkpoint ({_kept(run)})")
+    if not (path / WEIGHTS).is_file() and not (path / (WEIGHTS + ".index.json")).is_file():
+        raise UsageError(f"--checkpoint: {which}: not a checkpoint folder, no {WEIGHTS} in it ({_kept(run)})")
+    return path
+
+
+def _kept(run: Path) -> str:
+    """What ``--checkpoint`` can name in ``run``, for error messages."""
+    parts = []
+    for folder in (CHECKPOINTS, SNAPSHOTS):
+        names = [p.name for p in list_checkpoints(run / folder)]
+        if len(names) > 4:
+            parts.append(f"{folder}: {names[0]} … {names[-1]}, {len(names)} of them")
+        elif names:
+            parts.append(f"{folder}: {', '.join(names)}")
+    kept = "; ".join(parts) or "none kept"
+    return f"give best, last, a checkpoint of the run ({kept}) or a checkpoint's folder"
 
 
 def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, ExperimentConfig, Path]:
@@ -51,15 +87,7 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
         if checkpoint is None and which == "best":  # a run that never validated has no best
             checkpoint = resolve_checkpoint(run, "last")
     else:
-        checkpoint = Path(which)
-        for folder in (CHECKPOINTS, SNAPSHOTS):  # a name: ckpt_000500 (a checkpoint, else a snapshot)
-            if not checkpoint.is_dir() and (run / folder / which).is_dir():
-                checkpoint = run / folder / which
-        if not checkpoint.is_dir():
-            kept = sorted({p.name for folder in (CHECKPOINTS, SNAPSHOTS) for p in (run / folder).glob("ckpt_*")
-                           if p.is_dir() and not p.suffix})
-            raise UsageError(f"--checkpoint: {checkpoint}: no such checkpoint folder (give best, last, a checkpoint "
-                             f"of the run ({', '.join(kept) or 'none kept'}) or its folder)")
+        checkpoint = named_checkpoint(run, which)
     if checkpoint is None:
         raise InputError(f"has no {which} checkpoint (--checkpoint)", str(run))
     try:

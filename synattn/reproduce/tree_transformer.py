@@ -45,6 +45,7 @@ WORD_VOCAB = 10000
 TEXT = "lm"
 FRAMING = "bos"
 SNAPSHOT_EVERY = 500  # updates between the snapshots scored along training
+THRESHOLD, MIN_LAYER = 0.8, 3  # the paper's decoding
 
 
 def framing_of(ctx: Context) -> str:
@@ -209,6 +210,9 @@ class TreeTransformerStudy(Study):
                 values = [m[key] for m in runs.values() if m.get(key) is not None]
                 if values:
                     ax.axhline(float(np.mean(values)), color="#636363", ls=style, lw=1, label=title)
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("updates")
             ax.set_ylabel("sentence-level F1 dev (%)")
             ax.set_title("induced trees along training", fontsize=9)
@@ -292,7 +296,7 @@ def induced_scores(model, sentences, gold, seed: int, descend_above: float | Non
     from synattn.cli.induce_cmd import induce_sentences
     from synattn.trees.induce import punctuation_mask, score_induced
 
-    pred = induce_sentences(model, sentences, 0.8, 3, 32, descend_above=descend_above)
+    pred = induce_sentences(model, sentences, THRESHOLD, MIN_LAYER, 32, descend_above=descend_above)
     short = [k for k, g in enumerate(gold) if sum(not p for p in punctuation_mask(g)) <= 10]
     out = {"": score_induced(pred, gold, seed)}
     if short:

@@ -15,7 +15,9 @@ directory named ``ckpt_NNNNNN`` is always complete. Leftovers of a killed save (
 ``*.del``) are removed by the next save.
 
 Snapshots (``train.snapshot_interval_updates``) are the weights alone of every N-th update, for
-evaluating a run along its training, never pruned and never resumed from::
+evaluating a run along its training, never pruned and never resumed from; a run that starts or
+resumes deletes the snapshots of the updates it has not made yet (they belong to an attempt that
+was killed, and the run writes them again)::
 
     RUN/snapshots/ckpt_000500/   model.safetensors (+ config.json)
 
@@ -176,6 +178,22 @@ def save_snapshot(folder: str | Path, step: int, model: nn.Module) -> Path:
     os.rename(tmp, final)
     _fsync(folder)
     return final
+
+
+def drop_snapshots_after(folder: str | Path, step: int) -> list[Path]:
+    """Deletes the snapshots of updates after ``step`` and the leftovers of killed writes: a run
+    that starts (``step`` 0) or resumes at ``step`` writes those updates again, and with other
+    settings (a smaller ``max_steps``) the old ones would outlive the run. Returns the deleted
+    snapshots."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    for stale in list(folder.glob("*.tmp")) + list(folder.glob("*.del")):
+        shutil.rmtree(stale, ignore_errors=True)
+    doomed = [p for p in list_checkpoints(folder) if int(_NAME.fullmatch(p.name).group(1)) > step]
+    for path in doomed:
+        _discard(path)
+    return doomed
 
 
 def prune_checkpoints(folder: str | Path, keep_last_n: int | None) -> list[Path]:

@@ -47,8 +47,8 @@ from synattn.data.batching import Batch, collate, token_batches
 from synattn.errors import InputError, RunFailure
 from synattn.io import atomic_write
 from synattn.locks import FolderLock
-from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, resolve_checkpoint, rng_state, save_snapshot,
-                                      set_rng_state)
+from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, drop_snapshots_after, resolve_checkpoint, rng_state,
+                                      save_snapshot, set_rng_state)
 from synattn.train.config import TrainConfig
 from synattn.train.distributed import init_distributed
 from synattn.train.optim import build_optimizer
@@ -318,6 +318,11 @@ class Trainer:
     def _train(self, resume: bool) -> TrainResult:
         c, world = self.config, self.dist.world_size
         resumed = self._resume(resume)
+        if self.dist.is_main:
+            dropped = drop_snapshots_after(self.run_dir / SNAPSHOTS, self.step)
+            if dropped:
+                logger.info("removed %d snapshot(s) of updates after %d (%s … %s), left by an earlier attempt",
+                            len(dropped), self.step, dropped[0].name, dropped[-1].name)
         self._write_config()
         self._log = RunLog(self.run_dir, self.dist.is_main, c.tensorboard, self.step if resumed else None)
         if world > 1 and self.wrapped is self.model:

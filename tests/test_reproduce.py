@@ -128,10 +128,10 @@ def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_pa
     # right-branching against "(the adj noun) verb (a noun)": gold spans (0,3), (4,6) of 6 words; right-
     # branching has (1,6) .. (4,6): 1 of 4 predicted right, 1 of 2 gold found -> F1 = 1/3
     assert run["right-branching_f1_dev"] == pytest.approx(100 / 3)
-    # along training: a snapshot every 2 of the toy's updates, the last one the run's final model
+    # along training: a snapshot every 2 of the toy's updates, one of them the checkpoint scored
     curve = run["f1_dev_by_update"]
     assert sorted(map(int, curve)) == list(range(2, run["train_step"] + 1, 2))
-    assert run["f1_dev"] > 0 and curve[str(run["train_step"])] == pytest.approx(run["f1_dev"])
+    assert run["f1_dev"] > 0 and curve[str(run["best_step"])] == pytest.approx(run["f1_dev"])  # the scored one
     from synattn.evaluate.runner import load_run  # a snapshot by its name, as --checkpoint takes it
 
     seed1 = out / "runs" / "tree-transformer" / "seed1"

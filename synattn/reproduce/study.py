@@ -150,11 +150,13 @@ class Study:
 
     @staticmethod
     def load(ctx: Context, run_dir: Path):
-        """``(model, experiment config)`` of the run's last checkpoint, its dataset the study's own
-        (where the results folder lies now, not where it was when the run was trained)."""
+        """``(model, experiment config)`` of the run's best checkpoint by the dev loss of its task
+        (the last where that loss fell to the end; no metric of the study picks it), its dataset
+        the study's own (where the results folder lies now, not where it was when the run was
+        trained)."""
         from synattn.evaluate.runner import load_run
 
-        model, exp, _ = load_run(run_dir, "last")
+        model, exp, _ = load_run(run_dir, "best")
         exp.data = str(ctx.data)
         return model, exp
 

@@ -174,8 +174,10 @@ class TreeTransformerStudy(Study):
         curves = [f"seed {seed}: " + ", ".join(f"{step}: {f1:.1f}" for step, f1 in curve_of(m))
                   for seed, m in sorted(runs.items()) if m.get("f1_dev_by_update")]
         if curves:
-            note += ("\n\nSentence F1 dev along training (update: F1, the paper's decoding; the last point is the "
-                     "run's end): " + "; ".join(curves) + ".")
+            scored = ", ".join(f"seed {seed} at update {m.get('best_step', m.get('train_step'))}"
+                               for seed, m in sorted(runs.items()))
+            note += ("\n\nSentence F1 dev along training (update: F1, the paper's decoding): " + "; ".join(curves)
+                     + f". The table scores each run's checkpoint of lowest dev masked-LM loss ({scored}).")
         return "\n".join(lines) + note
 
     def plots(self, ctx: Context, metrics: dict, folder: Path) -> list[Path]:
@@ -223,12 +225,12 @@ class TreeTransformerStudy(Study):
 
 
 def curve_of(metrics: dict) -> list[tuple[int, float]]:
-    """``(update, sentence F1 dev)`` along a run: its snapshots, then its end."""
-    curve = sorted((int(step), f1) for step, f1 in (metrics.get("f1_dev_by_update") or {}).items())
-    end = metrics.get("train_step")
-    if end is not None and metrics.get("f1_dev") is not None and (not curve or curve[-1][0] < end):
-        curve.append((int(end), metrics["f1_dev"]))
-    return curve
+    """``(update, sentence F1 dev)`` along a run: its snapshots and the checkpoint it was scored at."""
+    curve = {int(step): f1 for step, f1 in (metrics.get("f1_dev_by_update") or {}).items()}
+    scored = metrics.get("best_step", metrics.get("train_step"))
+    if scored is not None and metrics.get("f1_dev") is not None:
+        curve.setdefault(int(scored), metrics["f1_dev"])
+    return sorted(curve.items())
 
 
 def f1_by_update(run_dir: Path, dev, seed: int) -> dict[str, float]:

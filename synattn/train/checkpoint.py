@@ -142,18 +142,11 @@ def save_checkpoint(folder: str | Path, step: int, model: nn.Module, state: dict
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
-    final = folder / checkpoint_name(step)
-    tmp = folder / (final.name + ".tmp")
-    tmp.mkdir()
-    _write_weights(model, tmp)
-    torch.save(state, tmp / STATE)
-    for file in tmp.iterdir():
-        _fsync(file)
-    _fsync(tmp)
-    if final.exists():  # left by an earlier, interrupted attempt at this step (never pointed to)
-        _discard(final)
-    os.rename(tmp, final)
-    _fsync(folder)
+    def write(tmp: Path) -> None:
+        _write_weights(model, tmp)
+        torch.save(state, tmp / STATE)
+
+    final = _write_complete(folder / checkpoint_name(step), write)
     for which in ("last", "best") if is_best else ("last",):
         with atomic_write(folder / which) as f:
             f.write(final.name + "\n")
@@ -166,17 +159,25 @@ def save_snapshot(folder: str | Path, step: int, model: nn.Module) -> Path:
     (a temporary directory renamed when complete); a snapshot already there is replaced."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / checkpoint_name(step)
-    tmp = folder / (final.name + ".tmp")
+    return _write_complete(folder / checkpoint_name(step), lambda tmp: _write_weights(model, tmp))
+
+
+def _write_complete(final: Path, write) -> Path:
+    """Makes the directory ``final`` with what ``write(tmp)`` puts in a temporary sibling, every
+    file flushed to disk before the rename, so that ``final`` never exists half written; a
+    directory already named ``final`` (left by an earlier, interrupted attempt, never pointed to)
+    is replaced."""
+    tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # of a killed write
     tmp.mkdir()
-    _write_weights(model, tmp)
+    write(tmp)
     for file in tmp.iterdir():
         _fsync(file)
+    _fsync(tmp)
     if final.exists():
         _discard(final)
     os.rename(tmp, final)
-    _fsync(folder)
+    _fsync(final.parent)
     return final
 
 

@@ -32,7 +32,7 @@ from synattn.errors import UsageError
 from synattn.io import atomic_write
 from synattn.reproduce.report import json_safe, write_results
 from synattn.reproduce.study import Arm, Context, Study
-from synattn.train.checkpoint import resolve_checkpoint
+from synattn.train.checkpoint import checkpoint_step, resolve_checkpoint
 
 logger = logging.getLogger(__name__)
 DONE = "train_done.json"
@@ -90,7 +90,7 @@ def score_run(study: Study, ctx: Context, arm: Arm, seed: int, run: Path) -> dic
         metrics.update({f"train_{k}": v for k, v in json.loads((run / DONE).read_text()).items()
                         if k in ("step", "minutes")})
         scored = resolve_checkpoint(run, "best") or resolve_checkpoint(run, "last")  # as Study.load reads it
-        metrics["best_step"] = int(scored.name.removeprefix("ckpt_")) if scored else None
+        metrics["best_step"] = checkpoint_step(scored) if scored else None
     with atomic_write(path) as f:
         json.dump(json_safe(metrics), f, indent=1, allow_nan=False)
     return metrics

@@ -237,14 +237,13 @@ def f1_by_update(run_dir: Path, dev, seed: int) -> dict[str, float]:
     """Sentence F1 (the paper's decoding) of each weight snapshot of the run (``RUN/snapshots``),
     keyed by its update; ``dev`` is :func:`gold_sentences`'s triple."""
     from synattn.evaluate.runner import load_run
-    from synattn.train.checkpoint import SNAPSHOTS, list_checkpoints
+    from synattn.train.checkpoint import SNAPSHOTS, checkpoint_step, list_checkpoints
 
     sentences, gold, _ = dev
     curve = {}
     for snapshot in list_checkpoints(run_dir / SNAPSHOTS):
         model, _, _ = load_run(run_dir, str(snapshot))
-        step = int(snapshot.name.removeprefix("ckpt_"))
-        curve[str(step)] = 100 * induced_scores(model, sentences, gold, seed, None)[""]["induced"].sentence_f1
+        curve[str(checkpoint_step(snapshot))] = 100 * induced_scores(model, sentences, gold, seed, None)[""]["induced"].sentence_f1
     return curve
 
 

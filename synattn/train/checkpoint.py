@@ -56,6 +56,11 @@ def checkpoint_name(step: int) -> str:
     return f"ckpt_{step:06d}"
 
 
+def checkpoint_step(path: str | Path) -> int:
+    """The update of a checkpoint or snapshot directory: 123 for ``ckpt_000123``."""
+    return int(_NAME.fullmatch(Path(path).name).group(1))
+
+
 def list_checkpoints(folder: str | Path) -> list[Path]:
     """The complete checkpoint directories of ``folder``, oldest (fewest updates) first."""
     folder = Path(folder)
@@ -137,11 +142,7 @@ def save_checkpoint(folder: str | Path, step: int, model: nn.Module, state: dict
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in list(folder.glob("*.tmp")) + list(folder.glob("*.del")):  # of a killed save
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
+    _remove_leftovers(folder)
     def write(tmp: Path) -> None:
         _write_weights(model, tmp)
         torch.save(state, tmp / STATE)
@@ -160,6 +161,15 @@ def save_snapshot(folder: str | Path, step: int, model: nn.Module) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     return _write_complete(folder / checkpoint_name(step), lambda tmp: _write_weights(model, tmp))
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Removes what a killed write or deletion left in ``folder`` (``*.tmp``, ``*.del``)."""
+    for stale in list(folder.glob("*.tmp")) + list(folder.glob("*.del")):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
 
 
 def _write_complete(final: Path, write) -> Path:
@@ -189,9 +199,8 @@ def drop_snapshots_after(folder: str | Path, step: int) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    for stale in list(folder.glob("*.tmp")) + list(folder.glob("*.del")):
-        shutil.rmtree(stale, ignore_errors=True)
-    doomed = [p for p in list_checkpoints(folder) if int(_NAME.fullmatch(p.name).group(1)) > step]
+    _remove_leftovers(folder)
+    doomed = [p for p in list_checkpoints(folder) if checkpoint_step(p) > step]
     for path in doomed:
         _discard(path)
     return doomed

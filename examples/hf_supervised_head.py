@@ -20,30 +20,33 @@ import argparse
 import json
 import random
 import sys
+from pathlib import Path
 
 import torch
 from transformers import AutoModel, AutoTokenizer
 
 import synattn.hf as sh
+from synattn.errors import SynattnError
 from synattn.hf.align import word_attachment
 from synattn.hf.sites import find_sites
 from synattn.trees import read_conllu
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", required=True, help="model directory or hub name")
     p.add_argument("--train", required=True, help="CoNLL-U training file")
     p.add_argument("--dev", required=True, help="CoNLL-U dev file (UAS is reported on it)")
     p.add_argument("--layer", type=int, default=0, help="layer of the supervised head")
     p.add_argument("--head", type=int, default=0, help="attention head it replaces")
     p.add_argument("--weight", type=float, default=1.0, help="λ, weight of its loss")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=3, help="passes over the training file")
+    p.add_argument("--batch-size", type=int, default=16, help="sentences per update")
+    p.add_argument("--lr", type=float, default=5e-5, help="AdamW learning rate (the whole model is fine-tuned)")
+    p.add_argument("--max-length", type=int, default=256, help="longer sentences (in subword tokens) are cut")
     p.add_argument("--add-prefix-space", action="store_true", help="for byte-level BPE tokenizers")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the shuffling and the head's initialisation")
     p.add_argument("--output", default=None, help="directory to save the fine-tuned model")
     return p.parse_args(argv)
 
@@ -87,6 +90,7 @@ def prepare(trees, tokenizer, encoder, max_length: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    train_trees, dev_trees = read_conllu(args.train), read_conllu(args.dev)  # a bad file stops here
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     tok_kwargs = {"add_prefix_space": True} if args.add_prefix_space else {}
@@ -101,8 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
     key = f"{side}_{args.layer}.parse"
     encoder = sh.SyntaxEncoder(["head_targets"])
     collate = sh.SyntaxCollator(tokenizer, encoder)
-    train = prepare(read_conllu(args.train), tokenizer, encoder, args.max_length)
-    dev = prepare(read_conllu(args.dev), tokenizer, encoder, args.max_length)
+    train = prepare(train_trees, tokenizer, encoder, args.max_length)
+    dev = prepare(dev_trees, tokenizer, encoder, args.max_length)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     history = []
     for epoch in range(1, args.epochs + 1):
@@ -126,4 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except (SynattnError, ValueError, OSError) as err:  # a bad file or option: one line, no traceback
+        print(f"{Path(sys.argv[0]).name}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        sys.exit(2)

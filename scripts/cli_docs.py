@@ -41,10 +41,12 @@ GENERAL = """## Exit status, errors and safety
   `synattn prepare` (it holds `.synattn-dataset`; an interrupted one counts); another existing
   folder is refused unless `--force` (its `train/`, `dev/`, `test/` subfolders are then replaced).
 - **`--max-len`** (`translate`, `induce`, `viz`): an input sentence of more subword pieces stops the
-  command with its line number, or with `--on-error skip` is left out (an empty output line and a
-  warning), instead of running out of memory. `parse` does the same with a line longer than
-  spaCy's `nlp.max_length` (1,000,000 characters): `FILE:LINE` and the ways out (`--max-words`,
-  `--on-error skip`).
+  command with its line number, or with `--on-error skip` (`translate`, `induce`) is left out (an
+  empty output line and a warning), instead of running out of memory. `parse` does the same with a
+  line longer than spaCy's `nlp.max_length` (1,000,000 characters): `FILE:LINE` and the ways out
+  (`--max-words`, `--on-error skip`). `viz` draws one sentence (`--index`): only that line must be
+  a sentence, and a long one is drawn with its labels thinned (each heatmap at most 2,000 pixels a
+  side).
 - **Damaged files**: commands that read a run check its checkpoint (weights, config) and the
   prepared dataset (manifest, labels, sentencepiece models, arrays of the split) first; a damaged
   or hand-edited file is a one-line error naming it. `--data` must have the run's vocabulary.

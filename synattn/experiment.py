@@ -147,14 +147,20 @@ class ExperimentConfig(StrictConfig):
             return config_error(err, "override " + ", ".join(named))
         if message.startswith("data") and sources["data"] is not None:
             return config_error(err, "--data")
-        if overrides:  # the file alone (with --data) passes: the overrides together made the mistake
-            try:
-                type(self).from_sections(sources["raw"], sources["file"], (), sources["data"]).check_data()
-            except ConfigError:
-                pass
-            else:
-                return config_error(err, "override " + ", ".join(overrides))
+        if overrides and self._passes(()):  # the file alone (with --data) passes: the overrides made the mistake
+            # blame those without which the rest passes (model.decoder.bird_eye=sg, not d_model=32 with it)
+            alone = [item for item in overrides if self._passes([o for o in overrides if o is not item])]
+            return config_error(err, "override " + ", ".join(alone or overrides))
         return config_error(err, sources["file"])
+
+    def _passes(self, overrides) -> bool:
+        """Whether this config's file with ``overrides`` (and its ``--data``) passes ``check_data``."""
+        sources = self.sources
+        try:
+            type(self).from_sections(sources["raw"], sources["file"], overrides, sources["data"]).check_data()
+        except ConfigError:
+            return False
+        return True
 
     def model_config(self, manifest: dict, labels: dict[str, list[str]]):
         """The model config with vocabulary and label sizes filled in from the dataset's

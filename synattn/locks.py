@@ -87,7 +87,7 @@ class FolderLock:
             os.close(fd)
             raise
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                "command": " ".join(["synattn", *sys.argv[1:]])[:200]}
+                "command": _shortened(" ".join(["synattn", *sys.argv[1:]]))}
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(info).encode(), 0)
@@ -113,3 +113,10 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _shortened(command: str, limit: int = 200) -> str:
+    """``command`` cut at a word boundary to at most ``limit`` characters, with " …" where cut."""
+    if len(command) <= limit:
+        return command
+    return command[:limit - 2].rsplit(" ", 1)[0] + " …"

@@ -130,3 +130,20 @@ def test_too_short_labels_are_reported():
     syntax = SyntaxInputs(tree_dist=torch.zeros(1, 3, 3, dtype=torch.int8))
     with pytest.raises(ValueError, match=r"\[1, 3, 3\]"):
         attn(torch.randn(1, 5, D), syntax=syntax)
+
+
+@pytest.mark.parametrize("labels, message", [
+    (torch.full((1, 4, 4), 12), r"labels 12..12, but this table has 10 \(0..9\)"),
+    (torch.full((1, 4, 4), -1), "labels -1..-1"),
+    (torch.zeros(1, 4, 4), "holds torch.float32 values; labels are integer ids"),
+])
+def test_tree_labels_outside_the_table_are_errors(labels, message):
+    attn = MultiheadAttention(16, 2, features=[TreeRelations("tree_dist", 10, 8)])
+    with pytest.raises(ValueError, match=message):
+        attn(torch.randn(1, 4, 16), syntax=SyntaxInputs(tree_dist=labels))
+
+
+def test_a_table_of_another_head_width_is_an_error():
+    with pytest.raises(ValueError, match="TreeRelations was built for heads of width 32, but this attention's "
+                                         r"heads are 8 wide \(d_model 16 / 2 heads\)"):
+        MultiheadAttention(16, 2, features=[TreeRelations("tree_dist", 10, 32)])

@@ -83,6 +83,20 @@ def test_corpus_and_stats(tmp_path, capsys):
     assert (tmp_path / "s.png").stat().st_size > 1000
 
 
+def test_threads_sets_torchs_threads_for_any_command(tmp_path):
+    import torch
+
+    conllu = tmp_path / "t.conllu"
+    conllu.write_text("1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n")
+    before = torch.get_num_threads()
+    try:
+        for n in (2, 1):
+            assert main(["--threads", str(n), "stats", str(conllu)]) == 0
+            assert torch.get_num_threads() == n
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cli_reference_covers_every_command_and_option():
     """docs/cli.md (made by scripts/cli_docs.py) names every subcommand and every option."""
     import argparse

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from cli_sandbox import digest, run_cli, sandbox
 
@@ -98,6 +99,9 @@ def _damaged(name: str, how: str):
     def make(env):
         shutil.copytree(env.tiny / "mt", env.box / "run", ignore=shutil.ignore_patterns(".synattn.lock"))
         path = env.box / "run" / "checkpoints" / "ckpt_000002" / name
+        if how == "pickled-code":  # a real torch file whose unpickling would run code
+            torch.save({"step": 2, "hook": os.system}, path)
+            return
         data = path.read_bytes()
         path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
                           "random": bytes((i * 7919 + 13) % 256 for i in range(len(data)))}[how])
@@ -181,7 +185,27 @@ CASES = [
         id=f"7-model-safetensors-{how}") for how in ("truncated", "empty", "random")],
     *[P(["train", "--run-dir", "B/run", "--resume", "train.max_steps=3"], 2, "ckpt_000002", _damaged("state.pt", how),
         id=f"7-state-pt-{how}") for how in ("truncated", "empty", "random")],
+    P(["train", "--run-dir", "B/run", "--resume", "train.max_steps=3"], 2,
+      "cannot read this checkpoint (UnpicklingError: not a tensors-only file); delete it",
+      _damaged("state.pt", "pickled-code"), id="7-state-pt-pickled-code-is-not-loaded"),
     # 7. bad input files and options
+    P(["corpus", "ptb", "-o", "B/ptb", "--splits", "train", "dev"], 2,
+      "--splits: unknown ptb split(s) dev; ptb has train, valid, test", None,
+      id="7-corpus-unknown-split-before-writing"),
+    P(["corpus", "bible", "--source", "4", "--target", "4", "-o", "B/bible"], 2, "--source and --target are both 4",
+      None, id="7-corpus-bible-one-translation-twice"),
+    P(["stats", "B/a.conllu", "--plot", "B/labels.txt"], 2, "--plot B/labels.txt: name the image with one of .png",
+      _file("a.conllu", CONLLU), id="7-stats-plot-format-unknown"),
+    P(["translate", "--run", "T/mt", "-i", "B/empty.txt"], 2, "no sentences to translate (the input is empty)",
+      _file("empty.txt", ""), id="7-translate-empty-input"),
+    P(["induce", "--run", "T/mt", "-i", "T/in.txt", "--gold", "B/gold.trees", "-o", "B/trees.txt"], 2,
+      "1 gold trees for 2 sentences", _file("gold.trees", "(S (X a b))\n"), id="7-induce-gold-checked-before-the-work"),
+    P(["prepare", "--train", "T/train", "--tgt-lang", "de", "--parse-target", "--no-parse-source", "-o", "B/out"], 2,
+      "tgt_model=fr_core_news_sm parses fr text, but the tgt files are de", None,
+      id="7-prepare-target-parser-of-another-language"),
+    P([*TRAIN, "train.device=cuda"], 2, "train.device=cuda, but this machine has no usable CUDA device", None,
+      id="7-train-device-cuda-without-cuda", marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                                                       reason="this machine has CUDA")),
     P(["stats", "B/empty.conllu"], 2, "no sentences to summarise", _file("empty.conllu", ""), id="7-stats-empty-file"),
     P(["prepare", "--train", "B/e", "--no-parse-source", "-o", "B/out"], 2, "no sentences",
       _both(_file("e.en", ""), _file("e.fr", "")), id="7-prepare-empty-files"),

@@ -68,7 +68,12 @@ def test_scores_drop_punctuation_and_compare_with_baselines():
     right = [{(i, 6) for i in range(1, 5)}, {(1, 4), (2, 4)}]
     assert scores["right-branching"].sentence_f1 == pytest.approx(
         np.mean([_f1(r, g) for r, g in zip(right, gold_spans)]))
-    assert set(scores) == {"induced", "right-branching", "left-branching", "random"}
+    assert set(scores) == {"induced", "right-branching", "left-branching", "random", "no brackets"}
+    # the flat tree finds nothing: F1 0 wherever gold has constituents, corpus precision 1 (nothing wrong)
+    assert scores["no brackets"].sentence_f1 == 0.0 and scores["no brackets"].precision == 1.0
+    flat = score_induced(pred + [parse_brackets("(X a b)")], gold + [parse_brackets("(S (X a) (X b))")],
+                         seed=0)["no brackets"]
+    assert flat.sentence_f1 == pytest.approx(1 / 3)  # a sentence without gold constituents: F1 1
     with pytest.raises(InputError, match=r"gold.txt \(sentence 1\): the gold tree has 3 words, the sentence 7"):
         score_induced(pred[:1], [parse_brackets("(S a b c)")], gold_path="gold.txt")
 
@@ -159,10 +164,13 @@ def test_viz_writes_heatmaps_and_the_induced_tree(run, tmp_path, capsys):
     assert names == ["encoder_layer0.png", "encoder_layer1.png", "encoder_layer2.png", "tree.png"]
     assert all((out / name).read_bytes()[:8] == PNG for name in names)
     text = tmp_path / "input.txt"
-    text.write_text("a first line\nthe cat sat on the mat\n")
+    text.write_text("a first line\nthe cat sat on the mat\n\n")  # an empty line elsewhere is not drawn
     assert main(["viz", "--run", str(run_dir), "-i", str(text), "--index", "1", "--layers", "1",
                  "-o", str(tmp_path / "one")]) == 0
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["encoder_layer1.png", "tree.png"]
+    capsys.readouterr()
+    assert main(["viz", "--run", str(run_dir), "-i", str(text), "--index", "2", "-o", str(tmp_path / "two")]) == 2
+    assert "input.txt: line 3 (0-based index 2): empty line" in capsys.readouterr().err
     assert main(["viz", "--run", str(run_dir), "--split", "dev", "--index", "9", "-o", str(out)]) == 2
     assert "sentence index 9 is outside 0..5" in capsys.readouterr().err
 

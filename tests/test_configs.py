@@ -210,3 +210,8 @@ def test_config_trains_end_to_end(path, datasets, tmp_path, capsys):
     if exp.task == "mt":
         valid = read_log(run, "valid")
         assert valid and "bleu" in valid[-1]
+
+
+def test_every_config_is_described_in_the_docs():
+    described = (CONFIG_DIR.parent / "docs" / "configs.md").read_text(encoding="utf-8")
+    assert [c.name for c in CONFIGS if f"| `{c.name}` |" not in described] == []

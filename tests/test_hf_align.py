@@ -108,8 +108,10 @@ def test_truncation_sends_arcs_to_cut_words_to_root():
 
 
 def test_missing_word_is_an_error():
-    with pytest.raises(InputError, match="word ids must run"):
+    with pytest.raises(InputError, match=r"word ids must run .* but words \[1\] are missing"):
         piece_heads([2, 0, 2], [None, 0, 2, None])
+    with pytest.raises(InputError, match="word 0 follows word 1 .a second sentence"):  # a sentence pair
+        piece_heads([2, 0], [None, 0, 1, None, 0, 1, None])
 
 
 def test_pos_and_deprel_ids_with_outside_and_unknown():

@@ -188,6 +188,14 @@ def test_remaining_features_run_where_the_architecture_allows():
     ({"feature": "supervised_head", "layers": [5]}, r"layer\(s\) \[5\] do not exist"),
     ({"feature": "segmentation", "side": "cross"}, "has no cross attention"),
     ({"feature": "supervised_head", "lambda": 1}, "unknown option"),
+    ({"feature": "supervised_head", "head": 7}, "head=7 is out of range for an attention with 4 heads"),
+    ({"feature": "supervised_head", "head": 1.5}, "head=1.5 must be a whole number"),
+    ({"feature": "supervised_head", "weight": "x"}, "weight='x' must be a number"),
+    ({"feature": "supervised_head", "weight": -1}, "weight=-1 must be >= 0"),
+    ({"feature": "specialized_heads", "heads": [0, 9]}, "head 9 in heads is out of range"),
+    ({"feature": "specialized_heads", "heads": []}, "must be a non-empty list"),
+    ({"feature": "tree_relations", "max_distance": 0}, "max_distance=0 must be >= 1"),
+    ({"feature": "tree_relations", "values": "yes"}, "values='yes' must be true or false"),
 ])
 def test_bad_specs_are_one_line_errors(spec, message):
     with pytest.raises(ValueError, match=message):

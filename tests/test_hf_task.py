@@ -98,10 +98,29 @@ def test_uas_is_the_heads_word_level_attachment(data):
     ({"transformers": BERT, "heads": 2}, "unknown key.s. model.heads"),
     ({"transformers": dict(BERT, vocab_size=7)}, "model.transformers.vocab_size=7 differs"),
     ({"transformers": "no/such/dir"}, "no/such/dir is not a model directory"),
+    ({"transformers": {**BERT, "num_hiden_layers": 4}},
+     r"unknown key.s. model.transformers.num_hiden_layers \(did you mean num_hidden_layers\?\)"),
+    ({"transformers": {**BERT, "hidden_act": "nonsense"}},
+     "model.transformers: cannot build a bert model with these settings .KeyError"),
+    ({"transformers": BERT, "features": [{"feature": "supervised_head", "layers": [7]}]},
+     r"model.features: synattn feature #0 \(supervised_head\): encoder layer\(s\) \[7\] do not exist"),
+    ({"transformers": BERT, "features": [{"feature": "supervised_head", "head": 9}]},
+     "head=9 is out of range for an attention with 4 heads"),
+    ({"transformers": BERT, "features": [{"feature": "supervised_head", "weight": "abc"}]},
+     "weight='abc' must be a number"),
 ])
 def test_model_section_mistakes_are_config_errors(data, model, message):
     with pytest.raises(ConfigError, match=message):
         ExperimentConfig.from_dict(experiment(data, model)).check_data()
+
+
+def test_a_feature_mistake_stops_train_before_the_run_folder(data, tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(experiment(data, {"transformers": BERT, "features": [
+        {"feature": "supervised_head", "layers": [1], "head": 9}]})))
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 2
+    assert "head=9 is out of range" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_config_directory_takes_the_datasets_vocabulary(data, tmp_path):

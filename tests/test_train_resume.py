@@ -143,3 +143,18 @@ def test_sigkill_at_random_moments_leaves_a_loadable_checkpoint_and_resume_stays
     np.testing.assert_allclose([x for _, x in got], [x for _, x in expected], rtol=1e-6, atol=0)
     for (name, p), q in zip(reference.model.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_resuming_with_other_batches_per_update_is_warned_about(tmp_path, caplog):
+    """Two processes' updates continued by one process sum half the tokens: said, not silent."""
+    first = make_trainer(tmp_path, config(update_freq=2, max_epochs=1, save_interval_updates=2), dropout=0.0)
+    first.train()
+    first.close()
+    with caplog.at_level("WARNING"):
+        again = make_trainer(tmp_path, config(update_freq=1, max_epochs=2, save_interval_updates=2), dropout=0.0)
+        again.train(resume=True)
+        again.close()
+    warned = [r.getMessage() for r in caplog.records if "batches (processes × update_freq)" in r.getMessage()]
+    assert warned == ["the run made its updates of 2 batches (processes × update_freq); it continues with 1 "
+                      "(1 processes × update_freq 1), so each update sums fewer tokens from here; for the same "
+                      "updates, give processes × update_freq = 2"]

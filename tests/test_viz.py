@@ -16,6 +16,16 @@ def test_attention_heatmaps_with_arcs(tmp_path):
         plot_attention(probs, words[:7], tmp_path / "b.png")
 
 
+def test_a_long_sentence_gives_a_bounded_image(tmp_path):
+    from PIL import Image
+
+    n = 300
+    probs = np.random.default_rng(0).dirichlet(np.ones(n), size=(2, n))
+    out = plot_attention(probs, [f"w{i}" for i in range(n)], tmp_path / "long.png", heads=np.zeros(n, dtype=int))
+    with Image.open(out) as image:
+        assert max(image.size) <= 2 * 2_000 + 400  # two heatmaps of at most 20 inches at 100 dpi, and margins
+
+
 def test_constituency_tree(tmp_path):
     tree = parse_brackets("(S (NP I) (VP think (SBAR (NP this) (VP is (NP a good idea)))) .)")
     out = plot_constituency(tree, tmp_path / "t.svg", title="parse")

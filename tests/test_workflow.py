@@ -162,6 +162,8 @@ BAD_OVERRIDES = [
     (["model.heads=0"], "model.heads=0 must be at least 1"),
     (["model.d_model=0"], "model.d_model=0 must be at least 1"),
     (["model.decoder.relations=[tree_distance]"], "has no tgt trees"),
+    (["model.d_model=32", "model.decoder.relations=[tree_distance]", "train.max_steps=1"],
+     "override model.decoder.relations=[tree_distance]: the model needs"),  # the one without which the rest passes
     (["model.share_embeddings=true"], "override model.share_embeddings=true: model.share_embeddings=true needs "
                                       "one vocabulary"),
     (["model.encoder.max_distance=3", "model.decoder.relations=[tree_distance]"], "max_distance"),

@@ -52,6 +52,11 @@ class MultiheadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         check_compatible(features)
+        for feature in features:  # tables built for another head width fail at the first matmul otherwise
+            width = getattr(feature, "head_dim", None)
+            if isinstance(width, int) and width != self.head_dim:
+                raise ValueError(f"{type(feature).__name__} was built for heads of width {width}, but this "
+                                 f"attention's heads are {self.head_dim} wide (d_model {d_model} / {heads} heads)")
         self.features = nn.ModuleList(features)
 
     def _split(self, x: Tensor) -> Tensor:

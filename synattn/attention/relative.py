@@ -92,7 +92,7 @@ class RelativeEmbedding(AttentionFeature):
 
     def __init__(self, num_labels: int, head_dim: int, values: bool = True):
         super().__init__()
-        self.num_labels = num_labels
+        self.num_labels, self.head_dim = num_labels, head_dim
         self.key_table = nn.Parameter(torch.randn(num_labels, head_dim) / math.sqrt(head_dim))
         self.value_table = (nn.Parameter(torch.randn(num_labels, head_dim) / math.sqrt(head_dim))
                             if values else None)
@@ -159,4 +159,12 @@ class TreeRelations(RelativeEmbedding):
         if labels.shape[-1] < m or labels.shape[-2] < start + n:
             raise ValueError(f"syntax field '{self.field}' is {list(labels.shape)} but the "
                              f"attention covers {start + n} queries and {m} keys")
-        return labels[:, start:start + n, :m]  # [B, n, m]
+        labels = labels[:, start:start + n, :m]  # [B, n, m]
+        if labels.is_floating_point() or labels.dtype == torch.bool:
+            raise ValueError(f"syntax field '{self.field}' holds {labels.dtype} values; labels are integer ids")
+        if labels.device.type == "cpu" and labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) \
+                < self.num_labels:  # (on an accelerator this check would wait for it: left to the lookup)
+            raise ValueError(f"syntax field '{self.field}' has labels {int(labels.min())}..{int(labels.max())}, but "
+                             f"this table has {self.num_labels} (0..{self.num_labels - 1}): build it with the "
+                             "clip the labels were made with")
+        return labels

@@ -17,10 +17,11 @@ from synattn.runs import VOCAB, dataset_of, run_vocab
 DEFAULT_MAX_LEN = 1024
 
 
-def add_max_len_argument(p: argparse.ArgumentParser) -> None:
+def add_max_len_argument(p: argparse.ArgumentParser, skippable: bool = True) -> None:
+    """``--max-len``; ``skippable``: the command has ``--on-error skip`` to leave a longer sentence out."""
     p.add_argument("--max-len", type=positive_int, default=DEFAULT_MAX_LEN,
                    help=f"longest input sentence in subword pieces (default {DEFAULT_MAX_LEN}); a longer "
-                        f"one stops the command, or is left out with --on-error skip")
+                        "one stops the command" + (", or is left out with --on-error skip" if skippable else ""))
 
 
 def _digest(path: Path) -> str | None:
@@ -77,7 +78,8 @@ def require_model(model, kinds: tuple[type, ...], run: str, command: str) -> Non
 
 def check_lengths(sentences, max_len: int, on_error: str, source: str) -> None:
     """Leave out (``on_error="skip"``, with a warning) or refuse sentences longer than ``max_len``
-    pieces; ``sentences`` (:class:`synattn.cli.common.Sentences`) is changed in place."""
+    pieces (``"raise-only"``: a command without ``--on-error``); ``sentences``
+    (:class:`synattn.cli.common.Sentences`) is changed in place."""
     keep = []
     for k, example in enumerate(sentences.examples):
         pieces = len(example["src_ids"])
@@ -85,8 +87,9 @@ def check_lengths(sentences, max_len: int, on_error: str, source: str) -> None:
             keep.append(k)
             continue
         if on_error != "skip":
+            way_out = "" if on_error == "raise-only" else ", or use --on-error skip to leave it out"
             raise InputError(f"sentence has {pieces} subword pieces, more than --max-len {max_len} (raise "
-                             f"--max-len, or use --on-error skip to leave it out)", source, sentences.numbers[k])
+                             f"--max-len{way_out})", source, sentences.numbers[k])
         print(f"{source}:{sentences.numbers[k]}: left out: {pieces} pieces, more than --max-len {max_len}",
               file=sys.stderr)
     if len(keep) < len(sentences.examples):

@@ -110,13 +110,17 @@ class Sentences:
         manifest, labels = prepared.manifest, prepared.labels
         sp = prepared.tokenizer("src")
         report = SkipReport()
-        lines = read_lines(path, on_error=on_error, report=report)
-        if len(report):
-            print(report.summary(path), file=sys.stderr)
+        # one chosen line: the others may be anything (an empty line elsewhere is not its problem)
+        lines = read_lines(path, on_error="skip" if line is not None else on_error, report=report)
         if line is not None:
             lines = [(number, text) for number, text in lines if number == line + 1]
+            cause = dict(report.skipped).get(line + 1)
+            if cause is not None:
+                raise InputError(f"line {line + 1} (0-based index {line}): {cause}", path)
             if not lines:
                 raise InputError(f"no sentence at line {line + 1} (0-based index {line})", path)
+        elif len(report):
+            print(report.summary(path), file=sys.stderr)
         words = [text.split() for _, text in lines]
         trees = [None] * len(lines)
         if needs_trees:

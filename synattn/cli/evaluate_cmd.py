@@ -1,5 +1,9 @@
 """``synattn evaluate``: BLEU/chrF with signatures, perplexity, supervised-head attachment and
-attention-head agreement with trees, for a trained run on a split of its prepared dataset."""
+attention-head agreement with trees, for a trained run on a split of its prepared dataset.
+
+For a masked LM, the masked positions are drawn with seed 0, so that every evaluation of a
+checkpoint gives the same perplexity; the validation during training draws its own, so its
+perplexity of the same checkpoint differs a little."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from synattn.runs import check_dataset
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="BLEU/chrF, perplexity, supervised-head UAS, head agreement",
-                       description=__doc__)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="run directory of 'synattn train'")
     p.add_argument("--checkpoint", default="best",
                    help="best (falls back to last when the run never validated), last, a checkpoint of the run "

@@ -8,13 +8,16 @@ translation model). Every layer's link probabilities are decoded top-down into a
 sentence (threshold and minimum layer as in docs/methods.md §3), written bracketed, one per line. Trees are
 over words: the link between two words is the model's link between the last piece of the first
 and the first piece of the second. Input text (``-i``) is one sentence per line, its words
-separated by whitespace (PTB style); a ``--split`` of the run's prepared dataset uses the words
-the dataset was prepared with (rare words included, not ``<unk>``). Brackets inside words are
-written ``-LRB-``/``-RRB-``, as in the Penn Treebank.
+separated by whitespace (PTB style), used as given: a model trained on language-model text
+(lowercased, no punctuation, numbers as N, as the tree-transformer study's) should read text made
+the same way; a ``--split`` of the run's prepared dataset uses the words the dataset was prepared
+with (rare words included, not ``<unk>``). Brackets inside words are written ``-LRB-``/``-RRB-``,
+as in the Penn Treebank.
 
 With ``--gold`` (bracketed trees, one per sentence, e.g. the PTB's with POS tags), unlabeled
 bracket F1 without punctuation (single-word and whole-sentence spans excluded) is printed,
-sentence-averaged and corpus-level, next to right-branching, left-branching and random trees.
+sentence-averaged and corpus-level, next to right-branching, left-branching, random and flat
+("no brackets": the floor of F1's conventions) trees.
 """
 
 from __future__ import annotations
@@ -58,9 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
+def add_decoding_arguments(p: argparse.ArgumentParser, skippable: bool = True) -> None:
     """``--threshold``, ``--min-layer``, ``--original-rule``, ``--batch-size``, ``--max-len`` (shared with
-    ``synattn viz``)."""
+    ``synattn viz``, which has no ``--on-error``: ``skippable`` False)."""
     p.add_argument("--threshold", type=float_in(0.0, 1.0), default=0.8,
                    help="a split point whose link exceeds it is not trusted at that layer (0.8)")
     p.add_argument("--min-layer", type=positive_int, default=None,
@@ -70,7 +73,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
                    help="also the public Tree Transformer code's rule: after a split, a part whose links all "
                         "exceed 0.7 is decoded one layer lower (off: the paper's decoding)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
-    add_max_len_argument(p)
+    add_max_len_argument(p, skippable)
 
 
 def source_request(model) -> SyntaxRequest:
@@ -148,13 +151,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error)
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")
+    gold = read_brackets(args.gold) if args.gold else None  # a bad gold file stops before the work
+    if gold is not None and len(gold) != sentences.total:
+        raise InputError(f"{len(gold)} gold trees for {sentences.total} sentences", args.gold)
     trees = induce_sentences(model, sentences, args.threshold, min_layer, args.batch_size,
                              descend_above=0.7 if args.original_rule else None)
     write_aligned(args.output, sentences.total, sentences.numbers, [to_brackets(t) for t in trees])
-    if args.gold:
-        gold = read_brackets(args.gold)
-        if len(gold) != sentences.total:
-            raise InputError(f"{len(gold)} gold trees for {sentences.total} sentences", args.gold)
+    if gold is not None:
         scores = score_induced(trees, [gold[number - 1] for number in sentences.numbers], args.seed, args.gold)
         print(format_scores(scores), file=sys.stderr)
         if args.json:

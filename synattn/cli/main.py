@@ -17,6 +17,7 @@ import sys
 from synattn import __version__
 from synattn.cli import (corpus_cmd, demo_cmd, evaluate_cmd, induce_cmd, parse_cmd, prepare_cmd, reproduce_cmd,
                          stats_cmd, train_cmd, translate_cmd, viz_cmd)
+from synattn.cli.options import positive_int
 from synattn.errors import RunFailure, SynattnError
 
 SUBCOMMANDS = (demo_cmd, prepare_cmd, train_cmd, translate_cmd, evaluate_cmd, induce_cmd, viz_cmd, reproduce_cmd,
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--debug", action="store_true",
                         help="show Python tracebacks instead of one-line errors (also: SYNATTN_DEBUG=1)")
+    parser.add_argument("--threads", dest="torch_threads", type=positive_int, metavar="N",
+                        help="torch CPU threads of any command (synattn --threads 1 train ...; default: "
+                             "torch's, which OMP_NUM_THREADS sets); demo and reproduce also take their own")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS:
         module.register(sub)
@@ -58,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     debug = args.debug or os.environ.get("SYNATTN_DEBUG", "") not in ("", "0")
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     try:
         return int(args.func(args) or 0)
     except (SynattnError, OSError, MemoryError) as err:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from synattn.cli.options import positive_float, positive_int
@@ -34,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the studies and exit")
     studies = p.add_subparsers(dest="study", metavar="STUDY")
     for name, study in STUDIES.items():
-        s = studies.add_parser(name, help=study.title, description=f"{study.title}.\n\n{study.question}",
+        description = f"{study.title}.\n\n{textwrap.fill(study.question, 100)}"
+        s = studies.add_parser(name, help=study.title, description=description,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
         s.add_argument("-o", "--out", help=f"results folder (default outputs/reproduce/{name})")
         s.add_argument("--seeds", type=positive_int, default=study.seeds,

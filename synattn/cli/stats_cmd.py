@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from synattn.cli.options import positive_int
 from synattn.cli.paths import input_file, output_file
-from synattn.errors import InputError
+from synattn.errors import InputError, UsageError
 from synattn.trees.conllu_io import read_conllu
 from synattn.trees.stats import treebank_statistics
 
@@ -23,9 +24,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".tif", ".tiff", ".webp")
+"""Image formats matplotlib writes, by file suffix."""
+
+
 def run(args: argparse.Namespace) -> int:
     input_file(args.conllu, "conllu")
     output_file(args.plot, "--plot")
+    if args.plot and Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:  # before the statistics, not after
+        raise UsageError(f"--plot {args.plot}: name the image with one of {', '.join(PLOT_SUFFIXES)} "
+                         "(its suffix says the format)")
     trees = read_conllu(args.conllu, on_error=args.on_error)
     if not trees:
         raise InputError("no sentences to summarise (the file is empty)", args.conllu)

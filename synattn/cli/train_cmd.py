@@ -31,6 +31,7 @@ from synattn.locks import FolderLock
 from synattn.models.config_io import read_yaml
 from synattn.runs import check_dataset as check_run_dataset, run_vocab, save_run_vocab
 from synattn.train import Trainer, resolve_checkpoint, task_for
+from synattn.train.distributed import check_device
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -90,6 +91,7 @@ def load_experiment(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
         exp = ExperimentConfig.from_yaml(args.config, args.overrides, args.data)
     try:
         exp.check_data()
+        check_device(exp.train.device)
     except ConfigError as err:
         raise exp.blame(err) from None
     exp.data = str(Path(exp.data).resolve())

@@ -18,6 +18,7 @@ from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabu
 from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
 from synattn.cli.options import finite_float, positive_int, split_name
 from synattn.cli.paths import input_file, output_file
+from synattn.errors import InputError
 from synattn.generate.translate import Translator
 from synattn.models import EncoderDecoderTransformer
 
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         sentences = Sentences.from_text(data, args.input, translator.needs_trees, args.on_error,
                                         pretokenized=args.pretokenized)
+        if not sentences.total:  # as synattn parse: an empty output would look like a translation of nothing
+            raise InputError("no sentences to translate (the input is empty)", args.input or "<stdin>")
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")
     hypotheses = translator.translate(sentences.examples, show_progress=sys.stderr.isatty())
     write_aligned(args.output, sentences.total, sentences.numbers, hypotheses)

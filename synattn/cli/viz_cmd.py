@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parse", action="store_true",
                    help="parse text input with the dataset's spaCy pipeline to draw its dependency arcs "
                         "(automatic when the model reads source trees)")
-    add_decoding_arguments(p)
+    add_decoding_arguments(p, skippable=False)
     p.set_defaults(func=run)
 
 
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = Sentences.from_split(data, args.split, [args.index])
     else:
         sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index)
-    check_lengths(sentences, args.max_len, "raise", args.input or f"{data}/{args.split}")
+    check_lengths(sentences, args.max_len, "raise-only", args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
     manifest = PreparedData(data).manifest
     pieces = {}

@@ -116,10 +116,24 @@ class PrepareConfig(StrictConfig):
             raise ConfigError(f"subword_model={self.subword_model!r}: expected one of {', '.join(SUBWORD_MODELS)}")
         if self.on_error not in ON_ERROR:
             raise ConfigError(f"on_error={self.on_error!r}: expected one of {', '.join(ON_ERROR)}")
+        parsed_sides = (("src", self.src_lang, self.src_model, self.parse_source and not self.src_trees),
+                        ("tgt", self.tgt_lang, self.tgt_model, self.parse_target and not self.monolingual))
+        for side, lang, model, parsed in parsed_sides:
+            # the file suffix may be anything ("src", "a"); only a language's code is held against
+            # the language of the pipeline's name (spaCy's are named LANG_..., e.g. fr_core_news_sm)
+            model_lang, lang = model.split("_")[0].lower(), (lang or "").lower()
+            if parsed and lang in SPACY_LANGUAGES and model_lang in SPACY_LANGUAGES and lang != model_lang:
+                raise ConfigError(f"{side}_model={model} parses {model_lang} text, but the {side} files are {lang} "
+                                  f"({side}_lang={lang}): give a {lang} pipeline with --{side}-model")
 
     @property
     def monolingual(self) -> bool:
         return self.corpus == "ptb" or self.tgt_lang is None
+
+
+SPACY_LANGUAGES = frozenset({"ca", "da", "de", "el", "en", "es", "fi", "fr", "hr", "it", "ja", "ko", "lt", "mk",
+                             "nb", "nl", "pl", "pt", "ro", "ru", "sl", "sv", "uk", "zh"})
+"""Languages with trained spaCy pipelines, by the code that starts the pipelines' names."""
 
 
 @dataclass
@@ -454,6 +468,10 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
             except RuntimeError as err:  # sentencepiece's own checks, e.g. a too small vocabulary
                 raise DataError(f"sentencepiece cannot train on it: {' '.join(str(err).split())}",
                                 data["train"]["src" if name != "tgt" else "tgt"].path) from None
+            pieces = models[name].get_piece_size()
+            if pieces < cfg.vocab_size:
+                logger.warning("the %s vocabulary has %d pieces, fewer than vocab_size=%d: the training text "
+                               "has no more to give", name, pieces, cfg.vocab_size)
 
     detok = {}  # how each side's tokens are written as text, learned from train (synattn.data.detok)
     for s in sides:
@@ -495,6 +513,8 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
         "labels": {k: len(v) for k, v in labels.items()},
         "trees": {s: trees_of[s] is not None for s in sides},
         "parser": _parser_versions(cfg, trees_of),
+        "tree_source": {s: None if trees_of[s] is None else "given CoNLL-U" if s == "src" and cfg.src_trees
+                        else (cfg.src_model if s == "src" else cfg.tgt_model) for s in sides},
     }
     with atomic_write(manifest_path) as f:  # last: marks the folder as prepared
         json.dump(manifest, f, indent=1)

@@ -152,13 +152,17 @@ class Evaluation:
         if self.translation:
             lines += [f"BLEU {self.translation['bleu']:.2f}  {self.translation['bleu_signature']}",
                       f"chrF {self.translation['chrf']:.2f}  {self.translation['chrf_signature']}"]
+        if self.attachment:
+            lines.append("supervised heads against the split's trees (its gold trees, or the parser's where the "
+                         "dataset was parsed), word-level UAS:")
         lines += [f"supervised head {k}: UAS {v:.1%}"
                   + (f" (decoded tree: {self.tree_attachment[k]:.1%})" if k in self.tree_attachment else "")
                   for k, v in self.attachment.items()]
         for stack, table in self.head_agreement.items():
             best = max(((v, layer, head) for layer, row in enumerate(table) for head, v in enumerate(row)))
             lines.append(f"{stack}: best tree-following head layer {best[1]} head {best[2]} "
-                         f"({best[0]:.1%} of pieces attend most to their head)")
+                         f"({best[0]:.1%} of pieces attend most to their subword head; piece-level, not the "
+                         "word-level UAS of the studies)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

@@ -82,9 +82,11 @@ def piece_heads(heads: Sequence[int], word_ids: Sequence[int | None]) -> np.ndar
         return out
     if (np.diff(words) < 0).any() or (np.diff(words) > 1).any() or words[0] != 0:
         gap = sorted(set(range(int(words.max()) + 1)) - set(words.tolist()))
-        raise InputError("the tokens' word ids must run 0, 1, 2, ... in order with every word "
-                         f"present (missing or out of order: {gap or 'order'}); tokenize one "
-                         "sentence with is_split_into_words=True")
+        back = int(np.argmax(np.diff(words) < 0)) + 1 if (np.diff(words) < 0).any() else None
+        what = (f"word {int(words[back])} follows word {int(words[back - 1])} (a second sentence, as a "
+                "sentence pair's encoding has?)" if back is not None else f"words {gap} are missing")
+        raise InputError(f"the tokens' word ids must run 0, 1, 2, ... in order with every word present, but "
+                         f"{what}; tokenize one sentence with is_split_into_words=True")
     kept = int(words[-1]) + 1  # words beyond it were cut by truncation
     if kept > len(heads):
         raise InputError(f"the tokens cover {kept} words but the tree has {len(heads)}")

@@ -24,7 +24,8 @@ from typing import Any
 from synattn.methods import SIDES, HFFeature, Site, methods
 from synattn.methods.relations import relation_labels
 
-__all__ = ["FEATURES", "SIDES", "FeatureKind", "HFFeature", "Site", "normalize_specs", "relation_labels", "spec_options"]
+__all__ = ["FEATURES", "SIDES", "FeatureKind", "HFFeature", "Site", "check_heads", "normalize_specs", "relation_labels",
+           "spec_options"]
 
 
 FeatureKind = HFFeature
@@ -67,9 +68,57 @@ def normalize_specs(specs: Any) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: unknown option(s) {sorted(unknown)} for {name}; "
                              f"options are {sorted(kind.defaults)}")
         options = {**kind.defaults, **{k: v for k, v in spec.items() if k in kind.defaults}}
+        for key, value in options.items():
+            problem = _bad_option(key, value, kind.defaults[key])
+            if problem:
+                raise ValueError(f"{where} ({name}): {key}={value!r} {problem}")
         out.append({"feature": name, "side": side,
                     "layers": None if layers is None else sorted(set(layers)), **options})
     return out
+
+
+HEAD_OPTIONS = ("head", "children_head")
+"""Options that name one head of the attention a feature goes into (None: the feature's default)."""
+SIZE_OPTIONS = ("max_distance", "max_traversal", "max_relative", "num_labels", "label_dim", "arc_dim", "hidden")
+"""Options that are sizes or clipping distances (None: the feature's default)."""
+
+
+def _bad_option(key: str, value: Any, default: Any) -> str | None:
+    """What is wrong with option ``key=value`` whose default is ``default`` (None when nothing)."""
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if key in HEAD_OPTIONS or key in SIZE_OPTIONS:
+        if value is None and default is None:
+            return None
+        if not is_int(value):
+            return "must be a whole number"
+        if key in SIZE_OPTIONS and value < 1:
+            return "must be >= 1"
+        return "must be >= 0" if value < 0 else None
+    if key == "heads":
+        ok = isinstance(value, (list, tuple)) and value and all(is_int(h) and h >= 0 for h in value)
+        return None if ok else "must be a non-empty list of head indices >= 0"
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(default, float):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return "must be a number"
+        return "must be >= 0" if key == "weight" and value < 0 else None
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "must be a string"
+    return None
+
+
+def check_heads(spec: dict[str, Any], heads: int, where: str) -> None:
+    """Raises ValueError when an option of ``spec`` names a head the attention (``heads`` heads)
+    does not have."""
+    named = [(f"{key}={spec[key]}", spec[key]) for key in HEAD_OPTIONS if spec.get(key) is not None]
+    named += [(f"head {h} in heads", h) for h in spec.get("heads") or []]
+    for what, head in named:
+        if head >= heads:
+            raise ValueError(f"{where} ({spec['feature']}): {what} is out of range for an attention "
+                             f"with {heads} heads")
 
 
 def spec_options(spec: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from synattn.attention.fields import is_field, syntax_fields
 from synattn.attention.constituent import ConstituentAttention, recorded_links
 from synattn.attention.inputs import SyntaxInputs
 from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
-from synattn.hf.features import FEATURES, SIDES, normalize_specs, spec_options
+from synattn.hf.features import FEATURES, SIDES, check_heads, normalize_specs, spec_options
 from synattn.hf.sites import find_sites
 
 SYNTAX_FIELDS = tuple(f.name for f in syntax_fields())
@@ -126,6 +126,7 @@ def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
             raise ValueError(f"synattn feature #{i} ({spec['feature']}): {side} layer(s) {missing} "
                              f"do not exist; the model has {side} layers 0..{max(available)}")
         for layer in layers:
+            check_heads(spec, by_side[side][layer][2].heads, f"synattn feature #{i}")
             chosen.setdefault((side, layer), []).append((i, spec))
     parameter = next(model.parameters(), None)
     for (side, layer) in sorted(chosen, key=lambda k: (SIDES.index(k[0]), k[1])):

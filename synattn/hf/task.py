@@ -31,6 +31,8 @@ The few lines that call this module from the core: ``ExperimentConfig.model_conf
 
 from __future__ import annotations
 
+import copy
+import difflib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,18 @@ def _base_config(value: Any):
                           f"(e.g. {{model_type: bert, hidden_size: 256}}) or a directory, got {value!r}")
     options = {k: v for k, v in value.items() if k != "model_type"}
     try:
+        default = auto_config.for_model(value["model_type"])
+    except ValueError as err:
+        raise ConfigError(f"model.transformers: {' '.join(str(err).split())[:300]}") from None
+    # transformers configs keep any unknown key as an attribute: a misspelt one would be ignored
+    # and the default used, so each key must be one the model type knows
+    known = set(default.to_dict())
+    unknown = sorted(k for k in options if k not in known and not hasattr(default, k))
+    if unknown:
+        hints = [f"model.transformers.{k}" + (f" (did you mean {close[0]}?)" if close else "")
+                 for k in unknown for close in [difflib.get_close_matches(k, sorted(known), 1)]]
+        raise ConfigError(f"unknown key(s) {', '.join(hints)}: not a setting of a {value['model_type']} config")
+    try:
         return auto_config.for_model(value["model_type"], **options)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"model.transformers: {' '.join(str(err).split())[:300]}") from None
@@ -108,7 +122,31 @@ def model_config(exp, manifest: dict, labels: dict[str, list[str]], placeholder:
     config.pad_token_id, config.bos_token_id, config.eos_token_id = PAD, BOS, EOS
     config.synattn = features(section.get("features", []), labels, placeholder)
     syntax_request(config)  # one max_distance / max_traversal
+    _trial_build(config)
     return config
+
+
+def _trial_build(config) -> None:
+    """Builds the model of ``config`` on the meta device (no memory, no weights) with its features
+    attached, so that a value the model cannot be built with (``hidden_act: nonsense``) or a feature
+    that does not fit it (a layer or head it lacks) is a :class:`ConfigError` before any data is
+    read or any run folder written."""
+    from synattn.hf.model import attach
+
+    _, auto_mlm = _auto()
+    trial = copy.deepcopy(config)
+    specs = trial.synattn
+    del trial.synattn
+    try:
+        with torch.device("meta"):
+            model = auto_mlm.from_config(trial)
+    except Exception as err:  # noqa: BLE001 - transformers raises KeyError, ValueError, ... for a bad value
+        raise ConfigError(f"model.transformers: cannot build a {trial.model_type} model with these settings "
+                          f"({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
+    try:
+        attach(model, specs)
+    except ValueError as err:
+        raise ConfigError(f"model.features: {err}") from None
 
 
 def features(specs: Any, labels: dict[str, list[str]], placeholder: bool) -> list[dict[str, Any]]:

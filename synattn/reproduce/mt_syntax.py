@@ -148,9 +148,11 @@ class MTSyntaxStudy(Study):
     def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:
         from synattn.reproduce.report import default_table
 
-        lines = [default_table(self, metrics), "",
-                 f"Paired bootstrap (sacreBLEU, {resamples(ctx)} resamples) against the baseline of the same seed: "
-                 "Δ and p-value per seed."]
+        lines = [default_table(self, metrics)]
+        if comparisons:
+            lines += ["", f"Paired bootstrap (sacreBLEU, {resamples(ctx)} resamples) against the baseline of the same "
+                          "seed: Δ and p-value per seed. It measures the noise of the test sample, not that of "
+                          "training: a difference holds only if it holds over seeds (Δ ± std in the table)."]
         for arm, by_seed in comparisons.items():
             cells = [f"seed {s}: ΔBLEU {c['bleu']['delta']:+.2f} (p = {c['bleu']['p_value']:.3f}), "
                      f"ΔchrF {c['chrf']['delta']:+.2f} (p = {c['chrf']['p_value']:.3f})" for s, c in by_seed.items()]

@@ -78,7 +78,9 @@ def bar_plot(study: Study, metrics: dict[str, dict[int, dict]], path: Path) -> P
         if not values:
             continue
         s = summarize(values)
-        ax.bar(i, s.mean, color="#9ecae1" if i else "#bdbdbd", yerr=s.std if s.n > 1 else None, capsize=4)
+        low = min(s.std, s.mean) if min(values) >= 0 else s.std  # scores of 0 and up: no whisker below 0
+        ax.bar(i, s.mean, color="#9ecae1" if i else "#bdbdbd",
+               yerr=[[low], [s.std]] if s.n > 1 else None, capsize=4)
         ax.scatter([i] * len(values), values, color="black", s=12, zorder=3)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=20, ha="right")
@@ -108,7 +110,7 @@ def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]
                  "each made).", ""]
     text += [table, ""]
     if not final:
-        text.append("*(partial: the study is still running)*\n")
+        text.append("*(partial: not every run is trained and scored yet; the command in `commands.sh` continues it)*\n")
     text += [f"![{p.stem}](plots/{p.name})" for p in plots]
     text += ["", "Exact configs: `configs/`; commands: `commands.sh`; every number: `results.json`."]
     with atomic_write(ctx.out / "README.md") as f:

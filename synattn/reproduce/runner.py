@@ -31,7 +31,7 @@ import yaml
 from synattn.errors import UsageError
 from synattn.io import atomic_write
 from synattn.reproduce.report import json_safe, write_results
-from synattn.reproduce.study import Arm, Context, Study
+from synattn.reproduce.study import TOY_STEPS, Arm, Context, Study
 from synattn.train.checkpoint import checkpoint_step, resolve_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -100,7 +100,8 @@ def write_configs(study: Study, ctx: Context, arms: list[Arm], minutes: float, a
     (ctx.out / "configs").mkdir(parents=True, exist_ok=True)
     lines = ["#!/usr/bin/env bash", "# The command that made this folder (rerun it to continue or to redo it):",
              "synattn " + " ".join(shlex.quote(a) for a in argv), "",
-             "# The same runs one by one (seed S: add train.seed=S):"]
+             "# How each run was trained, one by one (seed S: add train.seed=S and use .../seedS); these are",
+             "# the study's own run folders: to retrain one elsewhere, give another --run-dir:"]
     for arm in arms:
         path = ctx.out / "configs" / f"{arm.name}.yaml"
         with atomic_write(path) as f:
@@ -121,10 +122,18 @@ def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list
         UsageError: runs of the folder were trained with another budget (``minutes``).
         RunFailure: another process is working in the folder.
     """
-    from synattn.locks import FolderLock
+    from synattn.locks import LOCK_NAME, FolderLock
 
-    with FolderLock(ctx.out, "results folder of 'synattn reproduce'"):
-        return _run_study(study, ctx, seeds, minutes, arms, argv)
+    new = not ctx.out.exists()
+    try:
+        with FolderLock(ctx.out, "results folder of 'synattn reproduce'"):
+            return _run_study(study, ctx, seeds, minutes, arms, argv)
+    except Exception:
+        # a study refused before it wrote anything (a missing treebank) leaves no folder behind
+        if new and ctx.out.is_dir() and [p.name for p in ctx.out.iterdir()] == [LOCK_NAME]:
+            (ctx.out / LOCK_NAME).unlink()
+            ctx.out.rmdir()
+        raise
 
 
 def check_budget(ctx: Context, arms: list[Arm], seeds: int, minutes: float) -> None:
@@ -142,6 +151,15 @@ def check_budget(ctx: Context, arms: list[Arm], seeds: int, minutes: float) -> N
                                  f"continue the study, or give a new results folder (-o) for another budget")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _duration(minutes: float) -> str:
+    """``minutes`` as "45 min" or "1.2 h"."""
+    return f"{minutes:.0f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
+
+
 def _run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list[Arm],
                argv: list[str]) -> dict:
     check_budget(ctx, arms, seeds, minutes)
@@ -149,10 +167,12 @@ def _run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: lis
     write_configs(study, ctx, arms, minutes, argv)
     total = seeds * len(arms)
     trained = sum((run_dir_of(ctx, arm, seed) / DONE).exists() for arm in arms for seed in range(1, seeds + 1))
-    print(f"{study.name}: {len(arms)} arms × {seeds} seeds = {total} runs of {minutes:g} training minutes"
+    budget = (f"{TOY_STEPS} updates (--toy; at most {minutes:g} training minutes)" if ctx.toy
+              else f"{minutes:g} training minutes")
+    print(f"{study.name}: {_count(len(arms), 'arm')} × {_count(seeds, 'seed')} = {_count(total, 'run')} of {budget}"
           + (f", {trained} already trained" if trained else "")
-          + f" (at most {(total - trained) * minutes / 60:.1f} h of training to go); results in {ctx.out}",
-          file=sys.stderr)
+          + ("" if ctx.toy else f" (at most {_duration((total - trained) * minutes)} of training to go)")
+          + f"; results in {ctx.out}", file=sys.stderr)
     metrics: dict[str, dict[int, dict]] = {arm.name: {} for arm in arms}
     runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in arms}
     done = 0

@@ -71,6 +71,10 @@ def merge(base: dict, changes: dict) -> dict:
     return out
 
 
+TOY_STEPS = 6
+"""Updates of each run of a ``--toy`` study."""
+
+
 def budget_train(ctx: Context, *, max_tokens: int, lr: float, warmup: int, min_lr_ratio: float = 0.02,
                  label_smoothing: float = 0.1, validate_every: int = 1, bf16: bool = False) -> dict:
     """Training settings shared by the studies: a warm-up, a cosine decay to the end of the run's
@@ -135,7 +139,7 @@ class Study:
         train.update(seed=seed, max_minutes=minutes)
         train.setdefault("max_epochs", 1000)
         if ctx.toy:
-            train["max_steps"] = 6
+            train["max_steps"] = TOY_STEPS
         return {"task": self.task, "data": str(ctx.data), "model": merge(self.base_model(ctx), arm.model),
                 "train": train, "eval": self.base_eval(ctx)}
 

@@ -37,6 +37,7 @@ from synattn.data.prepared import PreparedData
 from synattn.errors import InputError
 from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import TEXTS, add_treebank_argument, lm_word, prepare_treebank
+from synattn.trees.induce import BASELINES
 from synattn.trees.subword import last_piece_index
 
 
@@ -131,20 +132,27 @@ class TreeTransformerStudy(Study):
                     out[f"f1_{suffix}"] = 100 * table["induced"].sentence_f1
                     out[f"corpus_f1_{suffix}"] = 100 * table["induced"].f1
                     if not rule:
-                        for name in ("right-branching", "left-branching", "random"):
+                        for name in BASELINES:
                             out[f"{name}_f1_{split}{subset}"] = 100 * table[name].sentence_f1
                             out[f"{name}_corpus_f1_{split}{subset}"] = 100 * table[name].f1
         out["f1_dev_by_update"] = f1_by_update(run_dir, sets["dev"], seed)
         return out
 
     def rescore(self, ctx: Context, run_dir: Path, metrics: dict) -> dict | None:
-        """Adds the F1 along training to runs scored before it was reported."""
+        """Adds what runs scored before it was reported: the F1 along training, the flat baseline."""
         from synattn.train.checkpoint import SNAPSHOTS, list_checkpoints
 
-        if "f1_dev_by_update" in metrics or not list_checkpoints(run_dir / SNAPSHOTS):
-            return None
         seed = int(run_dir.name.removeprefix("seed"))
-        return {**metrics, "f1_dev_by_update": f1_by_update(run_dir, gold_sentences(ctx, ctx.data, "dev"), seed)}
+        added: dict = {}
+        if "f1_dev_by_update" not in metrics and list_checkpoints(run_dir / SNAPSHOTS):
+            added["f1_dev_by_update"] = f1_by_update(run_dir, gold_sentences(ctx, ctx.data, "dev"), seed)
+        if "no brackets_f1_dev" not in metrics:  # from the gold trees alone: no model needed
+            for split in ["dev"] + (["test"] if "f1_test" in metrics else []):
+                _, gold, _ = gold_sentences(ctx, ctx.data, split)
+                for subset, table in baseline_scores(gold).items():
+                    added[f"no brackets_f1_{split}{subset}"] = 100 * table["no brackets"].sentence_f1
+                    added[f"no brackets_corpus_f1_{split}{subset}"] = 100 * table["no brackets"].f1
+        return {**metrics, **added} if added else None
 
     def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:
         from synattn.reproduce.stats import summarize
@@ -156,7 +164,7 @@ class TreeTransformerStudy(Study):
         names = [("tree transformer (paper's decoding)", ""),
                  ("tree transformer (public code's rule)", "_original_rule"),
                  ("right-branching", "right-branching"), ("left-branching", "left-branching"),
-                 ("random binary", "random")]
+                 ("random binary", "random"), ("no brackets (flat: the floor of the F1 conventions)", "no brackets")]
         for title, key in names:
             cells = []
             for split in splits:
@@ -168,9 +176,12 @@ class TreeTransformerStudy(Study):
                     cells.append(summarize([m[name] for m in runs.values() if m.get(name) is not None]).format(1))
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         first = runs[min(runs)]
+        gold = getattr(ctx.args, "gold", None)
+        scored = (f"dev: the {first.get('dev_sentences')} trees of --gold {gold}" if gold else
+                  f"dev: {first.get('dev_sentences')} sentences scored, {first.get('dev_left_out', 0)} non-projective "
+                  "left out")
         note = (f"\n\nMean ± std over {len(runs)} seed(s) (the random baseline's seed follows the run's). "
-                f"dev: {first.get('dev_sentences')} sentences scored, {first.get('dev_left_out', 0)} non-projective "
-                "left out; ≤10: at most 10 words without punctuation.")
+                f"{scored}; ≤10: at most 10 words without punctuation.")
         curves = [f"seed {seed}: " + ", ".join(f"{step}: {f1:.1f}" for step, f1 in curve_of(m))
                   for seed, m in sorted(runs.items()) if m.get("f1_dev_by_update")]
         if curves:
@@ -188,7 +199,7 @@ class TreeTransformerStudy(Study):
         fig, ax = plt.subplots(figsize=(6.4, 3.4))
         names = [("tree transformer", "f1_dev"), ("public-code rule", "f1_dev_original_rule"),
                  ("right-branching", "right-branching_f1_dev"), ("left-branching", "left-branching_f1_dev"),
-                 ("random", "random_f1_dev")]
+                 ("random", "random_f1_dev"), ("no brackets", "no brackets_f1_dev")]
         for i, (title, key) in enumerate(names):
             values = [m[key] for m in runs.values() if m.get(key) is not None]
             if values:
@@ -295,9 +306,23 @@ def words_as_sentences(data: Path, words: list[list[str]]):
 def induced_scores(model, sentences, gold, seed: int, descend_above: float | None) -> dict:
     """Bracket F1 of the induced trees and the baselines: all sentences (``""``) and ≤10 words (``"_10"``)."""
     from synattn.cli.induce_cmd import induce_sentences
-    from synattn.trees.induce import punctuation_mask, score_induced
 
     pred = induce_sentences(model, sentences, THRESHOLD, MIN_LAYER, 32, descend_above=descend_above)
+    return scores_by_subset(pred, gold, seed)
+
+
+def baseline_scores(gold) -> dict:
+    """The baselines' bracket F1 (the induced trees' entry is the flat tree's: no model is read)."""
+    from synattn.trees.constituency import leaves, tree_from_spans
+
+    return scores_by_subset([tree_from_spans(leaves(g), set(), label="X") for g in gold], gold, 0)
+
+
+def scores_by_subset(pred, gold, seed: int) -> dict:
+    """:func:`~synattn.trees.induce.score_induced` of all sentences (``""``) and of those of at most 10
+    words without punctuation (``"_10"``)."""
+    from synattn.trees.induce import punctuation_mask, score_induced
+
     short = [k for k, g in enumerate(gold) if sum(not p for p in punctuation_mask(g)) <= 10]
     out = {"": score_induced(pred, gold, seed)}
     if short:

@@ -14,7 +14,7 @@ import torch
 from functools import cached_property
 
 from . import registry
-from .distribution import Decoding, StructDistribution
+from .distribution import Decoding, StructDistribution, check_count
 from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
 
 
@@ -176,6 +176,7 @@ class ArcCRF(StructDistribution, Decoding):
         ``-1`` where no tree exists), by conditioning word by word on the constrained marginals
         (:meth:`~synattn.structs.distribution.Decoding._sequential_sample`; ``n`` marginal
         passes over ``count × batch_size`` sentences). Not differentiable."""
+        check_count(count)
         return self._sequential_sample(count, generator)
 
     def _num_choices(self) -> int:
@@ -194,6 +195,56 @@ class ArcCRF(StructDistribution, Decoding):
     def _choice_marginals(crf, i: int) -> torch.Tensor:
         # (without the feasibility pass of ``marginals``: the sampler checks it once at the end)
         return registry.marginals(crf.structure, crf.scores, crf.lengths, crf.multiroot)[:, :, i + 1]
+
+    def log_prob(self, heads: torch.Tensor) -> torch.Tensor:
+        """``[batch_size]`` ``log p(heads)``: ``-inf`` for a tree that uses a masked arc, and for
+        heads that are not a tree of this distribution (a cycle, no or several roots when
+        ``multiroot`` is False, crossing arcs for projective trees). Differentiable.
+
+        Raises:
+            ValueError: ``heads`` not ``[batch_size, n]``, or a head outside ``0..length`` within
+                a sentence's length.
+        """
+        heads = self._check_heads(heads)
+        out = super().log_prob(heads)
+        return torch.where(self.is_tree(heads), out, torch.full_like(out, -float("inf")))
+
+    def _check_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        batch, n = self.scores.shape[0], self.scores.shape[-1] - 1
+        heads = torch.as_tensor(heads, device=self.scores.device)
+        if heads.shape != (batch, n) or heads.is_floating_point():
+            raise ValueError(f"heads must be an integer tensor [{batch}, {n}] (the head of words 1..{n}, "
+                             f"-1 past a sentence's length), got {heads.dtype} {tuple(heads.shape)}")
+        heads = heads.long()
+        within = torch.arange(n, device=heads.device) < self.lengths[:, None]  # [B, n]
+        bad = within & ((heads < 0) | (heads > self.lengths[:, None]))
+        if bool(bad.any()):
+            b, d = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"heads[{b}, {d}] = {int(heads[b, d])}: the head of word {d + 1} of sentence {b} "
+                             f"must be in 0..{int(self.lengths[b])} (its length)")
+        return heads
+
+    def is_tree(self, heads: torch.Tensor) -> torch.Tensor:
+        """``[batch_size]`` bool: whether ``heads`` (checked as in :meth:`log_prob`) are a tree this
+        distribution gives mass to, masks aside: every word reaches ROOT, one root word unless
+        ``multiroot``, and no crossing arcs (ROOT's included) for projective trees."""
+        heads = self._check_heads(heads)
+        batch, n = heads.shape
+        within = torch.arange(n, device=heads.device) < self.lengths[:, None]  # [B, n]
+        h = torch.where(within, heads, heads.new_zeros(()))  # padding hangs from ROOT
+        parent = torch.cat([h.new_zeros(batch, 1), h], 1)  # [B, n+1]: ROOT is its own parent
+        for _ in range(max(1, n).bit_length() + 1):  # pointer jumping: 2^k steps up
+            parent = parent.gather(1, parent)
+        ok = (parent == 0).all(1)  # a word on a cycle never reaches ROOT
+        if not self.multiroot:
+            ok &= ((h == 0) & within).sum(1) == 1
+        if self.structure == "projective":
+            dep = torch.arange(1, n + 1, device=heads.device).expand(batch, n)
+            lo, hi = torch.minimum(h, dep), torch.maximum(h, dep)  # [B, n] each arc's span
+            crossing = ((lo[:, :, None] < lo[:, None, :]) & (lo[:, None, :] < hi[:, :, None])
+                        & (hi[:, :, None] < hi[:, None, :]))  # [B, n, n] arc j starts inside arc i, ends outside
+            ok &= ~(crossing & within[:, :, None] & within[:, None, :]).flatten(1).any(1)
+        return ok
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
         """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored);

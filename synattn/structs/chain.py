@@ -38,7 +38,7 @@ from .backend import kernels, use_numba
 from .chain_dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first,
                        _step_elements, chain_log_partition, forward_backward, pair_marginals,
                        viterbi)
-from .distribution import Decoding, StructDistribution
+from .distribution import Decoding, StructDistribution, check_count
 from .semiring import (IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, lengths_mask,
                        mask_impossible, serial_if_small)
 
@@ -221,6 +221,7 @@ class LinearChainCRF(StructDistribution, Decoding):
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples (forward filtering, backward sampling);
         ``-1`` padding, all ``-1`` where no labelling exists. Not differentiable."""
+        check_count(count)
         from .chain_decoding import ffbs
 
         return ffbs(self, count, generator)

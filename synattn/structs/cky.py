@@ -39,6 +39,7 @@ import torch
 
 from . import registry
 from .backend import use_numba
+from .distribution import check_count
 from .cky_dp import (DEAD, CKYMarginals, _zero_dead, check_span_scores,
                      cky_inside, cky_marginals, from_width_major, span_mask, to_width_major)
 from .semiring import NEG, MaxSemiring, fp32_inside
@@ -176,6 +177,7 @@ class TreeCRF:
         ``exp(beta(i, k) + beta(k+1, j) - S(i, j))`` (Gumbel-max, widths in decreasing order).
         Sentences without a tree give all-zero charts.
         """
+        check_count(n)
         with torch.no_grad():
             return sample_trees(self.scores, self.lengths, n, generator)
 

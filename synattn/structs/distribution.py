@@ -29,6 +29,8 @@ and divergences are clamped at 0 (they can come out at ``-1e-16``-ish by roundin
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from .kbest import lawler
@@ -218,3 +220,14 @@ def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> t
     u = torch.rand(logits.shape, generator=generator, dtype=torch.float64, device=logits.device)
     gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
     return (logits + gumbel).argmax(-1)
+
+
+def check_count(count: int) -> int:
+    """``count`` of ``sample(count)`` if it is a whole number >= 1, else ValueError."""
+    try:
+        whole = operator.index(count)  # int, numpy's integers, not float or bool-like strings
+    except TypeError:
+        whole = None
+    if whole is None or isinstance(count, bool) or whole < 1:
+        raise ValueError(f"sample: count must be a whole number >= 1, got {count!r}")
+    return whole

@@ -53,6 +53,7 @@ import torch.nn.functional as F
 
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 from .backend import kernels, use_numba
+from .distribution import check_count
 from .registry import Implementation, numba_applies, register
 from .semiring import (IMPOSSIBLE, NEG, LogSemiring, MaxSemiring, Semiring, forward_derivative,
                        fp32_inside, serial_if_small)
@@ -363,6 +364,7 @@ class DependencyCRF(ArcCRF):
         padding, all ``-1`` where no tree exists): top-down from the inside chart
         (:func:`eisner_sample`, one inside and one outside pass, PyTorch path in float64).
         Not differentiable."""
+        check_count(count)
         heads = eisner_sample(self.scores.detach(), self.lengths, self.multiroot, count, generator)
         if self.masked:
             heads = heads.masked_fill(~self.feasible.view(1, -1, 1), -1)

@@ -61,6 +61,7 @@ import torch
 from .arc_scores import ArcCRF
 from .backend import use_numba
 from .chu_liu_edmonds import best_tree
+from .distribution import check_count
 from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY, _compiled_marginals,
                               _compiled_marginals_tangent, _factorize, _gth_marginals,
                               _lapack_marginals)
@@ -303,6 +304,7 @@ class NonProjectiveDependencyCRF(ArcCRF):
         padding, all ``-1`` where no tree exists): word by word from the conditional marginals,
         the inverse Laplacian updated by Sherman-Morrison (``O(n³)`` per sample; see
         :mod:`synattn.structs.matrix_tree_sample`). Not differentiable."""
+        check_count(count)
         return matrix_tree_sample(self, count, generator)
 
     @cached_property

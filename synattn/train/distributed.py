@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from synattn.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class DistributedContext:
@@ -68,6 +70,13 @@ class DistributedContext:
             dist.destroy_process_group()
 
 
+def check_device(device: str) -> None:
+    """Raises :class:`ConfigError` when ``train.device`` asks for CUDA on a machine without it."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device=cuda, but this machine has no usable CUDA device (torch "
+                          f"{torch.__version__}); use train.device=cpu or auto")
+
+
 def init_distributed(device: str = "auto") -> DistributedContext:
     """Joins the torchrun process group (when ``WORLD_SIZE > 1``) and picks this process's device.
 
@@ -78,8 +87,7 @@ def init_distributed(device: str = "auto") -> DistributedContext:
         The context; a single process gets rank 0 of 1.
     """
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if use_cuda and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was asked for, but CUDA is not available")
+    check_device(device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     owns = False

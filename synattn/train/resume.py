@@ -80,5 +80,8 @@ def read_checkpoint(run_dir: Path, model: nn.Module, resume: bool) -> tuple[Path
     except Exception as err:  # a damaged file: safetensors, zip or unpickling errors
         if isinstance(err, OSError) and err.filename:  # the file system's error: says which file
             raise
-        raise InputError(f"cannot read this checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]}); "
+        cause = " ".join(str(err).split())
+        if "weights_only" in cause or "Weights only load failed" in cause:  # not torch's advice to unpickle
+            cause = "not a tensors-only file"
+        raise InputError(f"cannot read this checkpoint ({type(err).__name__}: {cause[:200]}); "
                          f"delete it to resume from the one before", str(found)) from None

@@ -156,6 +156,7 @@ class Trainer:
         """The training state (tensors and plain values only: ``torch.load(weights_only=True)``)."""
         return {"format": STATE_FORMAT, "step": self.step, "epoch": self.epoch,
                 "batches_done": self.batches_done, "best_valid_loss": self.best_valid_loss,
+                "batches_per_update": self.dist.world_size * self.config.update_freq,
                 "elapsed": self.elapsed, "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "rng": rng_state(),
                 "config": self.config.to_dict()}
@@ -165,6 +166,13 @@ class Trainer:
         check_batch_order(state["config"], self.config, state.get("path", "<checkpoint>"))
         self.step, self.epoch, self.batches_done = state["step"], state["epoch"], state["batches_done"]
         self.best_valid_loss, self.elapsed = state["best_valid_loss"], state["elapsed"]
+        before, now = state.get("batches_per_update"), self.dist.world_size * self.config.update_freq
+        if before is not None and before != now:  # same batches, in other groups: not an exact resume
+            logger.warning("the run made its updates of %d batches (processes × update_freq); it continues with "
+                           "%d (%d processes × update_freq %d), so each update sums %s tokens from here; "
+                           "for the same updates, give processes × update_freq = %d", before, now,
+                           self.dist.world_size, self.config.update_freq, "fewer" if now < before else "more",
+                           before)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])

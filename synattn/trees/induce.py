@@ -23,8 +23,8 @@ the links inside a word are not used (a word is never split), nor the link to a 
 
 Evaluation (:func:`score_induced`, docs/methods.md §3): unlabeled bracket F1 without punctuation,
 single-word and whole-sentence spans excluded, sentence-averaged and corpus-level, next to the
-right-branching, left-branching and random-binary baselines built over the same punctuation-free
-words. A word is punctuation when its gold POS tag is a PTB punctuation tag or, in an untagged
+right-branching, left-branching, random-binary and flat ("no brackets") baselines built over the
+same punctuation-free words. A word is punctuation when its gold POS tag is a PTB punctuation tag or, in an untagged
 gold tree, when all its characters are Unicode punctuation or symbols.
 
 Example:
@@ -49,7 +49,10 @@ from synattn.trees.constituency import (PTB_PUNCT_TAGS, Tree, drop_leaves, leaf_
                                         tree_from_spans)
 from synattn.trees.metrics import BracketScores, bracket_f1
 
-BASELINES = ("right-branching", "left-branching", "random")
+BASELINES = ("right-branching", "left-branching", "random", "no brackets")
+"""The trees every induced tree is scored next to; "no brackets" is the flat tree (no constituent
+but the sentence): the floor that F1's conventions give a model that finds nothing (F1 = 1 on a
+sentence whose gold tree has no constituent either; short sentences often have none)."""
 """The baselines :func:`score_induced` reports next to the induced trees."""
 
 
@@ -231,7 +234,7 @@ def score_induced(pred: Sequence[Tree], gold: Sequence[Tree], seed: int = 0,
         gold_path: the gold file's name in error messages.
 
     Returns:
-        ``{"induced": ..., "right-branching": ..., "left-branching": ..., "random": ...}``, each
+        ``{"induced": ..., "right-branching": ..., "left-branching": ..., "random": ..., "no brackets": ...}``, each
         with sentence-averaged (``sentence_f1``) and corpus (``f1``) scores over the
         punctuation-free words.
 
@@ -248,5 +251,6 @@ def score_induced(pred: Sequence[Tree], gold: Sequence[Tree], seed: int = 0,
     candidates = {"induced": induced,
                   "right-branching": [right_branching(w) if w else g for w, g in zip(words, golds)],
                   "left-branching": [left_branching(w) if w else g for w, g in zip(words, golds)],
-                  "random": [random_binary(w, rng) if w else g for w, g in zip(words, golds)]}
+                  "random": [random_binary(w, rng) if w else g for w, g in zip(words, golds)],
+                  "no brackets": [tree_from_spans(w, set(), label="X") if w else g for w, g in zip(words, golds)]}
     return {name: bracket_f1(trees, golds) for name, trees in candidates.items()}

@@ -35,6 +35,10 @@ def _draw_arcs(ax, heads: np.ndarray) -> None:
     ax.axis("off")
 
 
+MAX_PANEL_INCHES = 20.0
+"""The largest side of one head's heatmap (at 100 dpi: 2,000 pixels)."""
+
+
 def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *,
                    heads: np.ndarray | None = None, head_names: Sequence[str] | None = None,
                    title: str | None = None, columns: int = 4) -> Path:
@@ -57,7 +61,8 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
         raise ValueError(f"attention of shape {probs.shape} for {n} tokens")
     cols = min(columns, n_heads)
     rows = -(-n_heads // cols)
-    size = max(2.5, 0.28 * n)
+    size = min(max(2.5, 0.28 * n), MAX_PANEL_INCHES)  # a long sentence: labels thinned, not a huge image
+    every = -(-n // int(MAX_PANEL_INCHES / 0.28))  # label every position up to ~70, then every k-th
     extra = 1 if heads is not None else 0
     fig = plt.figure(figsize=(size * cols, size * rows + extra * size * 0.35 + 0.4))
     grid = fig.add_gridspec(rows + extra, cols, height_ratios=[0.35] * extra + [1] * rows)
@@ -68,12 +73,13 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
             _draw_arcs(fig.add_subplot(grid[0, c]), heads)
     for k in range(n_heads):
         ax = fig.add_subplot(grid[extra + k // cols, k % cols])
-        ax.imshow(probs[k], cmap="Blues", vmin=0, vmax=max(probs[k].max(), 1e-9))
+        image = ax.imshow(probs[k], cmap="Blues", vmin=0, vmax=max(probs[k].max(), 1e-9))
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)  # each head its own scale
         if heads is not None:
             ax.scatter(gold, np.arange(n), marker="s", s=(72 * 0.5 * size / max(n, 1)) ** 2,
                        facecolors="none", edgecolors="#d62728", linewidths=0.8)
-        ax.set_xticks(range(n), tokens, rotation=90, fontsize=7)
-        ax.set_yticks(range(n), tokens, fontsize=7)
+        ax.set_xticks(range(0, n, every), list(tokens)[::every], rotation=90, fontsize=7)
+        ax.set_yticks(range(0, n, every), list(tokens)[::every], fontsize=7)
         ax.set_title(head_names[k] if head_names else f"head {k}", fontsize=9)
     if title:
         fig.suptitle(title)

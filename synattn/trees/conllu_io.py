@@ -11,7 +11,8 @@ Checks (each a ``TreebankError`` naming ``file:line (sentence id)``; the sentenc
 without exactly 10 tab-separated columns, an empty column, an invalid or out-of-order ID, a
 multiword token or empty node out of place, a non-integer HEAD, a head out of range, a cycle
 (naming its words), no root, a comment after the token lines, a second ``# sent_id`` or
-``# text`` comment, a carriage return inside a line, a sentence without words.
+``# text`` comment, a carriage return inside a line, a sentence without words; a file with text
+but no word line at all is said to be no CoNLL-U (a Markdown or text file given by mistake).
 """
 
 from __future__ import annotations
@@ -247,6 +248,7 @@ def read_conllu_with_report(path_or_file: PathOrFile,
         raise InputError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     text, path = read_text(path_or_file, name)
     check_bytes = _BAD_BYTE.search(text) is not None
+    _check_is_conllu(text, path)
     report = ReadReport(path)
     trees = []
     for number, (first_line, block) in enumerate(_sentence_blocks(text.split("\n")), start=1):
@@ -261,6 +263,19 @@ def read_conllu_with_report(path_or_file: PathOrFile,
         logger.warning("%s: skipped %d malformed sentences of %d (first: %s)", path,
                        report.n_skipped, report.n_skipped + report.n_read, report.skipped[0])
     return trees, report
+
+
+def _check_is_conllu(text: str, path: str) -> None:
+    """Raises ``TreebankError`` (whatever ``on_error``) for a file with text but not one word line
+    (10 tab-separated columns): a file of another format (Markdown, plain text), named as such
+    rather than by the first complaint about its first block."""
+    lines = text.split("\n")
+    if any(line.count("\t") == len(COLUMNS) - 1 and not line.startswith("#") for line in lines):
+        return
+    first = next((n for n, line in enumerate(lines, start=1) if line.strip()), None)
+    if first is not None:
+        raise TreebankError("not CoNLL-U: no line has the 10 tab-separated columns of a word "
+                            f"({' '.join(COLUMNS)})", path=path, line=first)
 
 
 def read_conllu(path_or_file: PathOrFile, on_error: Literal["raise", "skip"] = "raise",

@@ -156,6 +156,27 @@ def test_induce_writes_one_tree_per_sentence_and_scores_it(run, tmp_path, capsys
     assert "1 gold trees for 6 sentences" in capsys.readouterr().err
 
 
+def test_flat_trees_are_explained_when_no_link_allows_a_split(run, tmp_path, capsys):
+    """Trees with no split (every link above the threshold, as after too little training) come
+    with a note saying so, instead of flat trees with no hint why."""
+    from synattn.cli.induce_cmd import flat_note
+    from synattn.trees.induce import no_split
+
+    links = [np.array([[0.5, 0.95], [0.99, 0.97]]), np.array([[0.9, 0.95], [0.99, 0.97]]), np.array([[0.99]])]
+    assert [no_split(a, 0.8, 1) for a in links] == [False, True, True]
+    assert no_split(links[0], 0.8, 2)  # the split at layer 1 is below the minimum layer
+    note = flat_note(links, 0.8, 1)
+    assert note.startswith("note: 1 of 2 sentences of three or more words are flat trees") and "0.900" in note
+    assert flat_note(links[:1], 0.8, 1) is None
+    run_dir, _ = run
+    assert main(["induce", "--run", str(run_dir), "--split", "dev", "--min-layer", "1", "--threshold", "1e-6"]) == 0
+    out, err = capsys.readouterr()
+    assert "note: 6 of 6 sentences of three or more words are flat trees" in err and "--threshold 1e-06" in err
+    assert all(line.count("(") == 1 for line in out.splitlines())  # one bracket: the whole sentence
+    assert main(["induce", "--run", str(run_dir), "--split", "dev", "--min-layer", "1", "--threshold", "0.999999"]) == 0
+    assert "flat trees" not in capsys.readouterr().err
+
+
 def test_viz_writes_heatmaps_and_the_induced_tree(run, tmp_path, capsys):
     run_dir, _ = run
     out = tmp_path / "plots"

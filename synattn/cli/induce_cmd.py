@@ -12,7 +12,9 @@ separated by whitespace (PTB style), used as given: a model trained on language-
 (lowercased, no punctuation, numbers as N, as the tree-transformer study's) should read text made
 the same way; a ``--split`` of the run's prepared dataset uses the words the dataset was prepared
 with (rare words included, not ``<unk>``). Brackets inside words are written ``-LRB-``/``-RRB-``,
-as in the Penn Treebank.
+as in the Penn Treebank. A sentence whose links all exceed the threshold from the minimum layer up
+is one flat constituent; the command says on stderr how many such trees it wrote and the lowest
+link (a model after too little training has links near 1 everywhere).
 
 With ``--gold`` (bracketed trees, one per sentence, e.g. the PTB's with POS tags), unlabeled
 bracket F1 without punctuation (single-word and whole-sentence spans excluded) is printed,
@@ -40,7 +42,7 @@ from synattn.io import atomic_write
 from synattn.models import EncoderDecoderTransformer, MaskedLM
 from synattn.train.tasks import syntax_request_for
 from synattn.trees.constituency import read_brackets, to_brackets
-from synattn.trees.induce import BASELINES, induce_tree, score_induced, word_links
+from synattn.trees.induce import BASELINES, induce_tree, no_split, score_induced, word_links
 from synattn.trees.metrics import BracketScores
 
 
@@ -117,11 +119,28 @@ def constituent_links(model, sentences: Sentences, batch_size: int = 32) -> list
 
 
 def induce_sentences(model, sentences: Sentences, threshold: float = 0.8, min_layer: int = 3,
-                     batch_size: int = 32, descend_above: float | None = None) -> list:
-    """The induced word-level tree of every sentence (``descend_above``: see ``induced_spans``)."""
-    links = constituent_links(model, sentences, batch_size)
-    return [induce_tree(word_links(a, e["src_word"]), words, threshold, min_layer, descend_above=descend_above)
-            for a, e, words in zip(links, sentences.examples, sentences.words)]
+                     batch_size: int = 32, descend_above: float | None = None, explain_flat: bool = False) -> list:
+    """The induced word-level tree of every sentence (``descend_above``: see ``induced_spans``);
+    ``explain_flat`` says on stderr why trees are flat when no link allowed a split."""
+    links = [word_links(a, e["src_word"]) for a, e in zip(constituent_links(model, sentences, batch_size),
+                                                          sentences.examples)]
+    if explain_flat and (note := flat_note(links, threshold, min_layer)):
+        print(note, file=sys.stderr)
+    return [induce_tree(a, words, threshold, min_layer, descend_above=descend_above)
+            for a, words in zip(links, sentences.words)]
+
+
+def flat_note(links: list[np.ndarray], threshold: float, min_layer: int) -> str | None:
+    """A note for the sentences of three or more words decoded without any split (every word link
+    ``[layers, words − 1]`` from ``min_layer`` up above ``threshold``), or None when there are none."""
+    long = [a for a in links if a.shape[1] >= 2]
+    flat = [a for a in long if no_split(a, threshold, min_layer)]
+    if not flat:
+        return None
+    lowest = min(float(a[min(min_layer, a.shape[0]) - 1:].min()) for a in flat)
+    return (f"note: {len(flat)} of {len(long)} sentences of three or more words are flat trees: every link from "
+            f"layer {min_layer} up is above --threshold {threshold:g} (the lowest {lowest:.3f}), so no split was "
+            "made; the model's links do not separate words yet (too little training?)")
 
 
 def format_scores(scores: dict[str, BracketScores]) -> str:
@@ -155,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     if gold is not None and len(gold) != sentences.total:
         raise InputError(f"{len(gold)} gold trees for {sentences.total} sentences", args.gold)
     trees = induce_sentences(model, sentences, args.threshold, min_layer, args.batch_size,
-                             descend_above=0.7 if args.original_rule else None)
+                             descend_above=0.7 if args.original_rule else None, explain_flat=True)
     write_aligned(args.output, sentences.total, sentences.numbers, [to_brackets(t) for t in trees])
     if gold is not None:
         scores = score_induced(trees, [gold[number - 1] for number in sentences.numbers], args.seed, args.gold)

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                                           heads=heads, title=f"{stack} layer {layer} ({exp.task})"))
     if getattr(getattr(model.config, "encoder", None), "constituent", False):
         (tree,) = induce_sentences(model, sentences, args.threshold, min_layer,
-                                   descend_above=0.7 if args.original_rule else None)
+                                   descend_above=0.7 if args.original_rule else None, explain_flat=True)
         written.append(plot_constituency(tree, out_dir / "tree.png", title="Tree Transformer induced tree"))
     for path in written:
         print(path)

@@ -109,6 +109,20 @@ def induced_spans(a: Any, threshold: float = 0.8, min_layer: int = 3,
     return found
 
 
+def no_split(a: Any, threshold: float = 0.8, min_layer: int = 3) -> bool:
+    """Whether top-down decoding makes no split at all: every link of every layer from
+    ``min_layer`` up exceeds ``threshold``, so a sentence of three or more words is one flat
+    constituent (what a Tree Transformer after too little training gives: its links all near 1).
+
+    Example:
+        >>> no_split(np.array([[0.95, 0.9], [0.99, 0.97]]), min_layer=1), no_split(np.array([[0.95, 0.5]]), min_layer=1)
+        (True, False)
+    """
+    a = _as_numpy(a)
+    bottom = min(min_layer - 1, a.shape[0] - 1)
+    return a.shape[1] == 0 or bool(a[bottom:].min() > threshold)
+
+
 def induce_tree(a: Any, words: Sequence[str] | None = None, threshold: float = 0.8,
                 min_layer: int = 3, label: str = "X", descend_above: float | None = None) -> Tree:
     """Decodes one sentence's link probabilities into a bracketed tree.

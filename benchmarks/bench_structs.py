@@ -7,8 +7,15 @@ by ``synattn.structs.convert``); the script checks that the values agree, then p
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
 with its default backend (compiled kernels on CPU when numba is installed) and with its
 pure-PyTorch backend (column ``torch path``, the code that also runs on CUDA); the speed-up is
-that of the default backend. It ends with the peak memory of Eisner marginals at
-``(B, N) = (4, 160)``, each library measured in a fresh process (not with ``--only cky``).
+that of the default backend. The dependency CRFs also time the marginals with the backward of
+a random direction through them (``marginals+backward``: what structured attention trains
+through). It ends with the peak memory of Eisner marginals at ``(B, N) = (4, 160)``, each
+library measured in a fresh process on the CPU and by the allocator's peak on CUDA (not with
+``--only cky``).
+
+``--device cuda`` puts every input on the GPU (the libraries run there; synattn's default backend
+is then its pure-PyTorch path) and synchronises the device before starting and before stopping
+each timing; ``--small`` takes smaller sizes (a quick check, e.g. ``benchmarks/gpu_check.sh``).
 
 The peer libraries are installed only for this script (never for the package or its tests)::
 
@@ -16,7 +23,8 @@ The peer libraries are installed only for this script (never for the package or 
 
 Run (``--quick`` takes fewer repetitions)::
 
-    python benchmarks/bench_structs.py [--threads 2] [--quick] [--only cky|decoding]
+    python benchmarks/bench_structs.py [--threads 2] [--quick] [--small] [--only cky|decoding]
+        [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
 CKY) against the peers' ``sample``/``topk`` where they have them (``n/a`` where they raise).
@@ -36,20 +44,29 @@ import os
 import statistics
 import threading
 import time
+import warnings
 from typing import Callable
 
 import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.structs import convert
+from synattn.structs.arc_scores import usable_arcs
 from synattn.structs.backend import use_backend
+from device import add_device_argument, check_device, device_info, seconds, synchronize
 from machine import cpu_name
 
 EISNER_SIZES = [(32, 20), (32, 40), (16, 80), (4, 160)]
 CKY_SIZES = [(32, 20), (16, 40), (4, 80)]
 CHAIN_SIZES = [(32, C, N) for C in (2, 16) for N in (50, 200)]
-GUARD_N = 150  # peers' Matrix-Tree from this length on runs in a child process
+SMALL = {"eisner": [(8, 20), (4, 40)], "cky": [(8, 20)], "chain": [(8, 2, 50)]}
+"""``--small``: sizes of a quick check."""
+GUARD_N = 150  # peers' Matrix-Tree from this length on runs in a child process (CPU only)
 GUARD_SECONDS = 60
+DEVICE = torch.device("cpu")
+"""Where the inputs live and the timed work runs (``--device``)."""
+# (torch-struct's distributions do not declare arg_constraints: one warning per instance)
+warnings.filterwarnings("ignore", message=".*does not define `arg_constraints`")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,9 +90,7 @@ def median_ms(fns: dict[str, Callable[[], object]], reps: int,
             break
         for name, fn in fns.items():
             for _ in range(2):
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(seconds(fn, DEVICE))  # (CUDA: synchronised)
     return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
@@ -99,10 +114,18 @@ def on_torch_path(fns):
     return tuple(wrap(fn) for fn in fns)
 
 
+def direction(scores: torch.Tensor) -> torch.Tensor:
+    """A fixed random direction ``[B, N+1, N+1]`` for the backward of the marginals."""
+    gen = torch.Generator().manual_seed(1)
+    return torch.randn(scores.shape, generator=gen).to(scores.device)
+
+
 def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
-    """``(partition_fn, marginals_fn)`` of one library; each returns ours-layout tensors."""
+    """``(partition_fn, marginals_fn, marginals_backward_fn)`` of one library; each returns
+    ours-layout tensors (the last: the gradient of ``<marginals, direction(scores)>``)."""
     if lib == "torch path":
         return on_torch_path(tree_fns("synattn", kind, scores, lengths))
+    g = direction(scores)
     if lib == "synattn":
         cls = DependencyCRF if kind == "eisner" else NonProjectiveDependencyCRF
 
@@ -113,11 +136,16 @@ def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
         def marg():
             with torch.no_grad():
                 return cls(scores, lengths, multiroot=True).marginals
-        return part, marg
+
+        def grad():
+            x = scores.clone().requires_grad_()
+            cls(x, lengths, multiroot=True).marginals.backward(g)
+            return x.grad
+        return part, marg, grad
     if lib == "torch-struct":
         import torch_struct
         cls = torch_struct.DependencyCRF if kind == "eisner" else torch_struct.NonProjectiveDependencyCRF
-        ts_scores = convert.arcs_to_torch_struct(scores)
+        ts_scores, ts_g = convert.arcs_to_torch_struct(scores), convert.arcs_to_torch_struct(g)
 
         def part():
             x = ts_scores.clone().requires_grad_()
@@ -127,10 +155,15 @@ def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
             x = ts_scores.clone().requires_grad_()
             marginals = cls(x, lengths=lengths, multiroot=True).marginals.detach()
             return convert.arcs_from_torch_struct(marginals)
-        return part, marg
+
+        def grad():
+            x = ts_scores.clone().requires_grad_()
+            cls(x, lengths=lengths, multiroot=True).marginals.backward(ts_g)
+            return convert.arcs_from_torch_struct(x.grad)
+        return part, marg, grad
     from supar.structs import DependencyCRF as SuparDep, MatrixTree
     cls = SuparDep if kind == "eisner" else MatrixTree
-    dep_head = convert.arcs_to_supar(scores)  # supar: scores[b, dependent, head]
+    dep_head, sp_g = convert.arcs_to_supar(scores), convert.arcs_to_supar(g)  # supar: [b, dependent, head]
 
     def part():
         return cls(dep_head.clone(), lengths, multiroot=True).log_partition.detach()
@@ -138,7 +171,12 @@ def tree_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tensor):
     def marg():
         marginals = cls(dep_head.clone(), lengths, multiroot=True).marginals.detach()
         return convert.arcs_from_supar(marginals)
-    return part, marg
+
+    def grad():
+        x = dep_head.clone().requires_grad_()
+        cls(x, lengths, multiroot=True).marginals.backward(sp_g)
+        return convert.arcs_from_supar(x.grad)
+    return part, marg, grad
 
 
 def span_fns(lib: str, scores: torch.Tensor, lengths: torch.Tensor):
@@ -228,12 +266,12 @@ def chain_fns(lib: str, unary: torch.Tensor, trans: torch.Tensor, lengths: torch
 def _child(queue, lib, kind, scores, lengths, reps, threads):
     torch.set_num_threads(threads)
     try:
-        part, marg = tree_fns(lib, kind, scores, lengths)
-        values = (part(), marg())
-        ms = median_ms({"part": part, "marg": marg}, reps)
-        queue.put(("ok", ms["part"], ms["marg"], values))
+        fns = tree_fns(lib, kind, scores, lengths)
+        values = tuple(fn() for fn in fns)
+        ms = median_ms(dict(zip(OPERATIONS, fns)), reps)
+        queue.put(("ok", [ms[op] for op in OPERATIONS], values))
     except Exception as error:  # report the failure in the table
-        queue.put(("fail", repr(error)[:60], None, None))
+        queue.put(("fail", repr(error)[:60], None))
 
 
 def guarded(lib, kind, scores, lengths, reps, threads):
@@ -242,14 +280,14 @@ def guarded(lib, kind, scores, lengths, reps, threads):
     proc = ctx.Process(target=_child, args=(queue, lib, kind, scores, lengths, reps, threads))
     proc.start()
     try:
-        status, a, b, values = queue.get(timeout=GUARD_SECONDS)
+        status, ms, values = queue.get(timeout=GUARD_SECONDS)
     except Exception:
         proc.kill()
-        return None, None, None, "hang"
+        return None, None, "hang"
     proc.join()
     if status != "ok":
-        return None, None, None, "fail: " + a
-    return a, b, values, ""
+        return None, None, "fail: " + ms
+    return ms, values, ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,8 +305,8 @@ def _memory_child(queue, lib, batch, n, threads):
     gen = torch.Generator().manual_seed(0)
     scores = torch.randn(batch, n + 1, n + 1, generator=gen)
     lengths = torch.full((batch,), n)
-    _, marg = tree_fns(lib, "eisner", scores, lengths)
-    _, small = tree_fns(lib, "eisner", scores[:, :4, :4], torch.full((batch,), 3))
+    marg = tree_fns(lib, "eisner", scores, lengths)[1]
+    small = tree_fns(lib, "eisner", scores[:, :4, :4], torch.full((batch,), 3))[1]
     small()  # load code paths
     before, peak, done = _rss_mib(), [0.0], threading.Event()
 
@@ -286,6 +324,16 @@ def _memory_child(queue, lib, batch, n, threads):
 
 
 def peak_memory_mib(lib: str, batch: int, n: int, threads: int) -> float:
+    if DEVICE.type == "cuda":  # the allocator's peak above the state before, in this process
+        gen = torch.Generator().manual_seed(0)
+        scores = torch.randn(batch, n + 1, n + 1, generator=gen).to(DEVICE)
+        marg = tree_fns(lib, "eisner", scores, torch.full((batch,), n, device=DEVICE))[1]
+        synchronize(DEVICE)
+        before = torch.cuda.memory_allocated(DEVICE)
+        torch.cuda.reset_peak_memory_stats(DEVICE)
+        marg()
+        synchronize(DEVICE)
+        return (torch.cuda.max_memory_allocated(DEVICE) - before) / 2**20
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_memory_child, args=(queue, lib, batch, n, threads))
@@ -346,8 +394,8 @@ def decoding_rows(peers: list[str], reps: int) -> None:
         lengths[0] = n
         for kind, label in (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree"), ("cky", "CKY")):
             shape = (batch, n, n) if kind == "cky" else (batch, n + 1, n + 1)
-            scores = torch.randn(*shape, generator=gen)
-            fns = {lib: decoding_fns(lib, kind, scores, lengths) for lib in ["synattn", *peers]}
+            scores = torch.randn(*shape, generator=gen).to(DEVICE)
+            fns = {lib: decoding_fns(lib, kind, scores, lengths.to(DEVICE)) for lib in ["synattn", *peers]}
             for which, index in ((f"{SAMPLES} samples", 0), (f"{KBEST}-best", 1)):
                 runnable, others = {}, {}
                 for lib, pair in fns.items():
@@ -387,18 +435,29 @@ def row(name, ours, others, diffs):
     print(" | ".join(cols), flush=True)
 
 
+OPERATIONS = ("part", "marg", "grad")
+"""The timed operations of the dependency CRFs: log Z, marginals, marginals with their backward."""
+
+
 def main() -> None:
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
+    parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
     parser.add_argument("--only", choices=("cky", "decoding"),
                         help="only the constituency (CKY) rows, or only sampling and k-best")
+    add_device_argument(parser)
     args = parser.parse_args()
+    DEVICE = check_device(parser, args.device)
     torch.set_num_threads(args.threads)
     reps = 4 if args.quick else 8
+    eisner_sizes, cky_sizes, chain_sizes = ((SMALL["eisner"], SMALL["cky"], SMALL["chain"]) if args.small
+                                            else (EISNER_SIZES, CKY_SIZES, CHAIN_SIZES))
     cpu = cpu_name()
-    print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {cpu}, float32, "
-          f"median of up to {reps} runs (ms); speed-up = faster peer / synattn")
+    print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {cpu}, device "
+          f"{device_info(DEVICE)}, float32, median of up to {reps} runs (ms"
+          f"{', synchronised' if DEVICE.type == 'cuda' else ''}); speed-up = faster peer / synattn")
     peers = available_peers()
     print(f"{'case':<34} | {'synattn':>9} | {'torch path':>12} | {'torch-struct':>12} | {'supar':>12} "
           "| speed-up | max |difference| from synattn (log Z, marginals)")
@@ -408,39 +467,44 @@ def main() -> None:
         return
     trees = () if args.only else (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree"))
     for kind, label in trees:
-        for batch, n in EISNER_SIZES:
+        for batch, n in eisner_sizes:
             gen = torch.Generator().manual_seed(batch * 1000 + n)
             scores = torch.randn(batch, n + 1, n + 1, generator=gen)
             lengths = torch.randint(max(1, n // 2), n + 1, (batch,), generator=gen)
             lengths[0] = n
+            guard = DEVICE.type == "cpu" and kind == "matrix_tree" and n >= GUARD_N
+            scores, lengths = scores.to(DEVICE), lengths.to(DEVICE)
+            usable = usable_arcs(lengths, n + 1)  # (gradients compared on usable arcs only)
             fns = {"synattn": tree_fns("synattn", kind, scores, lengths)}
-            times: dict[str, dict] = {"part": {}, "marg": {}}
-            diffs: dict[str, dict] = {"part": {}, "marg": {}}
+            times: dict[str, dict] = {op: {} for op in OPERATIONS}
+            diffs: dict[str, dict] = {op: {} for op in OPERATIONS}
             values = tuple(fn() for fn in fns["synattn"])
             for lib in ["torch path", *peers]:
-                if kind == "matrix_tree" and n >= GUARD_N and lib != "torch path":
-                    p_ms, m_ms, peer_values, note = guarded(lib, kind, scores, lengths, reps, args.threads)
-                    times["part"][lib] = p_ms if p_ms is not None else note
-                    times["marg"][lib] = m_ms if m_ms is not None else note
+                if guard and lib != "torch path":
+                    ms, peer_values, note = guarded(lib, kind, scores, lengths, reps, args.threads)
+                    for i, op in enumerate(OPERATIONS):
+                        times[op][lib] = ms[i] if ms is not None else note
                 else:
                     fns[lib] = tree_fns(lib, kind, scores, lengths)
                     peer_values = tuple(fn() for fn in fns[lib])
                 if peer_values is not None:
-                    diffs["part"][lib] = max_diff(values[0], peer_values[0])
-                    diffs["marg"][lib] = max_diff(values[1], peer_values[1])
-            for which, index in (("part", 0), ("marg", 1)):
-                ms = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+                    for i, op in enumerate(OPERATIONS):
+                        keep = usable if op == "grad" else True
+                        diffs[op][lib] = max_diff(values[i] * keep, peer_values[i] * keep)
+            for index, which in enumerate(OPERATIONS):
+                ms = median_ms({lib: fns3[index] for lib, fns3 in fns.items()}, reps)
                 times[which].update({lib: v for lib, v in ms.items() if lib != "synattn"})
                 times[which]["synattn"] = ms["synattn"]
-            ours = (times["part"].pop("synattn"), times["marg"].pop("synattn"))
-            row(f"{label} partition B={batch} N={n}", ours[0], times["part"], diffs["part"])
-            row(f"{label} marginals B={batch} N={n}", ours[1], times["marg"], diffs["marg"])
+            for which, what in zip(OPERATIONS, ("partition", "marginals", "marginals+backward")):
+                row(f"{label} {what} B={batch} N={n}", times[which].pop("synattn"), times[which],
+                    diffs[which])
 
-    for batch, n in CKY_SIZES:
+    for batch, n in cky_sizes:
         gen = torch.Generator().manual_seed(7 * 1000 + n)
         scores = torch.randn(batch, n, n, generator=gen)
         lengths = torch.randint(max(1, n // 2), n + 1, (batch,), generator=gen)
         lengths[0] = n
+        scores, lengths = scores.to(DEVICE), lengths.to(DEVICE)
         fns = {lib: span_fns(lib, scores, lengths) for lib in ["synattn", "torch path", *peers]}
         values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
         times, diffs = {"part": {}, "marg": {}}, {"part": {}, "marg": {}}
@@ -453,16 +517,17 @@ def main() -> None:
         row(f"CKY partition B={batch} N={n}", ours[0], times["part"], diffs["part"])
         row(f"CKY marginals B={batch} N={n}", ours[1], times["marg"], diffs["marg"])
 
-    for batch, C, n in ([] if args.only else CHAIN_SIZES):
+    for batch, C, n in ([] if args.only else chain_sizes):
         gen = torch.Generator().manual_seed(C * 1000 + n)
         unary = torch.randn(batch, n, C, generator=gen)
         trans = torch.randn(C, C, generator=gen)
         lengths = torch.randint(n // 2, n + 1, (batch,), generator=gen)
         lengths[0] = n
+        unary, trans, lengths = unary.to(DEVICE), trans.to(DEVICE), lengths.to(DEVICE)
         fns = {lib: chain_fns(lib, unary, trans, lengths) for lib in ["synattn", "torch path", *peers]}
         values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
         times, diffs = {"part": {}, "marg": {}}, {"part": {}, "marg": {}}
-        valid = (torch.arange(n) < lengths[:, None]).unsqueeze(-1)
+        valid = (torch.arange(n, device=DEVICE) < lengths[:, None]).unsqueeze(-1)
         for lib in ["torch path", *peers]:
             diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
             diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1] * valid)
@@ -475,8 +540,8 @@ def main() -> None:
     if args.only:
         return
     decoding_rows(peers, reps)
-    print("\n# peak resident memory of Eisner marginals, B=4 N=160 (MiB above the state before, "
-          "fresh process each)")
+    print("\n# peak memory of Eisner marginals, B=4 N=160 (MiB above the state before: "
+          + ("the CUDA allocator's peak)" if DEVICE.type == "cuda" else "resident, fresh process each)"))
     for lib in ["synattn", "torch path", *peers]:
         print(f"{lib:<14} {peak_memory_mib(lib, 4, 160, args.threads):10.1f}", flush=True)
 

@@ -4,14 +4,15 @@ Usage::
 
     python benchmarks/bench_attention.py [--batch 16] [--lengths 64 128] [--d-model 512]
         [--heads 8] [--threads 2] [--repeats 20] [--crf-repeats 5] [--only tree|structured]
-        [--quick]
+        [--quick] [--device cpu|cuda]
 
 ``--quick`` changes the defaults to B = 8, n = 32, d = 256, 5 repeats (2 with a CRF) and 1
 warm-up: ``--only structured --quick`` takes a few minutes on two cores.
 
 Prints, per sequence length, the median milliseconds of forward + backward of one
-``MultiheadAttention`` layer (fp32, CPU) and the ratio to the plain layer of the same kind measured
-in the same run, then machine info.
+``MultiheadAttention`` layer (fp32, on ``--device``: CPU by default; on CUDA each timing
+synchronises the device before it starts and before it stops) and the ratio to the plain layer of
+the same kind measured in the same run, then machine info.
 
 - Bidirectional self-attention (baseline: plain, fused SDPA): Shaw relative positions (k = 16,
   key + value embeddings), tree distance (max 8), tree traversal (max 4), tree distance + Shaw,
@@ -63,6 +64,7 @@ from synattn.structs.backend import use_backend
 from synattn.trees.relations import (batch_distance_labels, batch_syntax_hints,
                                      batch_traversal_labels, distance_vocab, head_targets,
                                      traversal_vocab)
+from device import add_device_argument, check_device, device_info, synchronize
 from machine import cpu_name
 
 try:
@@ -155,7 +157,7 @@ class TorchStructSyntactic(SyntacticAttention):
 
     def arc_marginals(self, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         n = scores.shape[-1] - 1
-        eye = torch.eye(n, dtype=torch.bool)
+        eye = torch.eye(n, dtype=torch.bool, device=scores.device)
         words = scores[:, 1:, 1:]
         potentials = torch.where(eye, scores[:, :1, 1:].expand_as(words), words)  # [B, n, n]
         kind = (torch_struct.DependencyCRF if self.tree == "projective"
@@ -171,7 +173,8 @@ class TorchStructSpan(SpanAttention):
     """Span marginals from torch-struct's TreeCRF (one label: ``[K, m, m, 1]``)."""
 
     def span_marginals(self, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        upper = torch.ones(scores.shape[-1], scores.shape[-1], dtype=torch.bool).triu()
+        upper = torch.ones(scores.shape[-1], scores.shape[-1], dtype=torch.bool,
+                           device=scores.device).triu()
         return torch_struct.TreeCRF(scores.unsqueeze(-1), lengths=lengths).marginals[..., 0] * upper
 
 
@@ -265,7 +268,8 @@ def check(d: int, h: int) -> None:
 
 def step(module: nn.Module, kind: str, backend: str, x: torch.Tensor, source: torch.Tensor,
          pad: torch.Tensor, syntax: SyntaxInputs) -> float:
-    """Seconds of one forward + backward."""
+    """Seconds of one forward + backward (the device synchronised before and after)."""
+    synchronize(x.device)
     start = time.perf_counter()
     with use_backend("torch" if backend == "synattn, torch" else "auto"):
         if isinstance(module, NaiveTreeAttention):
@@ -276,8 +280,9 @@ def step(module: nn.Module, kind: str, backend: str, x: torch.Tensor, source: to
             out, extras = module(x, key_padding_mask=pad, causal=kind == "causal", syntax=syntax)
         loss = out.square().mean()
         if extras is not None:
-            loss = loss + sum(extras.losses.values(), torch.zeros(()))
+            loss = loss + sum(extras.losses.values(), torch.zeros((), device=loss.device))
         loss.backward()
+    synchronize(x.device)
     return time.perf_counter() - start
 
 
@@ -301,7 +306,9 @@ def main() -> None:
                         help="only the features of docs/methods.md §1–§2 (tree) or §3–§5 (structured)")
     parser.add_argument("--quick", action="store_true",
                         help=f"a few minutes: defaults {QUICK} instead of {FULL}")
+    add_device_argument(parser)
     args = parser.parse_args()
+    device = check_device(parser, args.device)
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -311,15 +318,16 @@ def main() -> None:
     if args.only != "tree":
         check(16, 4)
     specs = variants(args.d_model, args.heads, args.only)
-    modules = {name: make() for name, (_, _, make) in specs.items()}
-    print(f"one attention layer, forward+backward, fp32, B={args.batch}, d={args.d_model}, "
+    modules = {name: make().to(device) for name, (_, _, make) in specs.items()}
+    print(f"one attention layer, forward+backward, fp32 on {device_info(device)}, B={args.batch}, d={args.d_model}, "
           f"H={args.heads}, median of {args.repeats} ({args.crf_repeats} with a CRF), interleaved")
     if torch_struct is None and args.only != "tree":
         print("torch_struct is not importable: no torch-struct rows")
     for n in args.lengths:
         syntax, pad, lengths = random_batch(args.batch, n, rng)
-        x = torch.randn(args.batch, n, args.d_model, requires_grad=True)
-        source = torch.randn(args.batch, n, args.d_model, requires_grad=True)
+        syntax, pad = syntax.to(device), pad.to(device)
+        x = torch.randn(args.batch, n, args.d_model, device=device, requires_grad=True)
+        source = torch.randn(args.batch, n, args.d_model, device=device, requires_grad=True)
         times: dict[str, list[float]] = {name: [] for name in modules}
         for rep in range(args.warmup + args.repeats):
             for name, module in modules.items():

@@ -89,3 +89,17 @@ class ConfigError(UsageError):
 class RunFailure(SynattnError, RuntimeError):
     """The command could not finish for a reason outside the user's input (disk full, a run
     directory locked by another process, ...). The ``synattn`` command exits with status 1."""
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, bounded: nested lists and mappings are shown to a
+    depth of 3 and 6 items per level (so that a YAML alias bomb, ``9^10`` elements behind one
+    name, is never expanded), strings and numbers cut, and the whole at most ``limit``
+    characters (a cut is marked with ``...``)."""
+    import reprlib
+
+    shown = reprlib.Repr()
+    shown.maxlevel, shown.maxstring, shown.maxother, shown.maxlong = 3, limit, limit, limit
+    shown.maxlist = shown.maxtuple = shown.maxdict = shown.maxset = shown.maxfrozenset = 6
+    text = shown.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -142,6 +142,19 @@ def test_validate_heads_names_words_and_empty():
     assert validate_heads([0, 1]) is None
 
 
+def test_validate_heads_of_a_batch_says_so():
+    """A [2, 2] array of heads was "sentence has no words"."""
+    assert validate_heads([[0, 1], [1, 0]]) == \
+        "heads must be one list of the words' heads, got an array of shape (2, 2)"
+
+
+@pytest.mark.parametrize("heads", [[2, 1, 0], [0, 5], [2, 1]])
+def test_projectivity_of_no_tree_is_an_error(heads):
+    """is_projective_heads([2, 1, 0]) (a cycle) returned True."""
+    with pytest.raises(InputError, match="is_projective_heads: not a tree"):
+        is_projective_heads(heads)
+
+
 @settings(max_examples=200, deadline=None)
 @given(random_trees())
 def test_is_projective_matches_definition(heads):

@@ -396,3 +396,43 @@ def test_bad_shapes_and_lengths_raise():
         tree_distance(np.array([0.0, 1.0]))
     with pytest.raises(ValueError):
         traversal_vocab(-1)
+
+
+# --- bad arguments: clear errors, bounds derived from memory ------------------------------------
+
+@pytest.mark.parametrize("fn", [distance_labels, traversal_labels])
+def test_negative_clip_is_an_error(fn):
+    """distance_labels(h, max_distance=-1) returned zeros."""
+    with pytest.raises(ValueError, match=r"max_(distance|traversal) must be a whole number >= 0, got -1"):
+        fn([2, 0, 2], -1)
+    with pytest.raises(ValueError, match="whole number"):
+        fn([2, 0, 2], 2.5)
+
+
+def test_huge_clip_is_refused_by_memory_naming_the_option():
+    """max_distance=10**9 built lookup tables of 10**18 entries (out of memory)."""
+    with pytest.raises(ValueError, match=r"max_distance=1000000000 is too large: its tree-relation "
+                                         r"label tables would need about .* more than this machine's"):
+        distance_labels([2, 0, 2], 10 ** 9)
+    with pytest.raises(ValueError, match=r"max_traversal=1000000000 is too large"):
+        batch_relation_labels(np.array([[2, 0, 2]]), max_traversal=10 ** 9)
+
+
+def test_long_sentence_is_refused_by_memory(monkeypatch):
+    """stats on one 20,000-word sentence took 6.9 GB (and 67 s): on a machine with less memory than
+    its n^2 word pairs need, a one-line error instead."""
+    import synattn.limits as limits
+
+    monkeypatch.setattr(limits, "memory_bytes", lambda: 4 * 10 ** 9)
+    heads = np.zeros((1, 20_000), dtype=np.int64)
+    with pytest.raises(ValueError, match=r"words in a sentence=20000 is too large: the tree relations "
+                                         r"of 1 x 20000 x 20000 word pairs"):
+        batch_relation_labels(heads)
+    assert batch_relation_labels(heads[:, :100])[0].shape == (1, 100, 100)
+
+
+@pytest.mark.parametrize("heads", ["012", 3, [0.5, 0.0], None])
+def test_head_targets_of_no_heads_is_a_clear_error(heads):
+    """head_targets("012") raised IndexError."""
+    with pytest.raises(ValueError, match=r"heads must be integers \[\.\.\., n\]"):
+        head_targets(heads)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
+from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.structs.matrix_tree import best_tree
 from test_structs_chain import BACKENDS, on
 from test_structs_chain import brute_force as chain_brute_force
@@ -349,3 +349,122 @@ def test_float32_chain_marginals_at_large_potentials(backend, C):
         got = LinearChainCRF(lp).marginals
     assert got.dtype == torch.float32
     assert (got.double() - exact).abs().max() < 1e-5
+
+
+# --- arguments every public entry checks: NaN, label sets, flags, types, counts ----------------
+
+def _nan_inputs():
+    """One constructor per CRF class, each with one NaN among the scores some structure uses."""
+    arcs = torch.randn(2, 5, 5, dtype=torch.float64)
+    arcs[0, 1, 2] = float("nan")
+    unary = torch.randn(2, 4, 3, dtype=torch.float64)
+    unary[1, 2, 0] = float("nan")
+    trans = torch.randn(3, 3)
+    trans[0, 1] = float("nan")
+    spans = torch.randn(2, 4, 4)
+    spans[0, 0, 2] = float("nan")
+    return [("DependencyCRF", lambda: DependencyCRF(arcs)),
+            ("NonProjectiveDependencyCRF", lambda: NonProjectiveDependencyCRF(arcs)),
+            ("NonProjectiveDependencyCRF single root",
+             lambda: NonProjectiveDependencyCRF(arcs, multiroot=False)),
+            ("LinearChainCRF unary", lambda: LinearChainCRF(unary=unary)),
+            ("LinearChainCRF transition", lambda: LinearChainCRF(unary=unary.nan_to_num(),
+                                                                 transition=trans)),
+            ("LinearChainCRF edges", lambda: LinearChainCRF(unary[:, 1:, :, None].expand(2, 3, 3, 3))),
+            ("TreeCRF", lambda: TreeCRF(spans))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", range(7))
+def test_nan_scores_are_a_value_error_on_every_backend(backend, case):
+    """NaN used to be a mask on the compiled Matrix-Tree (log Z 8.29 against 8.44 clean) and
+    NaN on the PyTorch one; argmax returned all -1 (Eisner, chain) or a tree (CKY)."""
+    name, make = _nan_inputs()[case]
+    with on(backend), pytest.raises(ValueError, match="NaN"):
+        crf = make()
+        crf.log_partition, crf.argmax
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_past_the_lengths_is_still_ignored(backend):
+    arcs = torch.randn(1, 4, 4, dtype=torch.float64)
+    arcs[0, :, 3] = arcs[0, 3, :] = float("nan")  # word 3 is padding
+    unary = torch.randn(1, 4, 2, dtype=torch.float64)
+    unary[0, 3] = float("nan")
+    spans = torch.randn(1, 3, 3)
+    spans[0, :, 2] = float("nan")
+    lengths = torch.tensor([2])
+    with on(backend):
+        for crf in (DependencyCRF(arcs, lengths), NonProjectiveDependencyCRF(arcs, lengths),
+                    LinearChainCRF(unary=unary, lengths=torch.tensor([3])), TreeCRF(spans, lengths)):
+            assert torch.isfinite(crf.log_partition).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chain_without_labels_is_a_value_error(backend):
+    """C = 0 crashed the compiled kernel (segmentation fault), IndexError on PyTorch."""
+    with on(backend):
+        for make in (lambda: LinearChainCRF(unary=torch.randn(2, 7, 0), transition=torch.randn(0, 0),
+                                            lengths=torch.tensor([5, 3])),
+                     lambda: LinearChainCRF(torch.randn(2, 6, 0, 0))):
+            with pytest.raises(ValueError, match="labels C must be >= 1"):
+                make().argmax
+
+
+@pytest.mark.parametrize("value", ["no", "False", 0, 1, None, 2.0, [True]])
+def test_multiroot_must_be_a_bool(value):
+    """multiroot="no" counted as True."""
+    for cls in (DependencyCRF, NonProjectiveDependencyCRF):
+        with pytest.raises(ValueError, match="multiroot must be True or False"):
+            cls(torch.randn(1, 3, 3), multiroot=value)
+    assert DependencyCRF(torch.randn(1, 3, 3), multiroot=np.bool_(False)).multiroot is False
+
+
+def test_scan_must_be_a_bool_or_none():
+    with pytest.raises(ValueError, match="scan must be True, False or None"):
+        LinearChainCRF(unary=torch.randn(1, 3, 2), scan="yes")
+
+
+def test_numpy_scores_are_a_clear_error():
+    """numpy scores raised AttributeError ('numpy.ndarray' object has no attribute 'dim')."""
+    x = np.random.randn(1, 3, 3)
+    for make in (lambda: DependencyCRF(x), lambda: NonProjectiveDependencyCRF(x), lambda: TreeCRF(x),
+                 lambda: LinearChainCRF(unary=x), lambda: LinearChainCRF(x[..., None]),
+                 lambda: LinearChainCRF(unary=torch.randn(1, 3, 3), transition=x[0])):
+        with pytest.raises(ValueError, match=r"must be a torch.Tensor, got ndarray \(convert it"):
+            make()
+    with pytest.raises(ValueError, match="floating-point"):
+        DependencyCRF(torch.ones(1, 3, 3, dtype=torch.long))
+
+
+def test_chain_log_prob_with_a_label_out_of_range():
+    """A label >= C raised RuntimeError from gather; a negative one was read as label 0."""
+    crf = LinearChainCRF(unary=torch.randn(2, 3, 2), lengths=torch.tensor([3, 2]))
+    with pytest.raises(ValueError, match=r"labels\[0, 1\] = 5 is outside 0..1"):
+        crf.log_prob(torch.tensor([[0, 5, 1], [0, 0, -1]]))
+    with pytest.raises(ValueError, match=r"labels\[1, 0\] = -1"):
+        crf.score(torch.tensor([[0, 1, 1], [-1, 0, -1]]))
+    with pytest.raises(ValueError, match="integer tensor"):
+        crf.log_prob(torch.zeros(2, 3))
+    assert torch.isfinite(crf.log_prob(torch.tensor([[0, 1, 1], [1, 0, -1]]))).all()  # -1 = padding
+
+
+def test_kbest_k_is_bounded_by_memory_and_stops_when_all_are_listed(monkeypatch):
+    """kbest(10**8) of a 2-word sentence ran 25 s and took 2.4 GB; k = 10**15 exhausted memory."""
+    import synattn.limits as limits
+
+    crf = DependencyCRF(torch.randn(1, 3, 3))
+    for make in (lambda: crf.kbest(10 ** 15), lambda: TreeCRF(torch.randn(1, 3, 3)).kbest(10 ** 15),
+                 lambda: LinearChainCRF(unary=torch.randn(1, 3, 2)).kbest(10 ** 15)):
+        with pytest.raises(ValueError, match=r"kbest: k=1000000000000000 is too large: .* more than "
+                                             r"this machine's"):
+            make()
+    monkeypatch.setattr(limits, "memory_bytes", lambda: 10 ** 9)  # a 1 GB machine
+    with pytest.raises(ValueError, match="kbest: k=100000000 is too large"):
+        crf.kbest(10 ** 8)
+    for bad in ("3", 0, 2.0, True):
+        with pytest.raises(ValueError, match="kbest: k must be a whole number >= 1"):
+            crf.kbest(bad)
+    scores, heads = crf.kbest(10 ** 6)  # 3 trees of 2 words exist: the rest is padding, quickly
+    assert torch.isfinite(scores[0, :3]).all() and torch.isinf(scores[0, 3:]).all()
+    assert (heads[0, 3:] == -1).all()

@@ -14,6 +14,7 @@ import torch
 from functools import cached_property
 
 from . import registry
+from .arguments import flag, score_tensor
 from .distribution import Decoding, StructDistribution, check_count
 from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
 
@@ -33,9 +34,11 @@ def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
         the scores' device and, if ``with_masked``, whether any usable arc is masked.
 
     Raises:
-        ValueError: bad shapes or lengths, or finite scores too large for masks to stay
-            impossible (:func:`~synattn.structs.semiring.check_scores`).
+        ValueError: not a floating-point tensor, bad shapes or lengths, NaN among the usable
+            scores, or finite scores too large for masks to stay impossible
+            (:func:`~synattn.structs.semiring.check_scores`).
     """
+    score_tensor(scores, "scores", "dependency CRF")
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
         raise ValueError(f"scores must be [B, n+1, n+1] with n >= 1, got {tuple(scores.shape)}")
     batch, L, _ = scores.shape
@@ -102,7 +105,7 @@ class ArcCRF(StructDistribution, Decoding):
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
                  multiroot: bool = True):
-        self.multiroot = multiroot
+        self.multiroot = flag(multiroot, "multiroot", type(self).__name__)
         self.scores, self.lengths, self.masked = check_arc_scores(scores, lengths, True)
         """Whether some usable arc is masked (``<= NEG``): only then can a sentence have no tree."""
 

@@ -38,6 +38,7 @@ from .backend import kernels, use_numba
 from .chain_dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first,
                        _step_elements, chain_log_partition, forward_backward, pair_marginals,
                        viterbi)
+from .arguments import flag, score_tensor
 from .distribution import Decoding, StructDistribution, check_count
 from .semiring import (IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, lengths_mask,
                        mask_impossible, serial_if_small)
@@ -85,7 +86,9 @@ class LinearChainCRF(StructDistribution, Decoding):
         if (log_potentials is None) == (unary is None):
             raise ValueError("give either log_potentials [B, n-1, C, C] or unary [B, n, C] "
                              "(with transition [C, C])")
+        scan = flag(scan, "scan", "LinearChainCRF", optional=True)
         if log_potentials is not None:
+            score_tensor(log_potentials, "log_potentials", "LinearChainCRF")
             if log_potentials.dim() != 4 or log_potentials.shape[-1] != log_potentials.shape[-2]:
                 raise ValueError(f"log_potentials must be [B, n-1, C, C], got {tuple(log_potentials.shape)}")
             dtype = float_dtype(log_potentials)
@@ -93,11 +96,12 @@ class LinearChainCRF(StructDistribution, Decoding):
             batch, n, C = edge.shape[0], edge.shape[1] + 1, edge.shape[-1]
             unary = edge.new_zeros(batch, n, C)
         else:
-            if unary.dim() != 3:
+            if score_tensor(unary, "unary", "LinearChainCRF").dim() != 3:
                 raise ValueError(f"unary must be [B, n, C], got {tuple(unary.shape)}")
             batch, n, C = unary.shape
             if transition is None:
                 transition = unary.new_zeros(C, C)
+            score_tensor(transition, "transition", "LinearChainCRF")
             if transition.shape[-2:] != (C, C) or transition.dim() not in (2, 3):
                 raise ValueError(f"transition must be [C, C] or [B, C, C] with C={C}, "
                                  f"got {tuple(transition.shape)}")
@@ -106,6 +110,8 @@ class LinearChainCRF(StructDistribution, Decoding):
             trans = mask_impossible(transition.to(dtype), transition.dtype)
             trans = trans if trans.dim() == 3 else trans.unsqueeze(0)
             edge = trans.unsqueeze(1).expand(batch, n - 1, C, C)
+        if C < 1:  # (the compiled kernels would index an empty label set)
+            raise ValueError(f"LinearChainCRF: the number of labels C must be >= 1, got {C}")
         if lengths is None:
             lengths = torch.full((batch,), n, dtype=torch.long, device=unary.device)
         lengths = torch.as_tensor(lengths, device=unary.device).long()
@@ -259,7 +265,13 @@ class LinearChainCRF(StructDistribution, Decoding):
 
     @fp32_inside
     def score(self, labels: torch.Tensor) -> torch.Tensor:
-        """``[batch_size]`` score of given labellings ``[batch_size, n]`` (entries past lengths ignored)."""
+        """``[batch_size]`` score of given labellings ``[batch_size, n]`` (entries past lengths ignored).
+
+        Raises:
+            ValueError: ``labels`` not an integer tensor ``[batch_size, n]``, or a label outside
+                ``0..C-1`` within a sentence's length.
+        """
+        labels = self._check_labels(labels)
         labels = labels.clamp_min(0).masked_fill(~self.mask, 0)
         node = self.unary.gather(2, labels.unsqueeze(-1)).squeeze(-1)  # [B, n]
         C = self.edge.shape[-1]
@@ -269,6 +281,19 @@ class LinearChainCRF(StructDistribution, Decoding):
         total = (torch.where(self.mask, node, zero).sum(1)
                  + torch.where(self.mask[:, 1:], pair, zero).sum(1))
         return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))
+
+    def _check_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        batch, n, C = self.unary.shape
+        labels = torch.as_tensor(labels, device=self.unary.device)
+        if labels.shape != (batch, n) or labels.is_floating_point() or labels.dtype == torch.bool:
+            raise ValueError(f"LinearChainCRF: labels must be an integer tensor [{batch}, {n}], got "
+                             f"{labels.dtype} {tuple(labels.shape)}")
+        bad = self.mask & ((labels < 0) | (labels >= C))
+        if bool(bad.any()):
+            b, i = (int(j) for j in bad.nonzero()[0])
+            raise ValueError(f"LinearChainCRF: labels[{b}, {i}] = {int(labels[b, i])} is outside "
+                             f"0..{C - 1} (the labels of position {i} of sentence {b})")
+        return labels.long()
 
 
 def _prepared(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,

@@ -11,10 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from . import reference, registry
+from .arguments import score_tensor
 from .backend import kernels, use_numba
 from .constants import IMPOSSIBLE
-from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, float_dtype, forward_derivative,
-                       serial_if_small)
+from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, check_scores, float_dtype,
+                       forward_derivative, serial_if_small)
 
 DEAD = IMPOSSIBLE
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
@@ -58,7 +59,12 @@ def check_span_scores(scores: torch.Tensor,
     Returns:
         Scores in float32/float64 with ignored entries set to 0 and forbidden ones (``<= NEG``,
         ``-inf`` included) set to ``NEG`` (with zero gradient), and long lengths on their device.
+
+    Raises:
+        ValueError: not a floating-point tensor, bad shapes or lengths, NaN or finite scores
+            too large (:func:`~synattn.structs.semiring.check_scores`) within the sentences.
     """
+    score_tensor(scores, "scores", "TreeCRF")
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 1:
         raise ValueError(f"span scores must be [B, N, N] with N >= 1, got {tuple(scores.shape)}")
     batch, N, _ = scores.shape
@@ -68,8 +74,9 @@ def check_span_scores(scores: torch.Tensor,
     if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > N).any()):
         raise ValueError(f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}")
     scores = scores.to(float_dtype(scores))
-    scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(()))
-    return scores.clamp_min(NEG), lengths
+    scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(())).clamp_min(NEG)
+    check_scores([(scores, None)], 2 * N - 1, "scores")  # (NaN, and the range of the scores)
+    return scores, lengths
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,10 +29,9 @@ and divergences are clamped at 0 (they can come out at ``-1e-16``-ish by roundin
 
 from __future__ import annotations
 
-import operator
-
 import torch
 
+from .arguments import count as whole_count
 from .kbest import lawler
 from .semiring import NEG
 
@@ -224,10 +223,4 @@ def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> t
 
 def check_count(count: int) -> int:
     """``count`` of ``sample(count)`` if it is a whole number >= 1, else ValueError."""
-    try:
-        whole = operator.index(count)  # int, numpy's integers, not float or bool-like strings
-    except TypeError:
-        whole = None
-    if whole is None or isinstance(count, bool) or whole < 1:
-        raise ValueError(f"sample: count must be a whole number >= 1, got {count!r}")
-    return whole
+    return whole_count(count, "sample: count")

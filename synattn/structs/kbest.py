@@ -19,6 +19,8 @@ from typing import Callable
 
 import torch
 
+from .arguments import kbest_count
+
 Constraints = tuple[torch.Tensor, ...]
 
 
@@ -41,9 +43,8 @@ def lawler(k: int, initial: Constraints,
         ``scores [B, k]`` (float64, ``-inf`` where fewer than ``k`` exist) and structures
         ``[B, k, ...]`` (``empty`` where missing), on the CPU.
     """
-    if k < 1:
-        raise ValueError(f"kbest: k must be >= 1, got {k}")
     batch = initial[0].shape[0]
+    k = kbest_count(k, batch, empty.numel() * empty.element_size())
     scores = torch.full((batch, k), -float("inf"), dtype=torch.float64)
     structures = empty.expand(batch, k, *empty.shape).clone()
     heaps: list[list] = [[] for _ in range(batch)]
@@ -51,6 +52,8 @@ def lawler(k: int, initial: Constraints,
     todo: list[tuple[torch.Tensor, Constraints]] = [(torch.arange(batch), initial)]
     for j in range(k):
         todo = [(s, c) for s, c in todo if len(s)]
+        if not todo and not any(heaps):  # every structure is listed: the rest stays padding
+            break
         if todo:
             sents = torch.cat([s for s, _ in todo])
             constraints = tuple(torch.cat(parts) for parts in zip(*(c for _, c in todo)))

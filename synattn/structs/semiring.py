@@ -58,10 +58,13 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
         what: the arguments' names, for the message.
 
     Returns:
-        True if some usable entry is :data:`NEG` (masked). One host synchronisation in all.
+        True if some usable entry is :data:`NEG` (masked). One host synchronisation in all
+        (two when some entry is masked, too large or NaN).
 
     Raises:
-        ValueError: ``parts * max |x| > MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
+        ValueError: a usable entry is NaN (the kernels would read it as a mask, the PyTorch
+            code would return NaN: refused alike on every backend), or ``parts * max |x| >
+            MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
     """
     xs = [(x.detach(), usable) for x, usable in xs if x.numel()]
     if not xs:
@@ -69,24 +72,29 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
     # fast path (one reduction per tensor): no entry masked anywhere and all small enough
     bounds = torch.stack([v for x, _ in xs for v in torch.aminmax(x)]).tolist()
     lows, highs = bounds[0::2], bounds[1::2]
-    if min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
+    nan = any(v != v for v in bounds)  # (aminmax propagates NaN: one anywhere takes the slow path)
+    if not nan and min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
         return False
     stats = []
     for x, usable in xs:
         masked = x <= NEG
         keep = ~masked if usable is None else usable & ~masked
         zero = torch.zeros((), dtype=x.dtype, device=x.device)
-        top = torch.where(keep, x.abs(), zero).amax()
+        nan = torch.isnan(x) if usable is None else torch.isnan(x) & usable
+        top = torch.where(keep & ~nan, x.abs(), zero).amax()
         hit = (masked if usable is None else masked & usable).any()
-        stats += [top, hit.to(x.dtype)]
+        stats += [top, hit.to(x.dtype), nan.any().to(x.dtype)]
     values = torch.stack(stats).tolist()
-    top = max(values[0::2])
+    if any(values[2::3]):
+        raise ValueError(f"{what}: NaN among the scores (only entries that no structure uses, "
+                         f"past a sentence's length, may hold NaN)")
+    top = max(values[0::3])
     if top * parts > MAX_TOTAL_SCORE:
         raise ValueError(f"{what}: finite scores up to {top:.3g} in magnitude over {parts} parts "
                          f"per structure exceed the supported range (parts x max|score| <= "
                          f"{MAX_TOTAL_SCORE:.0e}); mask impossible parts with -inf or any value "
                          f"<= {NEG:.0e} instead")
-    return any(v > 0 for v in values[1::2])
+    return any(v > 0 for v in values[1::3])
 
 
 def logsumexp(x: torch.Tensor, dim: int, overwrite: bool = False) -> torch.Tensor:

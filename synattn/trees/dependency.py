@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from synattn.errors import InputError
+from synattn.errors import InputError, brief
 
 
 def head_problem(heads: Sequence[int] | np.ndarray,
@@ -32,8 +32,10 @@ def head_problem(heads: Sequence[int] | np.ndarray,
         of the first word involved (the first bad head; the smallest word on the cycle).
     """
     heads = np.asarray(heads)
+    if heads.ndim != 1:
+        return 0, f"heads must be one list of the words' heads, got an array of shape {heads.shape}"
     n = len(heads)
-    if heads.ndim != 1 or n == 0:
+    if n == 0:
         return 0, "sentence has no words"
     if not np.issubdtype(heads.dtype, np.integer):
         return 0, f"heads must be integers, got dtype {heads.dtype}"
@@ -59,7 +61,7 @@ def head_problem(heads: Sequence[int] | np.ndarray,
     cycle = cycle[cycle.index(min(cycle)):] + cycle[:cycle.index(min(cycle))]
     path = " -> ".join(str(w + 1) for w in cycle + cycle[:1])
     if words is not None:
-        path += " (" + ", ".join(repr(words[w]) for w in cycle) + ")"
+        path += " (" + ", ".join(brief(words[w], 40) for w in cycle) + ")"
     cause = f"cycle in heads: {path}"
     if not np.any(heads == 0):
         cause = f"no root (no word has head 0); {cause}"
@@ -98,7 +100,14 @@ def is_projective_heads(heads: Sequence[int] | np.ndarray) -> bool:
 
     Returns:
         True when projective.
+
+    Raises:
+        InputError: (a ``ValueError``) ``heads`` are not a tree (a cycle, a head out of range):
+            projectivity is a property of trees only.
     """
+    problem = head_problem(heads)
+    if problem is not None:
+        raise InputError(f"is_projective_heads: not a tree: {problem[1]}")
     heads = np.asarray(heads, dtype=np.int64)
     dep = np.arange(1, len(heads) + 1)
     lo = np.minimum(heads, dep)  # [n] arc left ends (ROOT = 0)

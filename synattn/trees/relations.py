@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from synattn.errors import InputError
+from synattn.errors import InputError, UsageError, brief
+from synattn.limits import check_memory
 from synattn.trees._ancestors import (_ancestors, _check_heads, _climb, _from_numpy, _label_dtype, _pair_form,
                                       _parents, _preorder, _prepare, _to_numpy)
 
@@ -57,9 +58,36 @@ def distance_vocab(max_distance: int = 8) -> list[str]:
     Label index k < max_distance + 1 means distance k; index max_distance + 1 is the overflow
     label, shared by larger distances and by padding pairs.
     """
-    if max_distance < 0:
-        raise ValueError(f"max_distance must be >= 0, got {max_distance}")
+    check_label_clips(max_distance, 0)
     return [str(k) for k in range(max_distance + 1)] + [FAR]
+
+
+TABLE_ENTRY_BYTES = 100
+"""Bytes per entry of the lookup tables of :func:`_label_tables` while they are built (index
+grids, a path string per entry): a lower bound, measured."""
+
+PAIR_BYTES = 16
+"""Bytes per word pair of :func:`batch_relation_labels` (ancestor products, codes, both label
+arrays): a lower bound, measured (a 20,000-word sentence took 6.9 GB)."""
+
+
+def check_label_clips(max_distance: Any, max_traversal: Any,
+                      names: tuple[str, str] = ("max_distance", "max_traversal")) -> None:
+    """Refuse clipping distances that are not whole numbers >= 0 or whose label tables would not
+    fit in memory (:func:`synattn.limits.check_memory`; ``names``: the options as the caller
+    spells them, e.g. ``--max-distance`` or ``encoder.max_distance``).
+
+    Raises:
+        UsageError: (a ``ValueError``) naming the option.
+    """
+    for name, value in zip(names, (max_distance, max_traversal)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise UsageError(f"{name} must be a whole number >= 0, got {brief(value)}")
+    clip = max(max_distance, max_traversal) + 1
+    # the tables (clip + 1)^2 * 2 entries; the traversal vocabulary ~ max_traversal^3 / 3 characters
+    need = TABLE_ENTRY_BYTES * 2 * (clip + 1) ** 2 + max_traversal ** 3 / 3
+    name, value = (names[0], max_distance) if max_distance >= max_traversal else (names[1], max_traversal)
+    check_memory(name, value, need, "its tree-relation label tables")
 
 
 def batch_tree_distance(heads: Any, lengths: Any = None) -> Any:
@@ -131,8 +159,7 @@ def traversal_vocab(max_traversal: int = 4) -> list[str]:
         >>> traversal_vocab(2)
         ['', 'U', 'D', 'L', 'R', 'UU', 'DD', 'LD', 'RD', '<far>']
     """
-    if max_traversal < 0:
-        raise ValueError(f"max_traversal must be >= 0, got {max_traversal}")
+    check_label_clips(0, max_traversal)
     vocab = [""]
     for length in range(1, max_traversal + 1):
         vocab += ["U" * a + "D" * (length - a) for a in range(length, -1, -1)
@@ -154,6 +181,7 @@ def _label_tables(max_distance: int, max_traversal: int) -> tuple[int, np.ndarra
         + left``: distance labels (indices into :func:`distance_vocab`) and traversal labels
         (indices into :func:`traversal_vocab`), each in the smallest integer dtype that fits.
     """
+    check_label_clips(max_distance, max_traversal)
     clip = max(max_distance, max_traversal) + 1
     vocab = traversal_vocab(max_traversal)
     index = {label: k for k, label in enumerate(vocab)}
@@ -183,8 +211,10 @@ def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = 8
         label of each. Same kind (numpy / torch, device) as ``heads``.
     """
     heads_np, lengths_np, device = _prepare(heads, lengths)
-    clip, distance_table, traversal_table = _label_tables(max_distance, max_traversal)
     n = heads_np.shape[1]
+    check_memory("words in a sentence", n, PAIR_BYTES * len(heads_np) * n * n,
+                 f"the tree relations of {len(heads_np)} x {n} x {n} word pairs")
+    clip, distance_table, traversal_table = _label_tables(max_distance, max_traversal)
     ancestors, depth, parent = _ancestors(heads_np)  # [B, n, n + 3], [B, n], [B, n]
     rank = _preorder(ancestors, depth, parent)  # [B, n]
     # padding gets a depth beyond every clip, so every pair involving it gets overflow labels;
@@ -307,6 +337,9 @@ def head_targets(heads: Any) -> Any:
         subwords use ``head_targets(project_to_subwords(heads, pieces))``.
     """
     heads_np, device = _to_numpy(heads)
+    if heads_np.ndim < 1 or not (heads_np.size == 0 or np.issubdtype(heads_np.dtype, np.integer)):
+        raise InputError(f"heads must be integers [..., n], got {type(heads).__name__} {brief(heads)} "
+                         f"(dtype {heads_np.dtype}, shape {heads_np.shape})")
     heads_np = heads_np.astype(np.int64)
     n = heads_np.shape[-1]
     if ((heads_np < 0) | (heads_np > n)).any():

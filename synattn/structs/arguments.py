@@ -1,0 +1,68 @@
+"""The checks every public entry of :mod:`synattn.structs` makes on its arguments, in one place.
+
+- score tensors are ``torch.Tensor`` of a floating dtype (a numpy array is refused with the
+  conversion to use, not an ``AttributeError`` from deep inside);
+- flags (``multiroot``, ``scan``) are real booleans: ``multiroot="no"`` would otherwise count
+  as True;
+- NaN among the scores that matter is refused by
+  :func:`~synattn.structs.semiring.check_scores` (the same reduction that checks their range),
+  on every backend alike;
+- counts (``sample(count)``, ``kbest(k)``) are whole numbers >= 1, ``kbest`` bounded by memory.
+
+Every failure is a ``ValueError`` naming the argument.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import torch
+
+from synattn.errors import brief
+from synattn.limits import check_memory
+
+
+def score_tensor(x: object, name: str, what: str) -> torch.Tensor:
+    """``x`` if it is a floating-point ``torch.Tensor``, else a ValueError naming ``name``
+    (``what``: the class, for the message)."""
+    if not isinstance(x, torch.Tensor):
+        hint = " (convert it with torch.as_tensor)" if isinstance(x, np.ndarray) else ""
+        raise ValueError(f"{what}: {name} must be a torch.Tensor, got {type(x).__name__}{hint}")
+    if not x.is_floating_point():
+        raise ValueError(f"{what}: {name} must be a floating-point tensor (log-scores), got {x.dtype}")
+    return x
+
+
+def flag(value: object, name: str, what: str, optional: bool = False) -> bool | None:
+    """``value`` as a bool if it is one (Python, numpy or a one-element bool tensor), else a
+    ValueError naming ``name``; ``optional``: None is allowed too."""
+    if value is None and optional:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1:
+        return bool(value)
+    allowed = "True, False or None" if optional else "True or False"
+    raise ValueError(f"{what}: {name} must be {allowed}, got {type(value).__name__} {brief(value)}")
+
+
+def count(value: object, name: str) -> int:
+    """``value`` as an int if it is a whole number >= 1 (int or numpy integer, not bool), else a
+    ValueError naming ``name``."""
+    try:
+        whole = operator.index(value)
+    except TypeError:
+        whole = None
+    if whole is None or isinstance(value, bool) or whole < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {brief(value)}")
+    return whole
+
+
+def kbest_count(k: object, batch: int, bytes_per_structure: int) -> int:
+    """``k`` of ``kbest(k)``: a whole number >= 1 whose ``[batch, k]`` scores and structures
+    (``bytes_per_structure`` each) fit in memory."""
+    k = count(k, "kbest: k")
+    check_memory("kbest: k", k, batch * k * (8 + bytes_per_structure),
+                 f"the {batch} x {k} best structures")
+    return k

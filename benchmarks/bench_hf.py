@@ -3,7 +3,7 @@
 Usage::
 
     nice python benchmarks/bench_hf.py [--batch 16] [--length 128] [--threads 2] [--repeats 7]
-        [--scope layer|attention] [--clock cpu|wall]
+        [--scope layer|attention] [--clock cpu|wall] [--device cpu|cuda]
 
 One BERT-base-sized layer (``BertModel``, hidden 768, 12 heads, 1 layer, fp32, CPU, random
 weights, a padding mask with lengths between n/2 and n) runs with ``attn_implementation="sdpa"``
@@ -16,7 +16,9 @@ every variant alike; the minimum is printed beside the median. The default clock
 CPU time (``time.process_time``, summed over its threads), which other processes on a shared
 machine disturb far less than wall time (``--clock wall``). ``--scope attention`` times the
 layer's self-attention module alone (projections + attention function, the hooks' work done once
-outside the timing), where the features' share is largest. Needs ``transformers``.
+outside the timing), where the features' share is largest. ``--device cuda`` runs the model on
+the GPU and times by wall clock between two synchronisations of the device (a process's CPU time
+does not see the GPU's work). Needs ``transformers``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from transformers import BertConfig, BertModel
 
 import synattn.hf as sh
 from synattn.trees.relations import batch_distance_labels, head_targets
+from device import add_device_argument, check_device, device_info, synchronize
 from machine import machine_info
 
 VARIANTS = {
@@ -78,7 +81,7 @@ class AttentionOnly(torch.nn.Module):
         mask = inputs["attention_mask"].bool()
         self.mask = mask[:, None, None, :]  # [B, 1, 1, n] what sdpa_mask gives
         g = torch.Generator().manual_seed(1)
-        self.hidden = torch.randn(*mask.shape, model.config.hidden_size, generator=g)
+        self.hidden = torch.randn(*mask.shape, model.config.hidden_size, generator=g).to(mask.device)
         syntax = sh.model.syntax_from_inputs(dict(inputs), "encoder")
         self.call = sh.SynattnCall(syntax=syntax) if hasattr(model, "synattn") else None
 
@@ -90,12 +93,14 @@ class AttentionOnly(torch.nn.Module):
 
 
 CLOCK: Callable[[], float] = time.process_time
+DEVICE = torch.device("cpu")
 
 
 def time_once(model: torch.nn.Module, inputs: dict, train: bool) -> float:
     """Milliseconds (process CPU time) of one forward (``train``: forward + backward with the
     auxiliary losses added) of the attention module alone or of the whole model."""
     attention_only = isinstance(model, AttentionOnly)
+    synchronize(DEVICE)
     start = CLOCK()
     model.train(train)
     with torch.set_grad_enabled(train):
@@ -111,19 +116,7 @@ def time_once(model: torch.nn.Module, inputs: dict, train: bool) -> float:
             loss = loss + aux
         loss.backward()
         model.zero_grad(set_to_none=True)
-    return (CLOCK() - start) * 1e3
-    if train:
-        model.train()
-        out = model(**inputs)
-        loss = out.last_hidden_state.pow(2).mean()
-        for aux in getattr(out, "synattn_losses", {}).values():
-            loss = loss + aux
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-    else:
-        model.eval()
-        with torch.no_grad():
-            model(**inputs)
+    synchronize(DEVICE)
     return (CLOCK() - start) * 1e3
 
 
@@ -134,17 +127,22 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--scope", choices=("layer", "attention"), default="layer")
-    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="cpu: the process's CPU time (on CUDA always wall)")
+    add_device_argument(p)
     args = p.parse_args()
-    global CLOCK
+    global CLOCK, DEVICE
+    DEVICE = check_device(p, args.device)
+    if DEVICE.type == "cuda":
+        args.clock = "wall"
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
     config = BertConfig(vocab_size=1000, hidden_size=768, num_hidden_layers=1,
                         num_attention_heads=12, intermediate_size=3072,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                         attn_implementation="sdpa")
-    models = {name: build(config, features) for name, features in VARIANTS.items()}
-    full = random_batch(args.batch, args.length, config.vocab_size)
+    models = {name: build(config, features).to(DEVICE) for name, features in VARIANTS.items()}
+    full = {k: v.to(DEVICE) for k, v in random_batch(args.batch, args.length, config.vocab_size).items()}
     plain_inputs = {k: v for k, v in full.items() if not k.startswith("syntax_")}
     inputs = {name: full if features else plain_inputs for name, features in VARIANTS.items()}
     if args.scope == "attention":
@@ -159,7 +157,7 @@ def main() -> None:
             times[(name, "forward+backward")].append(time_once(models[name], inputs[name], True))
     what = "its self-attention module" if args.scope == "attention" else "the whole layer"
     print(f"BERT-base-sized layer (1 layer, d=768, 12 heads), {what}, B={args.batch}, n={args.length}, "
-          f"fp32 CPU, {args.threads} threads, {args.repeats} repeats, {args.clock} time; "
+          f"fp32 on {device_info(DEVICE)}, {args.threads} threads, {args.repeats} repeats, {args.clock} time; "
           "ratio = median / median of sdpa in this run")
     print(f"{'variant':40s} {'mode':17s} {'median ms':>10s} {'min ms':>8s} {'ratio':>6s}")
     for mode in ("forward", "forward+backward"):

@@ -1,9 +1,9 @@
-"""Training speed of the baseline and of each syntax config at the same model size, on CPU.
+"""Training speed of the baseline and of each syntax config at the same model size, on CPU or CUDA.
 
 Usage::
 
     python benchmarks/bench_train.py data/bible-en-fr [--configs configs/baseline.yaml ...]
-        [--steps 8] [--warmup 2] [--threads 2] [--max-tokens 4096]
+        [--steps 8] [--warmup 2] [--threads 2] [--max-tokens 4096] [--device cpu|cuda]
     python benchmarks/bench_train.py --make-data 2000 [--tgt-model fr_core_news_sm]
 
 For every experiment config (default: every ``configs/*.yaml`` of task ``mt``; they share one
@@ -26,7 +26,9 @@ batch r through every model) so that load changes hit every config alike; the mi
 training pairs (with the dev and test splits) into a temporary folder, removed at the end; target
 trees are parsed with ``--tgt-model`` (configs with decoder-side syntax need them; without that
 pipeline installed they are reported as skipped). Parsing French with an English pipeline gives
-wrong trees but the same cost per step, which is enough for timing.
+wrong trees but the same cost per step, which is enough for timing. ``--device cuda`` trains on
+the GPU (collation stays on the CPU, as in ``synattn train``) and synchronises the device before
+each step's clock stops.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from synattn.data.prepare import PrepareConfig, prepare
 from synattn.experiment import ExperimentConfig, build_model
 from synattn.train import Trainer, task_for
 from synattn.train.tasks import syntax_request_for
+from device import add_device_argument, check_device, device_info, synchronize
 from machine import cpu_name
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -82,11 +85,12 @@ def make_data(pairs: int, folder: Path, tgt_model: str) -> Path:
                                  tgt_model=tgt_model))
 
 
-def build_runner(path: Path, data: Path, run_dir: Path, max_tokens: int | None) -> Runner | str:
-    """A runner for the config at ``path``, or the reason it cannot run on ``data``."""
+def build_runner(path: Path, data: Path, run_dir: Path, max_tokens: int | None,
+                 device: str = "cpu") -> Runner | str:
+    """A runner for the config at ``path`` on ``device``, or the reason it cannot run on ``data``."""
     exp = ExperimentConfig.from_yaml(path, [f"train.max_tokens={max_tokens}"] if max_tokens else [])
     exp.data = str(data)
-    exp.train.device = "cpu"
+    exp.train.device = device
     exp.train.progress_bar = exp.train.tensorboard = False
     torch.manual_seed(0)
     model = build_model(exp)
@@ -107,6 +111,7 @@ def run_round(runner: Runner, data: PreparedDataset, indices: np.ndarray, timed:
     batch = collate(data, indices, runner.request)
     t2 = time.perf_counter()
     runner.trainer.train_step([batch])
+    synchronize(runner.trainer.dist.device)
     t3, c3 = time.perf_counter(), time.process_time()
     runner.trainer.optimizer.zero_grad(set_to_none=True)  # free the gradients: several models are held at once
     if timed:
@@ -128,9 +133,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per config first")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--max-tokens", type=int, help="tokens per batch (default: the configs' train.max_tokens)")
+    add_device_argument(parser)
     args = parser.parse_args()
     if (args.data is None) == (args.make_data is None):
         parser.error("give a prepared dataset folder or --make-data N")
+    check_device(parser, args.device)
     torch.set_num_threads(args.threads)
     paths = args.configs or [p for p in sorted(CONFIGS.glob("*.yaml"))
                              if ExperimentConfig.from_yaml(p).task == "mt"]
@@ -148,7 +155,7 @@ def benchmark(paths: list[Path], data: Path, run_dir: Path, args: argparse.Names
     """Run the interleaved rounds over the configs at ``paths`` and print the table."""
     runners, skipped = [], {}
     for path in paths:
-        built = build_runner(path, data, run_dir, args.max_tokens)
+        built = build_runner(path, data, run_dir, args.max_tokens, args.device)
         if isinstance(built, str):
             skipped[path.stem] = built
         else:
@@ -171,7 +178,7 @@ def benchmark(paths: list[Path], data: Path, run_dir: Path, args: argparse.Names
             run_round(runner, train, batches[r], timed=r >= args.warmup)
 
     model = runners[0].trainer.model.config
-    print(f"\ntraining steps on CPU, {len(train)} training pairs, max_tokens {max_tokens}, {args.steps} "
+    print(f"\ntraining steps on {device_info(args.device)}, {len(train)} training pairs, max_tokens {max_tokens}, {args.steps} "
           f"timed steps (+{args.warmup} warm-up) per config, interleaved; d_model {model.d_model}, "
           f"heads {model.heads}, layers " + "+".join(str(s.layers) for s in model.stacks().values()))
     base = next(r for r in runners if r.name == args.baseline)

@@ -179,7 +179,7 @@ class ExperimentConfig(StrictConfig):
         filled["num_deprels"] = len(labels.get("src_deprels", []))
         for key in SIZE_KEYS:
             if key in data and manifest is not _PLACEHOLDER[0] and data[key] != filled.get(key):
-                raise ConfigError(f"model.{key}={data[key]!r} differs from the dataset's "
+                raise ConfigError(f"model.{key}={brief(data[key])} differs from the dataset's "
                                   f"{filled.get(key, 'none')} (leave it out: it is read from the data)")
         data.update({k: data.get(k, v) for k, v in filled.items()})
         try:

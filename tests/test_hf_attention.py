@@ -196,10 +196,27 @@ def test_remaining_features_run_where_the_architecture_allows():
     ({"feature": "specialized_heads", "heads": []}, "must be a non-empty list"),
     ({"feature": "tree_relations", "max_distance": 0}, "max_distance=0 must be >= 1"),
     ({"feature": "tree_relations", "values": "yes"}, "values='yes' must be true or false"),
+    # NaN and infinities were accepted as weights; huge sizes exhausted memory
+    ({"feature": "supervised_head", "weight": float("nan")}, "weight=nan must be a finite number"),
+    ({"feature": "supervised_head", "weight": float("inf")},
+     "weight=inf must be a finite number"),
+    ({"feature": "tree_relations", "max_distance": 10 ** 9},
+     r"\(tree_relations\): max_distance=1000000000 is too large: its tree-relation label tables"),
+    ({"feature": "tree_relations", "max_traversal": 10 ** 9}, r"max_traversal=1000000000 is too large"),
+    ({"feature": "relative_positions", "max_relative": 10 ** 13},
+     r"max_relative=10000000000000 is too large: its weights would need"),
+    ({"feature": "supervised_head", "layers": [[1] * 1000] * 1000}, r"got \[\[1, 1, 1, 1, 1, 1, \.\.\.\], "),
 ])
 def test_bad_specs_are_one_line_errors(spec, message):
     with pytest.raises(ValueError, match=message):
         sh.attach(bert(), [spec])
+
+
+@pytest.mark.parametrize("model", [torch.nn.Linear(3, 3), "bert", None])
+def test_attach_to_what_is_no_transformers_model(model):
+    """sh.attach(nn.Linear(3, 3), ...) raised AttributeError ('Linear' has no attribute 'config')."""
+    with pytest.raises(ValueError, match="synattn features go into a transformers model"):
+        sh.attach(model, [{"feature": "supervised_head"}])
 
 
 def test_unknown_syntax_input_is_an_error():

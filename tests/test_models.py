@@ -97,6 +97,58 @@ def test_yaml_round_trip_and_file_errors(tmp_path):
         EncoderDecoderConfig.from_yaml(broken)
 
 
+def test_a_key_given_twice_is_an_error_naming_file_line_and_key(tmp_path):
+    """The last of two equal keys won silently."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("src_vocab_size: 5\ntgt_vocab_size: 5\nencoder:\n  layers: 2\n  layers: 3\n")
+    with pytest.raises(InputError, match=rf"{twice}:5: invalid YAML: duplicate key 'layers'"):
+        EncoderDecoderConfig.from_yaml(twice)
+    merged = tmp_path / "merged.yaml"  # a merge key may still override what it brings
+    merged.write_text("src_vocab_size: 5\ntgt_vocab_size: 5\nencoder: &e {layers: 2}\n"
+                      "decoder:\n  <<: *e\n  layers: 3\n")
+    assert EncoderDecoderConfig.from_yaml(merged).decoder.layers == 3
+
+
+def alias_bomb(levels: int = 10, width: int = 9) -> str:
+    """A YAML value of ``width ** levels`` integers written in a few hundred characters."""
+    text = "&l0 [" + ", ".join(["1"] * width) + "]"
+    for i in range(1, levels):
+        text = f"&l{i} [{text}" + f", *l{i - 1}" * (width - 1) + "]"
+    return text
+
+
+@pytest.mark.parametrize("where", ["d_model: {}", "encoder: {}", "encoder:\n  relations: {}",
+                                   "dropout: {}", "{}: 1"])
+def test_alias_bomb_is_a_short_error(tmp_path, where):
+    """9^10 elements behind one alias: the error message formatted them all (39 s, out of memory)."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("src_vocab_size: 5\ntgt_vocab_size: 5\n" + where.format(alias_bomb()) + "\n")
+    with pytest.raises(InputError) as caught:
+        EncoderDecoderConfig.from_yaml(bomb)
+    assert str(bomb) in str(caught.value) and len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("sizes, option", [
+    (dict(d_model=1_000_000_000, heads=1), "d_model=1000000000"),
+    (dict(d_model=100_000, heads=1), "d_model=100000"),
+    (dict(ffn_dim=10 ** 12), "ffn_dim=1000000000000"),
+    (dict(src_vocab_size=10 ** 13), "src_vocab_size=10000000000000"),
+    (dict(encoder=dict(layers=2, relations=["sequential"], max_relative_position=10 ** 12)),
+     "encoder.max_relative_position=1000000000000"),
+    (dict(encoder=dict(layers=2, relations=["tree_distance"], max_distance=10 ** 9)),
+     "encoder.max_distance=1000000000"),
+])
+def test_sizes_beyond_memory_are_a_config_error(sizes, option, monkeypatch):
+    """model.d_model=1000000000 (or 100000) ended in a 23-line traceback from the allocator."""
+    import synattn.limits as limits
+
+    monkeypatch.setattr(limits, "memory_bytes", lambda: 64 * 10 ** 9)  # a 64 GB machine
+    data = {**TINY, "src_vocab_size": 23, "tgt_vocab_size": 19, **sizes}
+    with pytest.raises(ValueError, match=rf"^{option} is too large: .* would need about .* more than "
+                                         r"this machine's 64 GB$"):
+        EncoderDecoderConfig.from_dict(data)
+
+
 # ------------------------------------------------------------------------------------------------
 # models
 

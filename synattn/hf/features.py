@@ -19,10 +19,14 @@ without further code.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from synattn.errors import brief
+from synattn.limits import check_memory
 from synattn.methods import SIDES, HFFeature, Site, methods
 from synattn.methods.relations import relation_labels
+from synattn.trees.relations import check_label_clips
 
 __all__ = ["FEATURES", "SIDES", "FeatureKind", "HFFeature", "Site", "check_heads", "normalize_specs", "relation_labels",
            "spec_options"]
@@ -51,27 +55,33 @@ def normalize_specs(specs: Any) -> list[dict[str, Any]]:
     for i, spec in enumerate(specs):
         where = f"synattn feature #{i}"
         if not isinstance(spec, dict) or "feature" not in spec:
-            raise ValueError(f"{where}: expected a dict with a 'feature' key, got {spec!r}")
+            raise ValueError(f"{where}: expected a dict with a 'feature' key, got {brief(spec)}")
         name = spec["feature"]
         if name not in FEATURES:
-            raise ValueError(f"{where}: unknown feature {name!r}; use one of {sorted(FEATURES)}")
+            raise ValueError(f"{where}: unknown feature {brief(name)}; use one of {sorted(FEATURES)}")
         kind = FEATURES[name]
         side = spec.get("side", kind.sides[0])
         if side not in kind.sides:
-            raise ValueError(f"{where}: {name} cannot go into side {side!r}; it goes into {list(kind.sides)}")
+            raise ValueError(f"{where}: {name} cannot go into side {brief(side)}; it goes into {list(kind.sides)}")
         layers = spec.get("layers")
         if layers is not None and (not isinstance(layers, (list, tuple))
                                    or not all(isinstance(x, int) and x >= 0 for x in layers)):
-            raise ValueError(f"{where}: 'layers' must be a list of layer indices >= 0, got {layers!r}")
+            raise ValueError(f"{where}: 'layers' must be a list of layer indices >= 0, got {brief(layers)}")
         unknown = set(spec) - {"feature", "side", "layers"} - set(kind.defaults)
         if unknown:
-            raise ValueError(f"{where}: unknown option(s) {sorted(unknown)} for {name}; "
+            raise ValueError(f"{where}: unknown option(s) {brief(sorted(map(str, unknown)))} for {name}; "
                              f"options are {sorted(kind.defaults)}")
         options = {**kind.defaults, **{k: v for k, v in spec.items() if k in kind.defaults}}
         for key, value in options.items():
             problem = _bad_option(key, value, kind.defaults[key])
             if problem:
-                raise ValueError(f"{where} ({name}): {key}={value!r} {problem}")
+                raise ValueError(f"{where} ({name}): {key}={brief(value)} {problem}")
+        if "max_distance" in options or "max_traversal" in options:  # their label tables
+            check_label_clips(options.get("max_distance") or 0, options.get("max_traversal") or 0,
+                              (f"{where} ({name}): max_distance", f"{where} ({name}): max_traversal"))
+        for key in SIZE_OPTIONS:  # every unit of a size is at least one float32 weight
+            if isinstance(options.get(key), int) and key not in ("max_distance", "max_traversal"):
+                check_memory(f"{where} ({name}): {key}", options[key], 4 * options[key], "its weights")
         out.append({"feature": name, "side": side,
                     "layers": None if layers is None else sorted(set(layers)), **options})
     return out
@@ -104,6 +114,8 @@ def _bad_option(key: str, value: Any, default: Any) -> str | None:
     if isinstance(default, float):
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
             return "must be a number"
+        if not math.isfinite(value):
+            return "must be a finite number"
         return "must be >= 0" if key == "weight" and value < 0 else None
     if isinstance(default, str):
         return None if isinstance(value, str) else "must be a string"

@@ -104,7 +104,7 @@ def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
         >>> [name for name, _ in model.synattn.named_parameters()]
         ['encoder_1.features.0.bilinear', 'encoder_1.features.0.key_bias']
     """
-    if "synattn" in model._modules:
+    if "synattn" in getattr(model, "_modules", ()):
         raise ValueError(f"{type(model).__name__} already has synattn features")
     specs = normalize_specs(features)
     sites = find_sites(model)

@@ -52,7 +52,11 @@ def find_sites(model: nn.Module) -> list[tuple[str, nn.Module, Site]]:
     Raises:
         ValueError: the model has no attention module of a supported layout.
     """
-    config = model.config
+    config = getattr(model, "config", None)
+    if not isinstance(model, nn.Module) or config is None or not hasattr(config, "hidden_size"):
+        raise ValueError(f"{type(model).__name__}: synattn features go into a transformers model "
+                         "(BERT/RoBERTa, GPT-2, BART, T5: a module with a config of hidden_size); "
+                         "this is none")
     d_model = int(getattr(config, "hidden_size"))
     found = []
     for name, module in model.named_modules():

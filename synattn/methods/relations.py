@@ -19,7 +19,7 @@ from synattn.attention import RelativePositions, TreeRelations
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
 from synattn.methods.base import HFFeature, Method, Option, Site, register
-from synattn.trees.relations import distance_vocab, traversal_vocab
+from synattn.trees.relations import check_label_clips, distance_vocab, traversal_vocab
 
 RELATIONS = ("sequential", "tree_distance", "traversal")
 """Relation kinds of relative attention: Shaw positions, tree distance, tree traversal."""
@@ -79,6 +79,8 @@ class Relations(Method):
         for name in ("max_relative_position", "max_distance", "max_traversal"):
             if getattr(stack, name) < 1:
                 raise ConfigError(f"{side}.{name}={getattr(stack, name)} must be at least 1")
+        check_label_clips(stack.max_distance, stack.max_traversal,
+                          (f"{side}.max_distance", f"{side}.max_traversal"))
 
     def layer_features(self, model: Any, stack: Any, site: Site, shared: dict[str, Any]
                        ) -> list[AttentionFeature]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import ClassVar
 
 from synattn.errors import ConfigError
+from synattn.limits import check_memory
 from synattn.methods import methods
 from synattn.methods.bird_eye import BIRD_EYE, BirdEyeConfig
 from synattn.methods.cross_attention import CROSS_ATTENTION
@@ -139,6 +140,32 @@ class ModelConfig(StackChecks, StrictConfig):
         """The model's stacks by name (``encoder`` / ``decoder``)."""
         return {}
 
+    def min_parameters(self) -> int:
+        """A lower bound of the model's parameter count: its embeddings (``vocabulary x
+        d_model``) and, per layer, the self-attention and feed-forward weights
+        (``4 d_model² + 2 d_model ffn_dim``) and Shaw's relative position embeddings
+        (``(2 max_relative_position + 1) x head_dim``, once), without biases, norms or other
+        features."""
+        d = self.d_model
+        vocab = sum(getattr(self, name) for name in self.size_fields())
+        layers = sum(stack.layers for stack in self.stacks().values())
+        shaw = sum(2 * stack.max_relative_position + 1 for stack in self.stacks().values()
+                   if "sequential" in stack.relations)
+        return vocab * d + layers * (4 * d * d + 2 * d * self.ffn_dim) + shaw * (d // self.heads)
+
+    def _check_memory(self) -> None:
+        """Refuse sizes whose float32 weights alone exceed the machine's memory (naming them)."""
+        sizes = {name: getattr(self, name) for name in ("d_model", "ffn_dim", *self.size_fields())}
+        for side, stack in self.stacks().items():
+            sizes[f"{side}.layers"] = stack.layers
+            if "sequential" in stack.relations:
+                sizes[f"{side}.max_relative_position"] = stack.max_relative_position
+        worst = max(sizes, key=lambda name: sizes[name])  # (the option that is far too large)
+        others = ", ".join(f"{name}={value}" for name, value in sizes.items() if name != worst)
+        check_memory(worst, sizes[worst], 4 * self.min_parameters(),
+                     f"the model's float32 weights (at least {self.min_parameters():.3g} parameters "
+                     f"with {others})")
+
     def size_fields(self) -> tuple[str, ...]:
         """The names of the vocabulary-size fields."""
         return ()
@@ -175,6 +202,7 @@ class ModelConfig(StackChecks, StrictConfig):
             raise ConfigError(f"norm={self.norm!r}: use 'pre' or 'post'")
         for side, stack in self.stacks().items():
             self._validate_stack(side, stack)
+        self._check_memory()
         if self.src_bos and "encoder" not in self.stacks():
             raise ConfigError("src_bos=true frames an encoder's input, but this model has no encoder")
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Union
 
 import yaml
 
-from synattn.errors import ConfigError, InputError
+from synattn.errors import ConfigError, InputError, brief
 from synattn.io import atomic_write
 
 T = TypeVar("T")
@@ -58,37 +58,37 @@ def check_type(tp: Any, value: Any, where: str) -> None:
                 return check_type(arg, value, where)
             except ConfigError:
                 pass
-        raise ConfigError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({value!r})")
+        raise ConfigError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({brief(value)})")
     if tp is type(None):
         if value is not None:
-            raise ConfigError(f"{where}: expected None, got {value!r}")
+            raise ConfigError(f"{where}: expected None, got {brief(value)}")
         return
     origin = typing.get_origin(tp)
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} ({value!r})")
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} ({brief(value)})")
         return
     if tp is Any:
         return
     if origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} ({value!r})")
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} ({brief(value)})")
         (item,) = typing.get_args(tp)
         for i, v in enumerate(value):
             check_type(item, v, f"{where}[{i}]")
         return
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, tp):
-            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {brief(value)}")
         check_fields(value, where + ".")
         return
     ok = (isinstance(value, bool) if tp is bool
           else isinstance(value, (int, float)) and not isinstance(value, bool) if tp is float
           else isinstance(value, tp) and not (tp is int and isinstance(value, bool)))
     if not ok:
-        raise ConfigError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({value!r})")
+        raise ConfigError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({brief(value)})")
     if tp is float and not math.isfinite(value):
-        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        raise ConfigError(f"{where}: expected a finite number, got {brief(value)}")
 
 
 def check_fields(obj: Any, prefix: str = "") -> None:
@@ -120,7 +120,7 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     a :class:`ConfigError` (a ``ValueError``) naming the key path under ``prefix``."""
     where = prefix.rstrip(".") or cls.__name__
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of keys to values, got {type(data).__name__} ({data!r})")
+        raise ConfigError(f"{where}: expected a mapping of keys to values, got {type(data).__name__} ({brief(data)})")
     upgrade = getattr(cls, "upgrade", None)  # a config that still reads older spellings of its keys
     if upgrade is not None:
         data = upgrade(data, prefix)
@@ -128,7 +128,8 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     known = [f.name for f in fields]
     for key in data:
         if not isinstance(key, str) or key not in known:
-            raise ConfigError(f"unknown key '{prefix}{key}' in {where}; known keys: {', '.join(known)}")
+            shown = key if isinstance(key, str) and len(key) <= 60 else brief(key, 60)
+            raise ConfigError(f"unknown key '{prefix}{shown}' in {where}; known keys: {', '.join(known)}")
     missing = [f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
@@ -153,7 +154,22 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 class _Loader(yaml.SafeLoader):
     """YAML 1.1's safe loader, also reading ``5e-4`` and ``1e4`` as floats (as YAML 1.2 and
-    Python do; PyYAML alone reads them as strings)."""
+    Python do; PyYAML alone reads them as strings), and refusing a key given twice in one
+    mapping (PyYAML lets the last one win silently; a merge ``<<`` may still override)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {brief(key, 40)} (it is given twice in one mapping)",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_implicit_resolver(

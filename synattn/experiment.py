@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from synattn.data.prepared import MANIFEST, PreparedData
-from synattn.errors import ConfigError
+from synattn.errors import ConfigError, brief
 from synattn.models.config_io import (ConfigFileError, StrictConfig, config_error, from_dict, parse_yaml,
                                       read_yaml)
 from synattn.train import TrainConfig

@@ -26,7 +26,8 @@ from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
 from synattn.models.config_io import config_error, parse_yaml
 from synattn.progress import progress
-from synattn.train.checkpoint import CHECKPOINTS, SNAPSHOTS, WEIGHTS, list_checkpoints, resolve_checkpoint
+from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, WEIGHTS, check_no_nan, list_checkpoints,
+                                     resolve_checkpoint)
 from synattn.train.tasks import task_for
 from synattn.trees.metrics import attachment_scores
 from synattn.trees.subword import last_piece_index
@@ -104,6 +105,7 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
             raise  # a damaged file: safetensors or JSON errors
         raise InputError(f"cannot read the checkpoint ({type(err).__name__}: {' '.join(str(err).split())[:200]})",
                          str(checkpoint)) from None
+    check_no_nan(model, checkpoint / WEIGHTS)
     try:
         exp = ExperimentConfig.from_dict(parse_yaml(config_path.read_text(encoding="utf-8"))["experiment"])
     except (SynattnError, OSError):

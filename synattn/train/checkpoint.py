@@ -252,6 +252,21 @@ def load_checkpoint(path: str | Path, model: nn.Module | None = None, which: str
     return state
 
 
+def check_no_nan(model: nn.Module, weights: str | Path) -> None:
+    """Refuse loaded weights that hold NaN (a run that diverged saves them): a model with them
+    translates to empty lines and evaluates to perplexity inf, silently.
+
+    Raises:
+        InputError: naming ``weights`` (the file) and the first tensor with NaN, and how many.
+    """
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and bool(torch.isnan(tensor).any())]
+    if bad:
+        more = f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else ""
+        raise InputError(f"tensor {bad[0]} holds NaN{more}: the weights are damaged (did training "
+                         "diverge?); use another checkpoint", str(weights))
+
+
 def mismatch_summary(error: BaseException) -> str:
     """The first problem of a (long, multi-line) state-dict loading error, and how many there are."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]

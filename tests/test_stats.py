@@ -46,3 +46,21 @@ def test_treebank_summary():
     assert stats.roots_per_tree == Counter({1: 2})
     assert stats.arc_lengths == Counter({2: 2, 1: 1})
     assert stats.deprels["root"] == 2 and "sentences" in stats.format()
+
+
+def test_stats_clips_beyond_memory_are_refused_naming_the_option(tmp_path, capsys, monkeypatch):
+    """stats --max-distance 1e9 exhausted memory; one sentence of 20,000 words took 6.9 GB."""
+    import synattn.limits as limits
+    from synattn.cli.main import main
+
+    conllu = tmp_path / "s.conllu"
+    conllu.write_text("1\tThe\t_\t_\t_\t_\t2\tdet\t_\t_\n2\tcat\t_\t_\t_\t_\t0\troot\t_\t_\n\n")
+    for option, value in (("--max-distance", 10 ** 9), ("--max-traversal", 10 ** 5)):
+        assert main(["stats", str(conllu), option, str(value)]) == 2
+        err = capsys.readouterr().err
+        assert f"{option}={value} is too large: its tree-relation label tables" in err
+    long = tmp_path / "long.conllu"
+    long.write_text("".join(f"{i}\tw\t_\t_\t_\t_\t0\tdep\t_\t_\n" for i in range(1, 20_001)) + "\n")
+    monkeypatch.setattr(limits, "memory_bytes", lambda: 4 * 10 ** 9)  # less than its 20,000^2 pairs need
+    assert main(["stats", str(long)]) == 2
+    assert "words in a sentence=20000 is too large" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from synattn.cli.options import positive_int
 from synattn.cli.paths import input_file, output_file
 from synattn.errors import InputError, UsageError
 from synattn.trees.conllu_io import read_conllu
+from synattn.trees.relations import check_label_clips
 from synattn.trees.stats import treebank_statistics
 
 
@@ -30,6 +31,7 @@ PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".tif", ".tiff
 
 def run(args: argparse.Namespace) -> int:
     input_file(args.conllu, "conllu")
+    check_label_clips(args.max_distance, args.max_traversal, ("--max-distance", "--max-traversal"))
     output_file(args.plot, "--plot")
     if args.plot and Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:  # before the statistics, not after
         raise UsageError(f"--plot {args.plot}: name the image with one of {', '.join(PLOT_SUFFIXES)} "

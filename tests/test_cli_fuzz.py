@@ -47,8 +47,20 @@ KEYS = (["task", "data", "model", "train", "eval", "extra"] + _keys(EncoderDecod
 assert "model.encoder.supervised_head.layer" in KEYS and "model.encoder.syntactic_attention.tree" in KEYS
 assert {StackConfig, SupervisedHeadConfig, SpecializedHeadsConfig, SyntacticAttentionConfig}
 
+def alias_bomb(levels: int = 10, width: int = 9) -> str:
+    """A flow-style YAML value of ``width ** levels`` integers in a few hundred characters."""
+    text = "&l0 [" + ", ".join(["1"] * width) + "]"
+    for i in range(1, levels):
+        text = f"&l{i} [{text}" + f", *l{i - 1}" * (width - 1) + "]"
+    return text
+
+
+HUGE = ["100000", "1000000000", "1000000000000", "1e12", str(2 ** 63), str(10 ** 40)]
+"""Sizes far beyond memory: refused naming the option, never an allocator's traceback or a hang."""
+
 VALUES = st.one_of(
     st.integers(-3, 12).map(str), st.sampled_from(["0", "-1", "1e9", "2.5", ".nan", ".inf", "-.inf", "1e-3"]),
+    st.sampled_from(HUGE), st.just(alias_bomb()),
     st.sampled_from(["true", "false", "null", "~", "[]", "{}", "[1, 2]", "[tree_distance]", "[sequential, bogus]",
                      "{layer: 1}", "{layer: 9, head: 0}", "{source: pos}", "{tree: other}", "pre", "gelu", "sg",
                      "sf", "segmentation", "mt", "lm", "mlm", "auto", "cuda", "wide", "'4'", "[", "{a: ", ": :",
@@ -62,7 +74,13 @@ OVERRIDE = st.one_of(
 
 FILES = st.one_of(
     st.sampled_from(["", "- a\n- b\n", "42\n", "task: [\n", "\xff", "task: mt\n", "data: x\n", "{}\n",
-                     "task: mt\ndata: 5\n", "task: mt\ndata: DATA\nmodel: 3\n", "task: mt\ndata: DATA\ntrain: []\n"]),
+                     "task: mt\ndata: 5\n", "task: mt\ndata: DATA\nmodel: 3\n", "task: mt\ndata: DATA\ntrain: []\n",
+                     # a key given twice; an alias bomb in a value and in a section; sizes beyond memory
+                     "task: mt\ntask: lm\ndata: DATA\n", "task: mt\ndata: DATA\nmodel: {heads: 2, heads: 4}\n",
+                     f"task: mt\ndata: DATA\nmodel: {{d_model: {alias_bomb()}}}\n",
+                     f"task: mt\ndata: DATA\ntrain: {alias_bomb()}\n",
+                     "task: mt\ndata: DATA\nmodel: {d_model: 1000000000, heads: 1}\n",
+                     "task: mt\ndata: DATA\nmodel: {encoder: {relations: [tree_distance], max_distance: 1000000000}}\n"]),
     st.text(max_size=30))
 
 

@@ -22,7 +22,8 @@ from synattn.cli.main import build_parser
 COMMANDS = ("translate", "evaluate", "induce", "viz", "stats", "prepare")
 OUTPUTS = {"-o", "--output", "--out", "--json", "--hypotheses", "--out-prefix", "--plot"}
 SKIPPED = {"--help", "-h", "--corpus"}  # --corpus reads a whole built-in corpus: too slow here
-NUMBERS = ["-5", "0", "1", "2", "3", "7", "1000000", "nan", "inf", "-inf", "abc", "1e3", "0.5", "-0", ""]
+NUMBERS = ["-5", "0", "1", "2", "3", "7", "1000000", "nan", "inf", "-inf", "abc", "1e3", "0.5", "-0", "",
+           "100000", "1000000000", str(10 ** 30)]
 SPLITS = ["train", "test", "dev", "nosuch", "../x", "cache", "a/b", ".h", "train=x"]
 SANDBOX_OUT = ["out", "out.txt", "sub/dir/out.txt", "sub/", ".", "x.json", "x.png"]
 # Examples per fuzzer: a handful by default (the suite stays fast); SYNATTN_FUZZ_EXAMPLES=500 for a
@@ -103,6 +104,14 @@ def _damage(data: bytes, how: str, position: float, seed: int) -> bytes:
                 k = rng.randrange(len(out))
                 out[k] ^= 1 << rng.randrange(8)
         return bytes(out)
+    if how == "nan":  # a well-formed safetensors file whose weights hold NaN (a diverged run)
+        from safetensors.torch import load, save
+
+        tensors = load(data)
+        floats = sorted(k for k, v in tensors.items() if v.is_floating_point())
+        name = floats[seed % len(floats)]
+        tensors[name].view(-1)[seed % tensors[name].numel()] = float("nan")
+        return save(tensors)
     return data + bytes(rng.randrange(256) for _ in range(64))  # "append"
 
 
@@ -111,15 +120,21 @@ DAMAGE = st.sampled_from(["truncate", "zero", "zeros", "random", "flip", "append
 
 @settings(max_examples=SCALE or 8, **FUZZ)
 @given(name=st.sampled_from(["model.safetensors", "state.pt", "config.json", "../last", "../../config.yaml"]),
-       how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16), resume=st.integers(0, 3))
-def test_fuzz_damaged_checkpoints(tiny_runs, name, how, position, seed, resume):
+       how=DAMAGE, position=st.floats(0, 1), seed=st.integers(0, 2 ** 16), resume=st.integers(0, 3),
+       nan=st.booleans())
+def test_fuzz_damaged_checkpoints(tiny_runs, name, how, position, seed, resume, nan):
     with sandbox(tiny_runs) as box:
         run = box / "run"
         shutil.copytree(tiny_runs / "mt", run)
+        if nan:  # the weights hold NaN: translate and evaluate refuse them, naming file and tensor
+            name, how = "model.safetensors", "nan"
         path = (run / "checkpoints" / "ckpt_000002" / name).resolve()
         path.write_bytes(_damage(path.read_bytes(), how, position, seed))
-        run_cli(["translate", "--run", str(run), "-i", str(tiny_runs / "in.txt"), "--beam", "1", "-o", "t.txt"])
-        run_cli(["evaluate", "--run", str(run), "--split", "test", "--no-translate"])
+        code, err = run_cli(["translate", "--run", str(run), "-i", str(tiny_runs / "in.txt"), "--beam", "1",
+                             "-o", "t.txt"])
+        assert not nan or (code == 2 and "holds NaN" in err and not (box / "t.txt").exists()), err
+        code, err = run_cli(["evaluate", "--run", str(run), "--split", "test", "--no-translate"])
+        assert not nan or (code == 2 and "holds NaN" in err), err
         if resume == 0:  # a quarter of the cases: resuming costs a training step
             config = yaml.safe_load((tiny_runs / "mt" / "config.yaml").read_text())["experiment"]
             config["train"]["max_steps"] = 3

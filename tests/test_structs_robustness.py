@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.structs.matrix_tree import best_tree
@@ -468,3 +470,39 @@ def test_kbest_k_is_bounded_by_memory_and_stops_when_all_are_listed(monkeypatch)
     scores, heads = crf.kbest(10 ** 6)  # 3 trees of 2 words exist: the rest is padding, quickly
     assert torch.isfinite(scores[0, :3]).all() and torch.isinf(scores[0, 3:]).all()
     assert (heads[0, 3:] == -1).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["projective", "nonprojective", "chain", "tree"]), backend=st.sampled_from(BACKENDS),
+       n=st.integers(1, 5), length=st.integers(1, 5), i=st.integers(0, 5), j=st.integers(0, 5),
+       value=st.sampled_from([float("nan"), -float("nan")]))
+def test_fuzz_one_nan_anywhere(kind, backend, n, length, i, j, value):
+    """A NaN where some structure reads it is a ValueError on every backend; elsewhere it is ignored."""
+    length = min(length, n)
+    lengths = torch.tensor([n, length])
+    if kind == "chain":
+        x = torch.randn(2, n, 2, dtype=torch.float64)
+        i, j = i % n, j % 2
+        x[1, i, j] = value
+        used = i < length
+        make = lambda: LinearChainCRF(unary=x, lengths=lengths)  # noqa: E731
+    elif kind == "tree":
+        x = torch.randn(2, n, n, dtype=torch.float64)
+        i, j = i % n, j % n
+        x[1, i, j] = value
+        used = i <= j < length
+        make = lambda: TreeCRF(x, lengths)  # noqa: E731
+    else:
+        x = torch.randn(2, n + 1, n + 1, dtype=torch.float64)
+        i, j = i % (n + 1), j % (n + 1)
+        x[1, i, j] = value
+        used = i != j and 1 <= j <= length and i <= length
+        cls = DependencyCRF if kind == "projective" else NonProjectiveDependencyCRF
+        make = lambda: cls(x, lengths)  # noqa: E731
+    with on(backend):
+        if used:
+            with pytest.raises(ValueError, match="NaN"):
+                make()
+        else:
+            crf = make()
+            assert torch.isfinite(crf.log_partition).all() and not torch.isnan(crf.marginals).any()

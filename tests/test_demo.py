@@ -35,3 +35,54 @@ def test_a_failed_side_by_side_run_is_one_error_naming_the_run_and_its_log(tmp_p
     assert "training broken failed (exit status 2)" in message and "no-such-dataset" in message
     assert str(tmp_path / "logs" / "broken.log") in message
     assert (tmp_path / "configs" / "broken.yaml").is_file()
+
+
+def test_the_noise_line_gives_the_interval_of_the_difference_and_no_evidence_for_degenerate_scores():
+    """The demo prints the 95% interval of Δ from the paired resamples (not the syntax model's own
+    interval), and two scores under one point are no evidence whatever the p-value."""
+    import numpy as np
+    from sacrebleu.metrics import CHRF
+
+    from synattn.cli.demo_cmd import noise_line
+    from synattn.reproduce.stats import paired_bootstrap
+
+    refs = ["the cat sat on the mat today", "a dog barked at the moon at night", "she reads many old books"] * 8
+    base = ["the cat sat on a mat", "a dog barked at night", "she read books"] * 8
+    better = list(base)
+    better[::3] = ["the cat sat on the mat today"] * 8  # the same outputs but one sentence in three
+    test = paired_bootstrap(base, better, refs, samples=80)
+    for key in ("bleu", "chrf"):
+        low, high = test[key]["delta_interval"]
+        assert 0 < low <= test[key]["delta"] <= high, test[key]
+    # the same resamples as sacreBLEU's test (its generator and seed), each scored with its public API
+    idxs = np.random.default_rng(12345).choice(len(refs), size=(80, len(refs)), replace=True)
+    diffs = sorted(CHRF().corpus_score([better[i] for i in row], [[refs[i] for i in row]]).score
+                   - CHRF().corpus_score([base[i] for i in row], [[refs[i] for i in row]]).score for row in idxs)
+    assert test["chrf"]["delta_interval"] == pytest.approx([diffs[2], diffs[-3]], abs=1e-3)
+    line = noise_line("BLEU", test["bleu"], 10)
+    low, high = test["bleu"]["delta_interval"]
+    assert f"95% interval of Δ {low:+.2f} to {high:+.2f}" in line and line.rstrip().endswith(
+        "better, one seed and 10 training minutes each") and "±" not in line
+    same = paired_bootstrap(base, list(base), refs, samples=100)
+    assert same["chrf"]["delta_interval"] == [0.0, 0.0] and "within the noise" in noise_line("chrF", same["chrf"], 1)
+    degenerate = {"baseline": 0.13, "system": 0.0, "delta": -0.13, "ci": 0.0, "delta_interval": [-0.2, -0.05],
+                  "p_value": 0.001}
+    assert "no evidence (both scores under 1)" in noise_line("BLEU", degenerate, 0.5)
+
+
+def test_the_training_step_says_which_runs_it_reuses_resumes_or_trains(tiny_runs, tmp_path):
+    """A rerun into the same --out reuses finished runs and says so, instead of announcing
+    minutes of training that will not happen; the table's minutes are each run's own."""
+    import shutil
+
+    from synattn.cli.demo_cmd import _training_plan
+    from synattn.cli.side_by_side import Job
+    from synattn.train import read_log
+
+    shutil.copytree(tiny_runs / "mt", tmp_path / "done")
+    seconds = read_log(tmp_path / "done", "train")[-1]["elapsed_s"]
+    jobs = [Job("done", {}, tmp_path / "done"), Job("new", {}, tmp_path / "new")]
+    plan = _training_plan(jobs, seconds / 60, threads=1)
+    assert plan.startswith("training new side by side for") and "reusing the finished run done (" in plan
+    plan = _training_plan(jobs, 10.0, threads=1)
+    assert f"resuming done ({seconds / 60:.1f} of 10 minutes, update 2)" in plan and "reusing" not in plan

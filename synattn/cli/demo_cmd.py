@@ -11,10 +11,10 @@
    same model with syntax added (tree-distance relations beside the relative positions, and a
    dependency-supervised head in the encoder), so that their difference is the syntax's;
 4. evaluate both on the same test verses: BLEU and chrF (sacreBLEU) of each, and their difference
-   with sacreBLEU's paired bootstrap test (95% interval, p-value): a difference inside the noise is
-   printed as such; perplexity; what syntax did to the attention: the word-level attachment of
-   the supervised head against the spaCy parse of held-out verses, next to the best head of the
-   baseline; plots (label histograms, learning curves, the attachment of every encoder head of both
+   with sacreBLEU's paired bootstrap test (the 95% interval of the difference, p-value): a difference
+   inside the noise is printed as such, and two scores under one point as no evidence; perplexity;
+   what syntax did to the attention: the word-level attachment of the supervised head against the
+   spaCy parse of held-out verses, next to the best head of the baseline; plots (label histograms, learning curves, the attachment of every encoder head of both
    models, the supervised head over a test verse).
 
 Minutes of CPU training show the pipeline and the methods' mechanics, not the quality they reach:
@@ -106,20 +106,43 @@ def _train_both(models: dict[str, dict], args: argparse.Namespace, data: Path, o
 
     jobs = [Job(name, _experiment(model, args, data), out / "runs" / name) for name, model in models.items()]
     threads = max(1, (args.threads or torch.get_num_threads()) // len(jobs))
-    print(f"\n== training {' and '.join(models)} side by side for {args.minutes:g} minutes each, "
-          f"{threads} CPU thread(s) each (logs: {out / 'logs'}) ==", file=sys.stderr)
-    started = time.monotonic()
+    print("\n== " + _training_plan(jobs, args.minutes, threads) + f" (logs: {out / 'logs'}) ==", file=sys.stderr)
     train_side_by_side(jobs, out / "configs", out / "logs", threads, args.minutes)
-    wall = time.monotonic() - started
     results = []
     for job in jobs:
         exp = ExperimentConfig.from_dict(job.config)
         train_log = read_log(job.run_dir, "train")
         speed = float(np.median([r["tokens_per_s"] for r in train_log])) if train_log else float("nan")
-        results.append({"name": job.name, "run": job.run_dir, "exp": exp, "wall": wall, "tokens_per_s": speed,
+        results.append({"name": job.name, "run": job.run_dir, "exp": exp, "tokens_per_s": speed,
+                        "minutes": train_log[-1].get("elapsed_s", 0.0) / 60 if train_log else 0.0,
                         "steps": train_log[-1]["step"] if train_log else 0,
                         "params": sum(p.numel() for p in build_model(exp).parameters())})
     return results
+
+
+def _training_plan(jobs: list, minutes: float, threads: int) -> str:
+    """What the training step will do: train, resume, or reuse each run (a run whose log shows
+    its whole budget used is finished; a rerun into the same ``--out`` reuses it)."""
+    from synattn.cli.side_by_side import _progress
+    from synattn.train import resolve_checkpoint
+
+    finished, resumed, new = [], [], []
+    for job in jobs:
+        seconds, step, _ = _progress(job)
+        if resolve_checkpoint(job.run_dir) is None:
+            new.append(job.name)
+        else:
+            (finished if seconds >= 60.0 * minutes else resumed).append(
+                f"{job.name} ({seconds / 60:.1f} of {minutes:g} minutes, update {step})")
+    parts = []
+    if new:
+        parts.append(f"training {' and '.join(new)} side by side for {minutes:g} minutes each, "
+                     f"{threads} CPU thread(s) each")
+    if resumed:
+        parts.append(f"resuming {' and '.join(resumed)}, {threads} CPU thread(s) each")
+    if finished:
+        parts.append(f"reusing the finished run{'s' if len(finished) > 1 else ''} {' and '.join(finished)}")
+    return "; ".join(parts)
 
 
 def _evaluate(result: dict, args: argparse.Namespace) -> None:
@@ -156,6 +179,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def noise_line(name: str, test: dict, minutes: float) -> str:
+    """One line of the demo's comparison: the difference, the 95% interval of the difference and
+    the p-value of the paired bootstrap (``test``: an entry of
+    :func:`synattn.reproduce.stats.paired_bootstrap`), and what they show
+    (:func:`synattn.reproduce.stats.bootstrap_verdict`)."""
+    from synattn.reproduce.stats import bootstrap_verdict
+
+    low, high = test["delta_interval"]
+    return (f"  Δ{name} {test['delta']:+.2f} ({test['system']:.2f} against {test['baseline']:.2f}; 95% interval "
+            f"of Δ {low:+.2f} to {high:+.2f}, p = {test['p_value']:.3f}): {bootstrap_verdict(test)}, one seed and "
+            f"{minutes:g} training minutes each")
+
+
 def _report(results: list[dict], out: Path, wall: float, args: argparse.Namespace) -> None:
     from synattn.data.batching import PreparedDataset
     from synattn.reproduce.heads import best_head
@@ -173,7 +209,7 @@ def _report(results: list[dict], out: Path, wall: float, args: argparse.Namespac
             layer, head = best_head(heads["heads"]["encoder"])
             uas = f"{100 * heads['heads']['encoder'][layer][head][0]:.1f} (best head)"
         print(f"{r['name']:<18}{r['params'] / 1e6:>7.1f}M{r['steps']:>7}{r['tokens_per_s']:>8.0f}"
-              f"{r['wall'] / 60:>6.1f}{ev.perplexity:>9.1f}{ev.translation['bleu']:>7.2f}"
+              f"{r['minutes']:>6.1f}{ev.perplexity:>9.1f}{ev.translation['bleu']:>7.2f}"
               f"{ev.translation['chrf']:>7.2f}{uas:>18}")
     base, syntax = results[0]["eval"], results[-1]["eval"]
     refs = PreparedDataset(results[0]["exp"].data, "test").text("tgt")[:len(base.hypotheses)]
@@ -181,12 +217,7 @@ def _report(results: list[dict], out: Path, wall: float, args: argparse.Namespac
     print(f"\nTest: the first {len(refs)} test verses, beam 4. {results[0]['eval'].translation['bleu_signature']}")
     print(f"{results[-1]['name']} − {results[0]['name']}, paired bootstrap (1000 resamples):")
     for key, name in (("bleu", "BLEU"), ("chrf", "chrF")):
-        t = test[key]
-        verdict = ("within the noise" if t["p_value"] >= 0.05 else
-                   "better" if t["delta"] > 0 else "worse")
-        print(f"  Δ{name} {t['delta']:+.2f} (the syntax model's 95% interval ±{t['ci']:.2f}, "
-              f"p = {t['p_value']:.3f}): "
-              f"{verdict}, one seed and {args.minutes:g} training minutes each")
+        print(noise_line(name, test[key], args.minutes))
     print("UAS: word-level attachment of the supervised head (for the baseline, of its best encoder head) "
           "against the spaCy parse of the test verses, punctuation included. The syntax model is given that "
           "parse (tree-distance relations), so its head shows that attention follows the tree it reads, "

@@ -70,11 +70,12 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
 
     Returns:
         ``{"bleu": {...}, "chrf": {...}}``, each with ``baseline``, ``system``, ``delta``,
-        ``ci`` (half width of the system's 95% interval), ``p_value`` (the probability that the
-        difference is due to chance; 1 where the scores are equal, e.g. identical outputs, where
-        sacreBLEU's count of resampled differences larger than the observed one, 0, would give its
-        smallest p-value)
-        and ``signature``.
+        ``ci`` (half width of the system's own 95% interval, sacreBLEU's), ``delta_interval``
+        (``[low, high]``: the 95% interval of the difference ``system − baseline`` over the same
+        resamples, their 2.5th and 97.5th percentiles as sacreBLEU takes them), ``p_value`` (the
+        probability that the difference is due to chance; 1 where the scores are equal, e.g.
+        identical outputs, where sacreBLEU's count of resampled differences larger than the
+        observed one, 0, would give its smallest p-value) and ``signature``.
     """
     import os
 
@@ -97,11 +98,57 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
         else:
             os.environ["SACREBLEU_SEED"] = previous
     out = {}
-    for key, name in (("bleu", "BLEU"), ("chrf", "chrF2")):
+    for key, name, metric_class in (("bleu", "BLEU", BLEU), ("chrf", "chrF2", CHRF)):
         metric = next(k for k in scores if k.startswith(name))
         base, sys_ = scores[metric]
         out[key] = {"baseline": float(base.score), "system": float(sys_.score),
                     "delta": float(sys_.score - base.score), "ci": float(sys_.ci),
+                    "delta_interval": _delta_interval(metric_class(), baseline, system, references, samples, seed),
                     "p_value": 1.0 if sys_.score == base.score else float(sys_.p_value),
                     "signature": str(signatures[metric])}
     return out
+
+
+def _delta_interval(metric, baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
+                    samples: int, seed: int) -> list[float]:
+    """The 95% interval ``[low, high]`` of ``score(system) − score(baseline)`` over the resamples
+    of sacreBLEU's paired bootstrap (the same indices: its generator and seed), each resample's
+    two scores from the sentences' sufficient statistics as sacreBLEU computes them."""
+    import numpy as np
+
+    n = len(references)
+    if n == 0:
+        return [0.0, 0.0]
+    idxs = np.random.default_rng(seed).choice(n, size=(samples, n), replace=True)  # [samples, n]
+    stats = [np.array(metric._extract_corpus_statistics(list(hyps), [list(references)]), dtype="float32")
+             for hyps in (baseline, system)]  # each [n, statistics]
+    base, sys_ = ([metric._compute_score_from_stats(s[i].sum(0)).score for i in idxs] for s in stats)
+    diffs = np.sort(np.array(list(sys_)) - np.array(list(base)))
+    low = samples // 40  # the 2.5th percentile as sacreBLEU's estimate_ci takes it
+    return [float(diffs[low]), float(diffs[samples - low - 1])]
+
+
+DEGENERATE = 1.0
+"""A score (BLEU or chrF, 0–100) below which a system is taken to translate nothing yet: BLEU
+under one point means next to no matching 4-gram (what sacreBLEU's smoothing gives a model whose
+outputs share only single words with the references). Two such scores say nothing about which
+system is better, whatever the test says."""
+
+
+def bootstrap_verdict(test: dict, level: float = 0.05) -> str:
+    """What one entry of :func:`paired_bootstrap` shows: ``"no evidence (both scores under 1)"``
+    when both scores are degenerate (:data:`DEGENERATE`), ``"within the noise"`` when the p-value
+    is at least ``level`` or the difference's 95% interval holds 0, else ``"better"`` or
+    ``"worse"`` (the system against the baseline).
+
+    Example:
+        >>> bootstrap_verdict({"baseline": 0.13, "system": 0.0, "delta": -0.13, "p_value": 0.001,
+        ...                    "delta_interval": [-0.2, -0.1]})
+        'no evidence (both scores under 1)'
+    """
+    if max(test["baseline"], test["system"]) < DEGENERATE:
+        return f"no evidence (both scores under {DEGENERATE:g})"
+    low, high = test["delta_interval"]
+    if test["p_value"] >= level or low <= 0.0 <= high:
+        return "within the noise"
+    return "better" if test["delta"] > 0 else "worse"

@@ -90,9 +90,13 @@ class SyntaxInputs:
             return value.shape[0]
         return None
 
-    def to(self, device: torch.device | str) -> SyntaxInputs:
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> SyntaxInputs:
         """Returns a copy with every set field moved to ``device``."""
-        return _rebuild({k: v.to(device) for k, v in self._values.items()})
+        return _rebuild({k: v.to(device, non_blocking=non_blocking) for k, v in self._values.items()})
+
+    def pin_memory(self) -> SyntaxInputs:
+        """Returns a copy with every set field in page-locked memory."""
+        return _rebuild({k: v.pin_memory() for k, v in self._values.items()})
 
     def index_select(self, index: Tensor) -> SyntaxInputs:
         """Returns a copy whose batch rows are ``index`` (``[new_batch]`` long), e.g. for beams."""

@@ -173,10 +173,16 @@ class Batch:
         pad = self.tgt_padding if self.tgt_padding is not None else self.src_padding
         return int((~pad).sum())
 
-    def to(self, device) -> Batch:
-        move = {k: (v.to(device) if isinstance(v, (Tensor, SyntaxInputs)) else v)
+    def to(self, device, non_blocking: bool = False) -> Batch:
+        """A copy on ``device`` (``non_blocking``: asynchronous copies from pinned memory)."""
+        move = {k: (v.to(device, non_blocking=non_blocking) if isinstance(v, (Tensor, SyntaxInputs)) else v)
                 for k, v in self.__dict__.items()}
         return Batch(**move)
+
+    def pin_memory(self) -> Batch:
+        """A copy with every tensor in page-locked memory (what ``DataLoader(pin_memory=True)`` calls)."""
+        return Batch(**{k: (v.pin_memory() if isinstance(v, (Tensor, SyntaxInputs)) else v)
+                        for k, v in self.__dict__.items()})
 
 
 def _pad(seqs: list[np.ndarray], length: int, value: int, dtype=torch.long) -> Tensor:

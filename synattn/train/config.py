@@ -51,6 +51,10 @@ class TrainConfig(StrictConfig):
         update_freq: accumulate the gradients of this many batches per update (per process).
         seed: seed of the batch order, dropout and masking.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        num_workers: processes that build the batches (padding, relation labels, supervision
+            targets) ahead of the training loop (:func:`synattn.data.loader.collated`); 0: the loop
+            builds each batch itself. The batches are the same either way. On CUDA the batches
+            are pinned and copied to the device without blocking.
         log_interval: log training statistics every this many updates.
         validate_interval: validate every this many epochs (0: never at epoch ends).
         validate_interval_updates: also validate every this many updates (0: off).
@@ -86,6 +90,7 @@ class TrainConfig(StrictConfig):
     update_freq: int = 1
     seed: int = 1
     device: str = "auto"
+    num_workers: int = 0
     log_interval: int = 100
     validate_interval: int = 1
     validate_interval_updates: int = 0
@@ -105,7 +110,7 @@ class TrainConfig(StrictConfig):
         for key in positive:
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}={getattr(self, key)} must be at least 1")
-        for key in ("warmup_updates", "validate_interval", "validate_interval_updates",
+        for key in ("num_workers", "warmup_updates", "validate_interval", "validate_interval_updates",
                     "save_interval", "save_interval_updates", "snapshot_interval_updates"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}={getattr(self, key)} must be 0 (off) or positive")

@@ -44,6 +44,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from synattn.data.batching import Batch, collate, token_batches
+from synattn.data.loader import collated
 from synattn.errors import InputError, RunFailure
 from synattn.io import atomic_write
 from synattn.locks import FolderLock
@@ -222,7 +223,7 @@ class Trainer:
             no_sync = self.wrapped.no_sync() if self.dist.world_size > 1 and not last else contextlib.nullcontext()
             with no_sync:
                 with self._autocast():
-                    loss, logs = self.task.loss(self.wrapped, batch.to(self.dist.device))
+                    loss, logs = self.task.loss(self.wrapped, batch.to(self.dist.device, non_blocking=True))
                 (loss * 0.0 if dummy else loss).backward()
             for key, value in ({} if dummy else logs).items():
                 value = torch.as_tensor(value, dtype=torch.float64, device=self.dist.device).detach()
@@ -347,8 +348,9 @@ class Trainer:
                 bar = progress_bar(len(batches), world * c.update_freq, self.batches_done, self.epoch,
                                    c.progress_bar and self.dist.is_main)
                 epoch_end = False
+                stream = self._collated([ix for mine, _, _ in self._updates(batches, self.batches_done) for ix in mine])
                 while not epoch_end and stopped is None:
-                    logs = self._next_update(batches)
+                    logs = self._next_update(batches, stream)
                     self.elapsed = time.monotonic() - started
                     epoch_end = self.batches_done == len(batches)
                     if epoch_end:
@@ -359,6 +361,7 @@ class Trainer:
                         interval.write(self.step, self.epochs_started, self.elapsed, bar)
                     bar.update(1)
                     self._validate_and_save(epoch_end, stopped is not None)
+                stream.close()  # (stops the workers of an epoch left early)
                 bar.close()
         finally:
             self._started = None
@@ -366,15 +369,28 @@ class Trainer:
         last = resolve_checkpoint(self.run_dir / CHECKPOINTS) if self.dist.is_main else None
         return TrainResult(self.step, self.epoch, self.best_valid_loss, last, stopped)
 
-    def _next_update(self, batches: list[np.ndarray]) -> dict[str, float]:
-        """Runs the update over the next ``world_size × update_freq`` batches of the epoch's list."""
+    def _updates(self, batches: list[np.ndarray], done: int):
+        """This process's share of each update of the epoch from batch ``done`` on: ``(index arrays,
+        dummy, batches done after it)``; a process with no batch left runs a dummy batch (see
+        :meth:`train_step`)."""
         rank, world = self.dist.rank, self.dist.world_size
-        chunk = range(self.batches_done, min(self.batches_done + world * self.config.update_freq, len(batches)))
-        mine = [batches[j] for j in chunk[rank::world]]
-        collated = [self.collate_fn(self.train_data, indices, self.request)
-                    for indices in (mine or [batches[chunk[0]]])]
-        logs = self.train_step(collated, dummy=not mine)
-        self.batches_done = chunk.stop
+        while done < len(batches):
+            chunk = range(done, min(done + world * self.config.update_freq, len(batches)))
+            mine = [batches[j] for j in chunk[rank::world]]
+            yield mine or [batches[chunk[0]]], not mine, chunk.stop
+            done = chunk.stop
+
+    def _collated(self, batches: list[np.ndarray]):
+        """The batches collated in order (``train.num_workers`` worker processes; pinned for CUDA)."""
+        return collated(self.train_data, batches, self.request, self.collate_fn, self.config.num_workers,
+                        pin_memory=self.dist.device.type == "cuda")
+
+    def _next_update(self, batches: list[np.ndarray], stream) -> dict[str, float]:
+        """Runs the update over the next ``world_size × update_freq`` batches of the epoch's list,
+        taking this process's collated batches from ``stream`` (:meth:`_collated` of :meth:`_updates`)."""
+        mine, dummy, stop = next(self._updates(batches, self.batches_done))
+        logs = self.train_step([next(stream) for _ in mine], dummy=dummy)
+        self.batches_done = stop
         return logs
 
     def _validate_and_save(self, epoch_end: bool, stopping: bool) -> None:

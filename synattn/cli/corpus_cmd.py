@@ -10,6 +10,7 @@ from synattn.cli.options import positive_int
 from synattn.cli.paths import output_folder
 from synattn.data.corpora import BIBLE_TRANSLATIONS, SPLITS, load_bible_pairs, load_ptb_lm
 from synattn.errors import UsageError
+from synattn.folders import refuse_system_folder
 from synattn.io import atomic_write
 
 
@@ -40,6 +41,10 @@ def _lang(code: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     prefix = Path(args.out_prefix)
+    if args.out_prefix.endswith(("/", "\\")) or prefix.is_dir():  # PREFIX.train.en would land beside the folder
+        refuse_system_folder(prefix, "-o")
+        raise UsageError(f"-o {args.out_prefix}: names a folder; -o takes a prefix of file names, e.g. "
+                         f"{prefix / args.name} (writes {prefix / args.name}.train.…)")
     output_folder(prefix.absolute().parent, "-o")  # the files PREFIX.* can be written there
     known = SPLITS if args.name == "bible" else PTB_SPLITS
     unknown = [split for split in args.splits or () if split not in known]

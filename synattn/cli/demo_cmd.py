@@ -163,9 +163,14 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from synattn.cli.paths import output_folder
+    from synattn.data.prepared import DATASET
+    from synattn.folders import FolderKind, check_own_folder, mark
 
     out = output_folder(args.out, "--out")
-    out.mkdir(parents=True, exist_ok=True)
+    demo = FolderKind(".synattn-demo", "a folder of 'synattn demo'",
+                      made_before_markers=lambda folder: DATASET.made(folder / "data"))
+    check_own_folder(out, "--out", demo)
+    mark(out, demo)
     started = time.monotonic()
     data = prepare(PrepareConfig(out=str(out / "data"), corpus="bible", bible_source="4", bible_target="l",
                                  limit=args.pairs, vocab_size=args.vocab_size))

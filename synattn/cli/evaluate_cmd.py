@@ -13,7 +13,8 @@ import sys
 
 from synattn.cli.checks import check_vocabulary
 from synattn.cli.options import positive_int, split_name
-from synattn.cli.paths import input_folder, output_file
+from synattn.cli.common import run_inputs
+from synattn.cli.paths import check_apart, input_folder, output_file
 from synattn.evaluate.runner import evaluate_run, load_run
 from synattn.io import atomic_write
 from synattn.runs import check_dataset
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         input_folder(args.data, "--data")
     output_file(args.json, "--json")
     output_file(args.hypotheses, "--hypotheses")
+    check_apart({"--json": args.json, "--hypotheses": args.hypotheses}, run_inputs(args))
     model, exp, checkpoint = load_run(args.run, args.checkpoint)
     if args.data:  # the run's fingerprint names the difference and the way out first
         check_dataset(args.run, args.data)

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
+from synattn.cli.common import Sentences, add_run_arguments, load, run_inputs, write_aligned
 from synattn.cli.options import float_in, nonnegative_int, positive_int, split_name
-from synattn.cli.paths import input_file, output_file
+from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.errors import InputError
 from synattn.io import atomic_write
@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             input_file(path, option)
     output_file(args.output, "-o")
     output_file(args.json, "--json")
+    check_apart({"-o": args.output, "--json": args.json}, {"-i": args.input, "--gold": args.gold, **run_inputs(args)})
     model, exp, data = load(args)
     check_constituent(model, args.run)
     min_layer = resolve_min_layer(model, args.min_layer)
@@ -169,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
         sentences = Sentences.from_split(data, args.split)
     else:
         sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error)
+        if not sentences.total:  # as translate: an empty output would look like the trees of nothing
+            raise InputError("no sentences to induce trees for (the input is empty)", args.input)
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")
     gold = read_brackets(args.gold) if args.gold else None  # a bad gold file stops before the work
     if gold is not None and len(gold) != sentences.total:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from synattn.cli.options import positive_int
-from synattn.cli.paths import input_file, output_file
+from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.data.parsing import DEFAULT_MODEL, load_pipeline, parse
 from synattn.data.text import SkipReport, read_lines
 from synattn.errors import InputError
@@ -55,6 +55,7 @@ def _within_limit(lines: list[tuple[int, str]], limit: int, path: str, on_error:
 def run(args: argparse.Namespace) -> int:
     input_file(args.input, "input")
     output_file(args.output, "-o")
+    check_apart({"-o": args.output}, {"input": args.input})
     report = SkipReport()
     lines = read_lines(args.input, on_error=args.on_error, max_words=args.max_words, report=report)
     if len(report):

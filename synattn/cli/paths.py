@@ -6,6 +6,11 @@ folder where a file is expected, a file where a folder is expected, a folder wit
 permission or on a read-only file system) is a run failure (exit status 1), reported before the
 command spends time on its work. A disk that fills up while writing is reported by
 :func:`synattn.io.atomic_write` (also exit status 1), naming the file.
+
+An output never replaces or writes into what the command reads (:func:`check_apart`): an output
+file that is an input file (or a link to it) or lies in an input folder (a run, a dataset), an
+output folder that holds an input, two outputs that are one file, are usage errors (exit status
+2) before any work. Folders a command fills are checked by :mod:`synattn.folders`.
 """
 
 from __future__ import annotations
@@ -86,3 +91,50 @@ def output_folder(path: str | Path, option: str) -> Path:
         return path
     _creatable(path, option)
     return path
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)  # a link, a hard link, another spelling
+    except OSError:
+        return a == b
+
+
+def check_apart(outputs: dict[str, str | Path | None],
+                inputs: dict[str, str | Path | None] | list[tuple[str, str | Path | None]]) -> None:
+    """Raises :class:`UsageError` when an output would replace or write into an input.
+
+    Args:
+        outputs: output files or folders by option (``{"-o": "out.txt"}``; None: not given).
+        inputs: input files and folders by option or description (``{"-i": ..., "--run": ...,
+            "the run's dataset": ...}``, or ``(option, path)`` pairs when an option names several
+            files; None: not given).
+
+    An output file may not be an input file or lie inside an input folder; an output folder may
+    not hold an input or lie inside an input folder; two outputs may not be one file.
+    """
+    pairs = inputs.items() if isinstance(inputs, dict) else inputs
+    given_in = [(k, Path(v)) for k, v in pairs if v not in (None, "")]
+    given_out = {k: Path(v) for k, v in outputs.items() if v not in (None, "")}
+    seen: dict[Path, str] = {}
+    for option, path in given_out.items():
+        out = path.resolve()
+        for name, given in given_in:
+            source, shown = given.resolve(), f"{name} {given}"
+            if source.is_dir() or _inside(source, out) and source != out:
+                if _inside(out, source):
+                    raise UsageError(f"{option} {path}: lies inside {shown}, which this command reads; write "
+                                     "the output outside that folder")
+                if _inside(source, out):
+                    raise UsageError(f"{option} {path}: holds {shown}, which this command reads; write into "
+                                     "another folder")
+            elif _same_file(out, source):
+                raise UsageError(f"{option} {path}: is also {shown}: writing it would replace the input; "
+                                 "name another file")
+        if out in seen:
+            raise UsageError(f"{option} {path}: is also {seen[out]}: give each output its own file")
+        seen[out] = option

@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from synattn.cli.options import positive_int
-from synattn.cli.paths import input_file, output_folder
-from synattn.data.prepare import MANIFEST, SUBWORD_MODELS, PrepareConfig, check_split_name, prepare
+from synattn.cli.paths import check_apart, input_file, output_folder
+from synattn.data.prepare import (MANIFEST, SUBWORD_MODELS, PrepareConfig, check_output_folder, check_split_name,
+                                  prepare)
 from synattn.errors import UsageError
 
 
@@ -35,9 +37,10 @@ def _split_paths(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _check_prefixes(prefixes: dict[str, str], src_lang: str, tgt_lang: str | None) -> None:
+def _check_prefixes(prefixes: dict[str, str], src_lang: str, tgt_lang: str | None) -> list[tuple[str, str]]:
     """The files of every ``--train``/``--dev``/``--test`` prefix exist (a ``.tsv`` file, or
-    ``PREFIX.SRC_LANG`` and, for parallel text, ``PREFIX.TGT_LANG``)."""
+    ``PREFIX.SRC_LANG`` and, for parallel text, ``PREFIX.TGT_LANG``); returns them by option."""
+    inputs = []
     for split, prefix in prefixes.items():
         files = [prefix] if prefix.endswith(".tsv") else [f"{prefix}.{lang}" for lang in (src_lang, tgt_lang) if lang]
         for path in files:
@@ -48,6 +51,8 @@ def _check_prefixes(prefixes: dict[str, str], src_lang: str, tgt_lang: str | Non
                     raise
                 raise UsageError(f"{err} (--{split} takes a prefix: PREFIX.{src_lang}"
                                  + (f" and PREFIX.{tgt_lang}" if tgt_lang else "") + ", or a .tsv file)") from None
+            inputs.append((f"--{split}", path))
+    return inputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
         src_model=args.src_model, tgt_model=args.tgt_model, vocab_size=args.vocab_size,
         joint_vocab=args.joint_vocab, subword_model=args.subword_model, limit=args.limit,
         max_words=args.max_words, on_error=args.on_error)
-    _check_prefixes(prefixes, args.src_lang, tgt_lang)
+    inputs = _check_prefixes(prefixes, args.src_lang, tgt_lang)
     output_folder(args.out, "-o")
+    check_output_folder(Path(args.out), args.force)  # never / or the home folder; a foreign one only with --force
+    check_apart({"-o": args.out}, inputs + [(f"--src-trees {split}", path) for split, path in cfg.src_trees.items()])
     given = sum(bool(x) for x in (args.corpus, prefixes or cfg.src_trees))
     if given != 1:
         raise UsageError("give one input: --corpus, or --train/--dev/--test (optionally with --src-trees), "

@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from synattn.cli.options import positive_int
-from synattn.cli.paths import input_file, output_file
+from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.errors import InputError, UsageError
-from synattn.trees.conllu_io import read_conllu
+from synattn.trees.conllu_io import read_conllu_with_report
 from synattn.trees.relations import check_label_clips
 from synattn.trees.stats import treebank_statistics
 
@@ -33,12 +33,15 @@ def run(args: argparse.Namespace) -> int:
     input_file(args.conllu, "conllu")
     check_label_clips(args.max_distance, args.max_traversal, ("--max-distance", "--max-traversal"))
     output_file(args.plot, "--plot")
+    check_apart({"--plot": args.plot}, {"conllu": args.conllu})
     if args.plot and Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:  # before the statistics, not after
         raise UsageError(f"--plot {args.plot}: name the image with one of {', '.join(PLOT_SUFFIXES)} "
                          "(its suffix says the format)")
-    trees = read_conllu(args.conllu, on_error=args.on_error)
+    trees, report = read_conllu_with_report(args.conllu, on_error=args.on_error)
     if not trees:
-        raise InputError("no sentences to summarise (the file is empty)", args.conllu)
+        raise InputError("no sentences to summarise (" + (f"every sentence was left out: {report.n_skipped} "
+                                                          f"malformed; first: {report.skipped[0]})"
+                                                          if report.n_skipped else "the file is empty)"), args.conllu)
     stats = treebank_statistics(trees, args.max_distance, args.max_traversal)
     print(stats.format())
     if args.plot:

@@ -16,20 +16,22 @@ of the dataset (:mod:`synattn.runs`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 import torch
 
-from synattn.cli.paths import input_file, output_folder
+from synattn.cli.paths import check_apart, input_file, output_folder
 from synattn.data.batching import PreparedDataset
 from synattn.data.validate import check_dataset, check_split
 from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, build_model
+from synattn.folders import check_own_folder
 from synattn.locks import FolderLock
 from synattn.models.config_io import read_yaml
-from synattn.runs import check_dataset as check_run_dataset, run_vocab, save_run_vocab
+from synattn.runs import RUN, check_dataset as check_run_dataset, run_vocab, save_run_vocab
 from synattn.train import Trainer, resolve_checkpoint, task_for
 from synattn.train.distributed import check_device
 
@@ -65,15 +67,18 @@ def bleu_hook(model, exp: ExperimentConfig, dev: PreparedDataset):
     return metrics
 
 
-def load_experiment(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
+def load_experiment(args: argparse.Namespace, hold: contextlib.ExitStack | None = None) -> tuple[ExperimentConfig, Path]:
     """The checked experiment config of the command and its run directory; with ``--resume`` of a
-    run that has checkpoints, the run's own ``config.yaml`` plus the overrides."""
+    run that has checkpoints, the run's own ``config.yaml`` plus the overrides. ``hold``: takes a
+    reader's lock on the dataset (:class:`synattn.locks.FolderLock`) before checking it, kept
+    until ``hold`` closes (a ``prepare`` writing it meanwhile is named, and none may start)."""
     if args.config is None and not (args.resume and args.run_dir):
         raise ConfigError("--config is required (without it, --resume --run-dir RUN continues RUN with its "
                           "own config)")
     if args.config is not None:
         input_file(args.config, "--config")
     run_dir = output_folder(args.run_dir or Path("runs") / Path(args.config).stem, "--run-dir")
+    check_own_folder(run_dir, "--run-dir", RUN)  # new, empty or a run: never a folder of the user's
     saved = run_dir / "config.yaml"
     if args.resume and resolve_checkpoint(run_dir) is not None and saved.is_file():
         raw = read_yaml(saved)
@@ -89,12 +94,15 @@ def load_experiment(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
                           "again with --config")
     else:
         exp = ExperimentConfig.from_yaml(args.config, args.overrides, args.data)
+    if hold is not None:
+        hold.enter_context(FolderLock(exp.data, "prepared dataset", shared=True))
     try:
         exp.check_data()
         check_device(exp.train.device)
     except ConfigError as err:
         raise exp.blame(err) from None
     exp.data = str(Path(exp.data).resolve())
+    check_apart({"--run-dir": run_dir}, {"--config": args.config, "data": exp.data})
     return exp, run_dir
 
 
@@ -122,7 +130,12 @@ def check_training_data(folder: str | Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    exp, run_dir = load_experiment(args)
+    with contextlib.ExitStack() as hold:  # the dataset is locked against `prepare` until the run ends
+        exp, run_dir = load_experiment(args, hold)
+        return _train(args, exp, run_dir)
+
+
+def _train(args: argparse.Namespace, exp: ExperimentConfig, run_dir: Path) -> int:
     check_training_data(exp.data)
     lock = FolderLock(run_dir, "run directory")
     if int(os.environ.get("RANK", "0")) == 0:  # one writer, from before the run's tokenizers are copied

@@ -15,9 +15,9 @@ import argparse
 import sys
 
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, require_model
-from synattn.cli.common import Sentences, add_run_arguments, load, write_aligned
+from synattn.cli.common import Sentences, add_run_arguments, load, run_inputs, write_aligned
 from synattn.cli.options import finite_float, positive_int, split_name
-from synattn.cli.paths import input_file, output_file
+from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.errors import InputError
 from synattn.generate.translate import Translator
 from synattn.models import EncoderDecoderTransformer
@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         input_file(args.input, "-i")
     output_file(args.output, "-o")
+    check_apart({"-o": args.output}, {"-i": args.input, **run_inputs(args)})
     model, exp, data = load(args)
     require_model(model, (EncoderDecoderTransformer,), args.run, "translate")
     check_vocabulary(model, exp.data, data, args.split)

@@ -16,6 +16,7 @@ induced tree is drawn too (``tree.png``). Input text (``-i``) has its words sepa
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -25,17 +26,24 @@ import sentencepiece as spm
 import torch
 
 from synattn.cli.checks import check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import Sentences, add_run_arguments, load
+from synattn.cli.common import Sentences, add_run_arguments, load, run_inputs
 from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
 from synattn.cli.options import nonnegative_int, split_name
-from synattn.cli.paths import input_file, output_folder
+from synattn.cli.paths import check_apart, input_file, output_folder
 from synattn.data.batching import collate_examples
 from synattn.data.prepared import PreparedData
 from synattn.data.subwords import BOS
 from synattn.errors import InputError
+from synattn.folders import FolderKind, check_own_folder
 from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
 from synattn.train.tasks import syntax_request_for
 from synattn.viz.attention import plot_attention, plot_constituency
+
+_IMAGE = re.compile(r"(encoder|decoder|cross)_layer\d+\.png|tree\.png")
+PLOTS = FolderKind(".synattn-viz", "a folder of 'synattn viz'",
+                   made_before_markers=lambda folder: all(_IMAGE.fullmatch(p.name) for p in folder.iterdir()))
+"""viz's images folder (:mod:`synattn.folders`): new, empty, or holding only viz's images (viz writes no
+marker: its images say whose the folder is)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -101,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         input_file(args.input, "-i")
     output_folder(args.output, "-o")
+    check_own_folder(args.output, "-o", PLOTS)
+    check_apart({"-o": args.output}, {"-i": args.input, **run_inputs(args)})
     model, exp, data = load(args)
     if not isinstance(model, (MaskedLM, EncoderDecoderTransformer, TransformerLM)):
         raise InputError(f"cannot draw the attention of a {type(model).__name__}", args.run)

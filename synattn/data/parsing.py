@@ -10,7 +10,9 @@ gives a tree with k root words (all hanging from the artificial ROOT, as in docs
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -56,6 +58,9 @@ def load_pipeline(model: str = DEFAULT_MODEL, allow_split: bool = False):
     try:
         nlp = spacy.load(model, exclude=[c for c in _UNUSED])
     except OSError as err:
+        if os.sep in model or Path(model).exists():  # a folder, not a package name: nothing to install
+            raise UsageError(f"spaCy pipeline '{model}': the folder is not a spaCy pipeline (it needs its "
+                             "config.cfg and meta.json, as spacy.Language.to_disk writes them)") from None
         package = _PACKAGES.get(model, model.replace("_", "-"))
         raise MissingDependencyError(f"the spaCy pipeline '{model}'", package) from err
     if "parser" not in nlp.pipe_names:

@@ -39,12 +39,13 @@ from synattn import __version__
 from synattn.data.detok import Spacing
 from synattn.data.encoding import encode_sentence
 from synattn.data.indexed import write_field
-from synattn.data.prepared import MANIFEST, MARKER, check_output_folder
+from synattn.data.prepared import DATASET, MANIFEST, MARKER, check_output_folder
 from synattn.data.subwords import train_sentencepiece
 from synattn.data.text import SkipReport, check_text_file, read_lines
 from synattn.errors import ConfigError, DataError, UsageError
 from synattn.io import atomic_write, file_digest
-from synattn.locks import LOCK_NAME, FolderLock
+from synattn.folders import mark, remove_if_untouched
+from synattn.locks import FolderLock
 from synattn.models.config_io import StrictConfig
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
@@ -274,14 +275,34 @@ def _load_text(cfg: PrepareConfig) -> dict[str, dict[str, Side]]:
                 _attach_given_trees(out[split]["src"], cfg.src_trees[split])
     elif cfg.src_trees:
         for split, path in cfg.src_trees.items():
-            trees = read_conllu(path, on_error=cfg.on_error)
+            trees = _within_max_words(read_conllu(path, on_error=cfg.on_error), cfg, path)
             out[split] = {"src": Side([" ".join(t.words) for t in trees], list(range(1, len(trees) + 1)),
                                       path, trees)}
     else:
         raise UsageError("nothing to prepare: give a corpus, file prefixes or source treebanks")
     if "train" not in out:
         raise UsageError(f"a training split is required (got {', '.join(out) or 'none'})")
+    if cfg.limit is not None:  # whatever the input: at most `limit` training sentences, as the manifest says
+        for side in out["train"].values():
+            side.lines, side.line_numbers = side.lines[:cfg.limit], side.line_numbers[:cfg.limit]
+            side.trees = None if side.trees is None else side.trees[:cfg.limit]
     return out
+
+
+def _within_max_words(trees: list[DependencyTree], cfg: PrepareConfig, path: str) -> list[DependencyTree]:
+    """The trees of at most ``cfg.max_words`` words, as lines of text are; a longer one stops the
+    run (naming the sentence) or, with ``on_error="skip"``, is left out with a warning."""
+    keep = []
+    for number, tree in enumerate(trees, start=1):
+        if len(tree.words) <= cfg.max_words:
+            keep.append(tree)
+            continue
+        error = DataError(f"sentence has {len(tree.words)} words, more than --max-words {cfg.max_words}", path,
+                          sent_id=tree.sent_id or str(number))
+        if cfg.on_error != "skip":
+            raise error
+        logger.warning("left out: %s", error)
+    return keep
 
 
 def _attach_given_trees(side: Side, conllu: str) -> None:
@@ -400,15 +421,28 @@ def prepare(cfg: PrepareConfig, force: bool = False, remedy: str | None = None) 
     out = Path(cfg.out)
     _check_config(cfg)
     check_output_folder(out, force)
+    inputs = _input_digests(cfg)
+    if not force and _prepared_as(cfg, out, inputs):  # nothing to write: no lock (a train may be reading it)
+        logger.info("%s is already prepared with these settings", out)
+        return out
     existed = out.exists()
     try:
         with FolderLock(out, "prepared dataset"):
-            return _prepare_locked(cfg, out, force, remedy)
+            return _prepare_locked(cfg, out, force, remedy, inputs)
     except BaseException:
-        if not existed and out.is_dir() and [p.name for p in out.iterdir()] == [LOCK_NAME]:  # leave nothing behind
-            (out / LOCK_NAME).unlink(missing_ok=True)
-            out.rmdir()
+        if not existed:  # leave nothing behind
+            remove_if_untouched(out)
         raise
+
+
+def _prepared_as(cfg: PrepareConfig, out: Path, inputs: dict[str, str | None]) -> bool:
+    """Whether ``out`` holds a finished dataset of these settings and inputs."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("key") is not None and \
+        manifest.get("key") in (_key(cfg, inputs), _older_key(cfg, manifest))
 
 
 def _check_config(cfg: PrepareConfig) -> None:
@@ -424,28 +458,25 @@ def _check_config(cfg: PrepareConfig) -> None:
             raise UsageError(f"{option} {value}: must be at least {low}")
 
 
-def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | None = None) -> Path:
-    inputs = _input_digests(cfg)
+def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | None,
+                    inputs: dict[str, str | None]) -> Path:
     key = _key(cfg, inputs)
     manifest_path = out / MANIFEST
     if manifest_path.exists() and not force:
+        if _prepared_as(cfg, out, inputs):  # prepared by another process meanwhile
+            logger.info("%s is already prepared with these settings", out)
+            return out
         try:
             manifest = json.loads(manifest_path.read_text())
         except ValueError:
             manifest = {}
-        if isinstance(manifest, dict) and manifest.get("key") is not None and \
-                manifest.get("key") in (key, _older_key(cfg, manifest)):
-            logger.info("%s is already prepared with these settings", out)
-            return out
         refuse_changing_prepared(out, manifest, cfg, force, remedy)
     data = _load_text(cfg)  # bad input stops here, before anything is written into OUT
     for split, by_side in data.items():
         if not by_side["src"].lines:
             raise DataError(f"split {split} has no sentences", by_side["src"].path)
     _warn_overlap(data)
-    if not (out / MARKER).is_file():
-        with atomic_write(out / MARKER) as f:
-            f.write("a dataset folder of 'synattn prepare'\n")
+    mark(out, DATASET)
     (out / "cache").mkdir(parents=True, exist_ok=True)
     manifest_path.unlink(missing_ok=True)  # from here on the folder is not "prepared"
     sides = ("src",) if cfg.monolingual else ("src", "tgt")
@@ -486,22 +517,10 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
             labels[f"{s}_upos"] = _label_vocab(trees_of[s], "upos")
             labels[f"{s}_deprels"] = _label_vocab(trees_of[s], "deprels")
     building = out / ".building"
-    shutil.rmtree(building, ignore_errors=True)
-    sizes: dict[str, dict[str, int]] = {}
-    for split, by_side in data.items():
-        folder = building / split
-        folder.mkdir(parents=True)
-        for s in sides:
-            _write_side(folder, s, by_side[s], models[names[s]], labels, split)
-            with atomic_write(folder / f"{s}.txt") as f:  # the text, e.g. BLEU references
-                f.writelines(line + "\n" for line in by_side[s].lines)
-        sizes[split] = {"sentences": len(by_side["src"].lines),
-                        **{f"{s}_pieces": int(sum(np.load(folder / f"{s}_ids.offsets.npy")[-1:]))
-                           for s in sides}}
-    for split in data:
-        shutil.rmtree(out / split, ignore_errors=True)
-        (building / split).rename(out / split)
-    shutil.rmtree(building)
+    try:
+        sizes = _build_splits(out, building, data, sides, models, names, labels)
+    finally:  # a full disk, an interruption: no half-built arrays left behind
+        shutil.rmtree(building, ignore_errors=True)
     with atomic_write(out / "labels.json") as f:
         json.dump(labels, f, indent=1)
     manifest = {
@@ -519,6 +538,32 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
     with atomic_write(manifest_path) as f:  # last: marks the folder as prepared
         json.dump(manifest, f, indent=1)
     return out
+
+
+def _build_splits(out: Path, building: Path, data: dict[str, dict[str, Side]], sides: tuple[str, ...],
+                  models: dict, names: dict[str, str], labels: dict[str, list[str]]) -> dict[str, dict[str, int]]:
+    """Writes every split into ``building`` and moves it to ``out/SPLIT`` (replacing what was
+    there; a link there is removed, never followed); returns the splits' sizes."""
+    shutil.rmtree(building, ignore_errors=True)
+    sizes: dict[str, dict[str, int]] = {}
+    for split, by_side in data.items():
+        folder = building / split
+        folder.mkdir(parents=True)
+        for s in sides:
+            _write_side(folder, s, by_side[s], models[names[s]], labels, split)
+            with atomic_write(folder / f"{s}.txt") as f:  # the text, e.g. BLEU references
+                f.writelines(line + "\n" for line in by_side[s].lines)
+        sizes[split] = {"sentences": len(by_side["src"].lines),
+                        **{f"{s}_pieces": int(sum(np.load(folder / f"{s}_ids.offsets.npy")[-1:]))
+                           for s in sides}}
+    for split in data:
+        target = out / split
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.is_dir():
+            shutil.rmtree(target)
+        (building / split).rename(target)
+    return sizes
 
 
 def _parser_versions(cfg: PrepareConfig, trees_of: dict) -> dict[str, str]:

@@ -20,8 +20,8 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from synattn.errors import InputError, UsageError
-from synattn.locks import LOCK_NAME
+from synattn.errors import InputError
+from synattn.folders import FolderKind, check_own_folder
 
 logger = logging.getLogger(__name__)
 
@@ -121,22 +121,17 @@ def is_prepared_folder(folder: Path) -> bool:
     return isinstance(manifest, dict) and {"synattn", "splits", "spm"} <= set(manifest)
 
 
+DATASET = FolderKind(MARKER, "a prepared dataset", made_before_markers=is_prepared_folder,
+                     force_advice="to write the dataset into it (its split subfolders would be replaced)")
+"""A folder of ``synattn prepare`` (:mod:`synattn.folders`)."""
+
+
 def check_output_folder(out: Path, force: bool = False) -> None:
-    """Refuse to write into ``out`` unless it is new, empty or a prepared dataset (or ``force``).
+    """Refuse to write into ``out`` unless it is new, empty or a prepared dataset (or ``force``);
+    never the root or the home folder (:func:`synattn.folders.check_own_folder`).
 
     Raises:
-        UsageError: ``out`` is a file, or a folder with other content and ``force`` is off.
+        UsageError: ``out`` is a file, a system folder, or a folder with other content and
+            ``force`` is off.
     """
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"-o {out}: exists and is not a folder")
-    if not out.is_dir() or is_prepared_folder(out):
-        return
-    content = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
-    if not content:
-        return
-    if not force:
-        shown = ", ".join(content[:3]) + (", ..." if len(content) > 3 else "")
-        raise UsageError(f"-o {out}: the folder exists and is not a prepared dataset (it holds {shown}); "
-                         f"choose a new folder, or add --force to write the dataset into it (its "
-                         f"split subfolders would be replaced)")
-    logger.warning("%s is not a prepared dataset; writing into it anyway (--force)", out)
+    check_own_folder(out, "-o", DATASET, force)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -113,6 +114,9 @@ class PretrainedModel(nn.Module):
             from synattn.train.checkpoint import mismatch_summary
 
             raise InputError(f"weights do not fit the config: {mismatch_summary(error)}",
+                             str(weights_path)) from None
+        except SafetensorError as error:  # another file under the name (a pickle), or a damaged one
+            raise InputError(f"not a safetensors file ({' '.join(str(error).split())[:200]})",
                              str(weights_path)) from None
         if device is not None or dtype is not None:
             model.to(device=device, dtype=dtype)

@@ -22,6 +22,19 @@ from pathlib import Path
 
 from synattn.cli.options import positive_float, positive_int
 from synattn.errors import UsageError
+from synattn.folders import FolderKind
+
+def _study_before_markers(folder: Path) -> bool:
+    """A results folder of a version that wrote no marker: the ``commands.sh`` a study writes."""
+    try:
+        with open(folder / "commands.sh", encoding="utf-8", errors="replace") as f:
+            return "# The command that made this folder" in f.read(4096)
+    except OSError:
+        return False
+
+
+STUDY = FolderKind(".synattn-study", "a results folder of 'synattn reproduce'", made_before_markers=_study_before_markers)
+"""A study's results folder (:mod:`synattn.folders`)."""
 
 TOY_MINUTES = 0.5
 """The budget of a ``--toy`` run unless ``--minutes`` is given."""
@@ -74,12 +87,21 @@ def run(args: argparse.Namespace) -> int:
     minutes = TOY_MINUTES if args.toy and args.minutes == study.minutes else args.minutes
     out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
     from synattn.cli.paths import output_folder
+    from synattn.folders import check_own_folder, mark, remove_if_untouched
 
     output_folder(out, "-o")
+    check_own_folder(out, "-o", STUDY)
+    new = not out.exists()
+    mark(out, STUDY)
     ctx = Context(out=out.resolve(), args=args, toy=args.toy)  # the runs' configs work from any directory
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]
-    results = run_study(study, ctx, args.seeds, minutes, arms, argv)
+    try:
+        results = run_study(study, ctx, args.seeds, minutes, arms, argv)
+    except BaseException:
+        if new:  # a study refused before its work leaves no folder behind
+            remove_if_untouched(out, STUDY)
+        raise
     print((out / "README.md").read_text(encoding="utf-8"))
     print(f"results: {out}/README.md, {out}/results.json, plots in {out}/plots", file=sys.stderr)
     return 0 if results["complete"] else 1

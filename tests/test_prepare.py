@@ -193,6 +193,19 @@ def test_a_dataset_folder_that_does_not_exist_is_named_as_such(tmp_path):
         check_manifest(tmp_path / "empty")
 
 
+@pytest.mark.parametrize("manifest", [{"sides": ["src", "x"] * 50_000}, {"sides": ["src"], "splits": "x" * 100_000},
+                                      {"sides": ["src"], "splits": {}, "spm": {}, "vocab_size": {},
+                                       "detok": [[1] * 1000] * 1000}])
+def test_a_manifest_error_shows_its_value_briefly(tmp_path, manifest):
+    """A manifest's wrong value was printed whole, however large."""
+    from synattn.data.validate import check_manifest
+
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"\.\.\.") as caught:
+        check_manifest(tmp_path)
+    assert len(str(caught.value)) < 300
+
+
 def test_a_folder_prepared_before_subword_model_existed_is_still_prepared(tmp_path):
     cfg = _parallel(tmp_path)
     out = prepare(cfg)

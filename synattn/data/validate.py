@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from synattn.data.prepared import LABELS, MANIFEST
-from synattn.errors import InputError
+from synattn.errors import InputError, brief
 
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -48,26 +48,26 @@ def check_manifest(folder: str | Path) -> dict:
         raise bad("the manifest is not a JSON object")
     sides = manifest.get("sides")
     if not isinstance(sides, list) or "src" not in sides or not set(sides) <= {"src", "tgt"}:
-        raise bad(f"'sides' must be [\"src\"] or [\"src\", \"tgt\"], got {sides!r}")
+        raise bad(f"'sides' must be [\"src\"] or [\"src\", \"tgt\"], got {brief(sides)}")
     for key in ("splits", "spm", "vocab_size"):
         if not isinstance(manifest.get(key), dict):
-            raise bad(f"'{key}' must be an object, got {manifest.get(key)!r}")
+            raise bad(f"'{key}' must be an object, got {brief(manifest.get(key))}")
     for split, sizes in manifest["splits"].items():
         if not _FILE_NAME.fullmatch(split) or split.startswith(".") or not isinstance(sizes, dict):
-            raise bad(f"split {split!r} is not a plain folder name with its sizes")
+            raise bad(f"split {brief(split)} is not a plain folder name with its sizes")
     for key in ("trees", "config"):
         if not isinstance(manifest.get(key, {}), dict):
-            raise bad(f"'{key}' must be an object, got {manifest.get(key)!r}")
+            raise bad(f"'{key}' must be an object, got {brief(manifest.get(key))}")
     detok = manifest.get("detok", {})
     if not isinstance(detok, dict) or not all(side in sides and isinstance(name, str) and _FILE_NAME.fullmatch(name)
                                               for side, name in detok.items()):
-        raise bad(f"'detok' must map sides to file names inside the folder, got {detok!r}")
+        raise bad(f"'detok' must map sides to file names inside the folder, got {brief(detok)}")
     for side in sides:
         name, size = manifest["spm"].get(side), manifest["vocab_size"].get(side)
         if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
-            raise bad(f"spm.{side} must be a file name inside the folder, got {name!r}")
+            raise bad(f"spm.{side} must be a file name inside the folder, got {brief(name)}")
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise bad(f"vocab_size.{side} must be a positive integer, got {size!r}")
+            raise bad(f"vocab_size.{side} must be a positive integer, got {brief(size)}")
     return manifest
 
 

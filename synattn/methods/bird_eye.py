@@ -18,7 +18,7 @@ from typing import Any
 
 from synattn.attention import BirdEyeReweighting, SyntaxGuidedPointer
 from synattn.attention.feature import AttentionFeature
-from synattn.errors import ConfigError
+from synattn.errors import ConfigError, brief
 from synattn.methods.base import Claim, HFFeature, Method, Site, register
 
 BIRD_EYE = ("sg", "sf")
@@ -75,7 +75,7 @@ class BirdEye(Method):
             return data  # the full dump of an older config without Bird-Eye attention
         if not isinstance(section, dict):
             key = next(k for k in legacy if values[k] != _DEFAULTS[k])
-            raise ConfigError(f"{where}{key}={values[key]!r} is set, but {where}bird_eye={section!r}: "
+            raise ConfigError(f"{where}{key}={brief(values[key])} is set, but {where}bird_eye={brief(section)}: "
                               "the pointer loss exists with bird_eye='sg' only")
         if any(values[key] != _DEFAULTS[key] for key in legacy):
             warnings.warn(f"{where}{', '.join(legacy)}: write them inside {where}bird_eye "

@@ -4,13 +4,14 @@ baseline, on the same data and budget, with the noise measured over seeds.
   synattn reproduce --list
   synattn reproduce supervised-head --src-trees train=en_ewt-ud-train.conllu dev=en_ewt-ud-dev.conllu
   synattn reproduce mt-syntax --arms baseline tree-distance --seeds 2 --minutes 45
+  synattn reproduce mt-syntax --arms baseline tree-distance --seeds 3 --budget updates 900
 
-A study trains every arm with every seed for the same minutes of training, scores each run and
-writes OUT (default outputs/reproduce/STUDY): README.md (the table), results.json, plots/, the
-exact configs and the commands. It is resumable: stopped (Ctrl-C, kill, a crash), the same command
-continues from the last checkpoints and keeps every run already scored. ``--toy`` runs the whole
-study at a tiny size in a minute (what the test suite does). docs/reproduce.md describes each study,
-its choices and the numbers measured.
+A study trains every arm with every seed for the same minutes of training (``--budget updates N``:
+to the same update), scores each run and writes OUT (default outputs/reproduce/STUDY): README.md
+(the table), results.json, plots/, the exact configs and the commands. It is resumable: stopped
+(Ctrl-C, kill, a crash), the same command continues from the last checkpoints and keeps every run
+already scored. ``--toy`` runs the whole study at a tiny size in a minute (what the test suite
+does). docs/reproduce.md describes each study, its choices and the numbers measured.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from synattn.cli.options import positive_float, positive_int
 from synattn.errors import UsageError
 from synattn.folders import FolderKind
+from synattn.reproduce.study import Budget
 
 def _study_before_markers(folder: Path) -> bool:
     """A results folder of a version that wrote no marker: the ``commands.sh`` a study writes."""
@@ -54,8 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("-o", "--out", help=f"results folder (default outputs/reproduce/{name})")
         s.add_argument("--seeds", type=positive_int, default=study.seeds,
                        help=f"seeds per arm (default {study.seeds})")
-        s.add_argument("--minutes", type=positive_float, default=study.minutes,
+        s.add_argument("--minutes", type=positive_float,
                        help=f"training minutes per run (default {study.minutes:g})")
+        s.add_argument("--budget", nargs=2, metavar=("KIND", "N"),
+                       help="every run's budget: 'updates N' (every run ends at update N, and the learning rate "
+                            "decays over N updates) or 'minutes N' (as --minutes; the default)")
         s.add_argument("--arms", nargs="+", metavar="ARM", choices=[a.name for a in study.arms],
                        help=f"only these arms (default all: {', '.join(a.name for a in study.arms)}); "
                             f"the first arm, {study.arms[0].name}, is always run: the others are compared with it")
@@ -83,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     study = STUDIES[args.study]
     arms = [a for a in study.arms if a is study.arms[0] or not args.arms or a.name in args.arms]
-    # a toy run stops after six updates; its minutes only bound a slow first update (kernels compiled)
-    minutes = TOY_MINUTES if args.toy and args.minutes == study.minutes else args.minutes
+    budget = budget_of(args, study)
     out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
     from synattn.cli.paths import output_folder
     from synattn.folders import check_own_folder, mark, remove_if_untouched
@@ -97,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]
     try:
-        results = run_study(study, ctx, args.seeds, minutes, arms, argv)
+        results = run_study(study, ctx, args.seeds, budget, arms, argv)
     except BaseException:
         if new:  # a study refused before its work leaves no folder behind
             remove_if_untouched(out, STUDY)
@@ -105,3 +109,26 @@ def run(args: argparse.Namespace) -> int:
     print((out / "README.md").read_text(encoding="utf-8"))
     print(f"results: {out}/README.md, {out}/results.json, plots in {out}/plots", file=sys.stderr)
     return 0 if results["complete"] else 1
+
+
+def budget_of(args: argparse.Namespace, study) -> Budget:
+    """The runs' :class:`~synattn.reproduce.study.Budget` from ``--minutes`` / ``--budget KIND N``.
+
+    Raises:
+        UsageError: both options, an unknown kind, or N that is not a positive number.
+    """
+    if args.budget is None:
+        # a toy run stops after six updates; its minutes only bound a slow first update (kernels compiled)
+        minutes = args.minutes if args.minutes is not None else TOY_MINUTES if args.toy else study.minutes
+        return Budget(minutes=minutes)
+    if args.minutes is not None:
+        raise UsageError("--budget and --minutes: give one budget (--budget minutes N is --minutes N)")
+    kind, amount = args.budget
+    try:
+        if kind == "updates":
+            return Budget(updates=positive_int(amount))
+        if kind == "minutes":
+            return Budget(minutes=positive_float(amount))
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f"--budget {kind} {amount}: {e}") from None
+    raise UsageError(f"--budget {kind}: the budget is 'updates N' or 'minutes N'")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from synattn.reproduce.mt_syntax import MTSyntaxStudy
 from synattn.reproduce.structured import StructuredAttentionStudy
-from synattn.reproduce.study import Arm, Context, Study
+from synattn.reproduce.study import Arm, Budget, Context, Study
 from synattn.reproduce.supervised_head import SupervisedHeadStudy
 from synattn.reproduce.tree_transformer import TreeTransformerStudy
 
@@ -19,4 +19,4 @@ STUDIES: dict[str, Study] = {s.name: s for s in (SupervisedHeadStudy(), TreeTran
                                                 StructuredAttentionStudy())}
 """Every study by its command-line name."""
 
-__all__ = ["STUDIES", "Arm", "Context", "Study"]
+__all__ = ["STUDIES", "Arm", "Budget", "Context", "Study"]

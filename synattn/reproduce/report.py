@@ -8,7 +8,7 @@ from pathlib import Path
 
 from synattn.io import atomic_write
 from synattn.reproduce.stats import paired_difference, summarize
-from synattn.reproduce.study import Context, Study
+from synattn.reproduce.study import Budget, Context, Study
 
 
 def _values(runs: dict[int, dict], key: str) -> dict[int, float]:
@@ -91,7 +91,7 @@ def bar_plot(study: Study, metrics: dict[str, dict[int, dict]], path: Path) -> P
 
 
 def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]], comparisons: dict,
-                  final: bool, minutes: float | None = None) -> dict:
+                  final: bool, budget: Budget | None = None) -> dict:
     """Writes ``results.json`` and ``README.md`` (and, when ``final``, the plots)."""
     results = {"study": study.name, "title": study.title, "question": study.question,
                "complete": final, "arms": {a.name: a.description for a in study.arms if a.name in metrics},
@@ -105,9 +105,12 @@ def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]
     if ctx.toy:
         text += ["**Toy run** (`--toy`): tiny data, model and budget, a smoke test of the pipeline; its numbers "
                  "say nothing about the methods.", ""]
-    elif minutes is not None:
-        text += [f"Budget: {minutes:g} training minutes per run (`train_step` in `results.json`: the updates "
+    elif budget is not None and budget.updates is None:
+        text += [f"Budget: {budget} per run (`train_step` in `results.json`: the updates "
                  "each made).", ""]
+    elif budget is not None:
+        text += [f"Budget: {budget} per run, the learning-rate schedule's length (`train_minutes` in "
+                 "`results.json`: the time each took).", ""]
     text += [table, ""]
     if not final:
         text.append("*(partial: not every run is trained and scored yet; the command in `commands.sh` continues it)*\n")

@@ -31,7 +31,7 @@ import yaml
 from synattn.errors import UsageError
 from synattn.io import atomic_write
 from synattn.reproduce.report import json_safe, write_results
-from synattn.reproduce.study import TOY_STEPS, Arm, Context, Study
+from synattn.reproduce.study import TOY_STEPS, Arm, Budget, Context, Study
 from synattn.train.checkpoint import checkpoint_step, resolve_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def run_dir_of(ctx: Context, arm: Arm, seed: int) -> Path:
     return ctx.out / "runs" / arm.name / f"seed{seed}"
 
 
-def train_run(study: Study, ctx: Context, arm: Arm, seed: int, minutes: float) -> Path:
+def train_run(study: Study, ctx: Context, arm: Arm, seed: int, budget: Budget) -> Path:
     """Trains one run to its budget (or continues it); returns its run directory."""
     import torch
 
@@ -55,7 +55,7 @@ def train_run(study: Study, ctx: Context, arm: Arm, seed: int, minutes: float) -
     run = run_dir_of(ctx, arm, seed)
     if (run / DONE).exists():
         return run
-    exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, minutes))
+    exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, budget))
     if run_vocab(run) is None:  # the run carries its tokenizers, labels and the dataset's fingerprint
         save_run_vocab(run, exp.data)
     torch.manual_seed(seed)  # the initial weights differ by seed, and only by seed
@@ -96,7 +96,7 @@ def score_run(study: Study, ctx: Context, arm: Arm, seed: int, run: Path) -> dic
     return metrics
 
 
-def write_configs(study: Study, ctx: Context, arms: list[Arm], minutes: float, argv: list[str]) -> None:
+def write_configs(study: Study, ctx: Context, arms: list[Arm], budget: Budget, argv: list[str]) -> None:
     (ctx.out / "configs").mkdir(parents=True, exist_ok=True)
     lines = ["#!/usr/bin/env bash", "# The command that made this folder (rerun it to continue or to redo it):",
              "synattn " + " ".join(shlex.quote(a) for a in argv), "",
@@ -106,20 +106,20 @@ def write_configs(study: Study, ctx: Context, arms: list[Arm], minutes: float, a
         path = ctx.out / "configs" / f"{arm.name}.yaml"
         with atomic_write(path) as f:
             f.write(f"# {study.name}: arm {arm.name} ({arm.description}); seed 1 of the study.\n")
-            yaml.safe_dump(study.experiment(ctx, arm, 1, minutes), f, sort_keys=False)
+            yaml.safe_dump(study.experiment(ctx, arm, 1, budget), f, sort_keys=False)
         lines.append(f"synattn train --config {shlex.quote(str(path))} "
                      f"--run-dir {shlex.quote(str(ctx.out / 'runs' / arm.name / 'seed1'))}")
     with atomic_write(ctx.out / "commands.sh") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list[Arm],
+def run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
               argv: list[str]) -> dict:
     """Runs ``study`` (see the module docstring); returns what ``results.json`` holds. One process
     at a time works in a results folder (a second one stops, naming the first).
 
     Raises:
-        UsageError: runs of the folder were trained with another budget (``minutes``).
+        UsageError: runs of the folder were trained with another budget.
         RunFailure: another process is working in the folder.
     """
     from synattn.locks import LOCK_NAME, FolderLock
@@ -127,7 +127,7 @@ def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list
     new = not ctx.out.exists()
     try:
         with FolderLock(ctx.out, "results folder of 'synattn reproduce'"):
-            return _run_study(study, ctx, seeds, minutes, arms, argv)
+            return _run_study(study, ctx, seeds, budget, arms, argv)
     except Exception:
         # a study refused before it wrote anything (a missing treebank) leaves no folder behind
         if new and ctx.out.is_dir() and [p.name for p in ctx.out.iterdir()] == [LOCK_NAME]:
@@ -136,18 +136,18 @@ def run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list
         raise
 
 
-def check_budget(ctx: Context, arms: list[Arm], seeds: int, minutes: float) -> None:
+def check_budget(ctx: Context, arms: list[Arm], seeds: int, budget: Budget) -> None:
     """Refuses to add runs of another budget to a results folder (their mean would mix budgets)."""
     for arm in arms:
         for seed in range(1, seeds + 1):
             config = run_dir_of(ctx, arm, seed) / "config.yaml"
             try:
-                trained = yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]["train"]["max_minutes"]
-            except (OSError, yaml.YAMLError, KeyError, TypeError):
+                trained = Budget.of_train(yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]["train"])
+            except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
                 continue  # no run yet (or not readable: training it reports that)
-            if trained is not None and abs(float(trained) - minutes) > 1e-9:
-                raise UsageError(f"--minutes {minutes:g}: the runs in {ctx.out} have a budget of {trained:g} "
-                                 f"training minutes ({config.parent}); rerun with --minutes {trained:g} to "
+            if trained is not None and trained != budget:
+                raise UsageError(f"{budget.option()}: the runs in {ctx.out} have a budget of {trained} "
+                                 f"({config.parent}); rerun with {trained.option()} to "
                                  f"continue the study, or give a new results folder (-o) for another budget")
 
 
@@ -160,18 +160,19 @@ def _duration(minutes: float) -> str:
     return f"{minutes:.0f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
 
 
-def _run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: list[Arm],
+def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
                argv: list[str]) -> dict:
-    check_budget(ctx, arms, seeds, minutes)
+    check_budget(ctx, arms, seeds, budget)
     ctx.data = study.prepare(ctx)
-    write_configs(study, ctx, arms, minutes, argv)
+    write_configs(study, ctx, arms, budget, argv)
     total = seeds * len(arms)
     trained = sum((run_dir_of(ctx, arm, seed) / DONE).exists() for arm in arms for seed in range(1, seeds + 1))
-    budget = (f"{TOY_STEPS} updates (--toy; at most {minutes:g} training minutes)" if ctx.toy
-              else f"{minutes:g} training minutes")
-    print(f"{study.name}: {_count(len(arms), 'arm')} × {_count(seeds, 'seed')} = {_count(total, 'run')} of {budget}"
+    each = (f"{TOY_STEPS} updates (--toy; at most {budget})" if ctx.toy and budget.updates is None
+            else str(budget))
+    print(f"{study.name}: {_count(len(arms), 'arm')} × {_count(seeds, 'seed')} = {_count(total, 'run')} of {each}"
           + (f", {trained} already trained" if trained else "")
-          + ("" if ctx.toy else f" (at most {_duration((total - trained) * minutes)} of training to go)")
+          + ("" if ctx.toy or budget.minutes is None
+             else f" (at most {_duration((total - trained) * budget.minutes)} of training to go)")
           + f"; results in {ctx.out}", file=sys.stderr)
     metrics: dict[str, dict[int, dict]] = {arm.name: {} for arm in arms}
     runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in arms}
@@ -180,9 +181,9 @@ def _run_study(study: Study, ctx: Context, seeds: int, minutes: float, arms: lis
         for arm in arms:
             done += 1
             print(f"[{done}/{total}] {arm.name}, seed {seed}", file=sys.stderr)
-            run = train_run(study, ctx, arm, seed, minutes)
+            run = train_run(study, ctx, arm, seed, budget)
             runs[arm.name][seed] = run
             metrics[arm.name][seed] = score_run(study, ctx, arm, seed, run)
-        write_results(study, ctx, metrics, {}, final=False, minutes=minutes)
+        write_results(study, ctx, metrics, {}, final=False, budget=budget)
     comparisons = study.compare(ctx, runs)
-    return write_results(study, ctx, metrics, comparisons, final=True, minutes=minutes)
+    return write_results(study, ctx, metrics, comparisons, final=True, budget=budget)

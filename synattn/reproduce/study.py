@@ -75,10 +75,48 @@ TOY_STEPS = 6
 """Updates of each run of a ``--toy`` study."""
 
 
+@dataclass(frozen=True)
+class Budget:
+    """The training budget of every run of a study: ``minutes`` of training wall time (a run ends on
+    time on any machine, after as many updates as the machine made), or ``updates`` (every run ends
+    at the same update, however long it takes). The decaying learning-rate schedules run to its end.
+
+    Example:
+        >>> str(Budget(minutes=70)), str(Budget(updates=3000)), Budget(updates=3000).train
+        ('70 training minutes', '3000 updates', {'max_minutes': None, 'max_steps': 3000})
+    """
+
+    minutes: float | None = None
+    updates: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.minutes is None) == (self.updates is None):
+            raise ValueError("a budget is minutes or updates, one of them")
+
+    @property
+    def train(self) -> dict:
+        """The ``train`` settings that end a run at this budget (and set the schedule's length)."""
+        return {"max_minutes": self.minutes, "max_steps": self.updates}
+
+    @classmethod
+    def of_train(cls, train: dict) -> "Budget | None":
+        """The budget a run's ``train`` settings were given (None when neither is set)."""
+        if train.get("max_minutes") is not None:
+            return cls(minutes=float(train["max_minutes"]))
+        return cls(updates=int(train["max_steps"])) if train.get("max_steps") is not None else None
+
+    def option(self) -> str:
+        """The command-line option that gives this budget."""
+        return f"--minutes {self.minutes:g}" if self.updates is None else f"--budget updates {self.updates}"
+
+    def __str__(self) -> str:
+        return f"{self.minutes:g} training minutes" if self.updates is None else f"{self.updates} updates"
+
+
 def budget_train(ctx: Context, *, max_tokens: int, lr: float, warmup: int, min_lr_ratio: float = 0.02,
                  label_smoothing: float = 0.1, validate_every: int = 1, bf16: bool = False) -> dict:
     """Training settings shared by the studies: a warm-up, a cosine decay to the end of the run's
-    minutes, clipping, a checkpoint every 200 updates (so a killed study loses little), no
+    budget (minutes or updates), clipping, a checkpoint every 200 updates (so a killed study loses little), no
     TensorBoard; tiny batches and no bf16 for ``--toy`` runs."""
     return {"max_tokens": 800 if ctx.toy else max_tokens, "lr": lr, "warmup_updates": 5 if ctx.toy else warmup,
             "schedule": "cosine", "min_lr_ratio": min_lr_ratio, "clip_norm": 1.0, "label_smoothing": label_smoothing,
@@ -98,7 +136,8 @@ class Study:
         task: ``mt``, ``lm`` or ``mlm``.
         arms: the baseline first, then the methods.
         seeds: default number of seeds.
-        minutes: default training budget of one run, in minutes of a 2-core CPU.
+        minutes: default training budget of one run, in minutes of a 2-core CPU (``--budget updates N``
+            gives every run N updates instead: :class:`Budget`).
         primary: the metric that the table leads with and the plots show.
         columns: ``(metric key, column title)`` of the table, in order.
         scale: factor applied to every metric in the table (100 for fractions shown as %).
@@ -133,12 +172,12 @@ class Study:
     def base_eval(self, ctx: Context) -> dict:
         return {}
 
-    def experiment(self, ctx: Context, arm: Arm, seed: int, minutes: float) -> dict:
+    def experiment(self, ctx: Context, arm: Arm, seed: int, budget: Budget) -> dict:
         """The full experiment config (what ``synattn train --config`` reads) of one run."""
         train = merge(self.base_train(ctx), arm.train)
-        train.update(seed=seed, max_minutes=minutes)
+        train.update(seed=seed, **budget.train)
         train.setdefault("max_epochs", 1000)
-        if ctx.toy:
+        if ctx.toy and budget.updates is None:
             train["max_steps"] = TOY_STEPS
         return {"task": self.task, "data": str(ctx.data), "model": merge(self.base_model(ctx), arm.model),
                 "train": train, "eval": self.base_eval(ctx)}

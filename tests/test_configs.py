@@ -215,3 +215,21 @@ def test_config_trains_end_to_end(path, datasets, tmp_path, capsys):
 def test_every_config_is_described_in_the_docs():
     described = (CONFIG_DIR.parent / "docs" / "configs.md").read_text(encoding="utf-8")
     assert [c.name for c in CONFIGS if f"| `{c.name}` |" not in described] == []
+
+
+def test_tree_transformer_gpu_config_is_the_studys_gpu_recipe():
+    """configs/tree_transformer_ptb_gpu.yaml and ``reproduce tree-transformer --recipe gpu`` train the same."""
+    from argparse import Namespace
+
+    import yaml
+
+    from synattn.reproduce import STUDIES, Budget, Context
+
+    config = yaml.safe_load((CONFIG_DIR / "tree_transformer_ptb_gpu.yaml").read_text(encoding="utf-8"))
+    study = STUDIES["tree-transformer"]
+    ctx = Context(out=Path("."), args=Namespace(recipe="gpu"), data=Path(config["data"]))
+    exp = study.experiment(ctx, study.arms[0], 1, Budget(updates=config["train"]["max_steps"]))
+    assert exp["task"] == config["task"] and exp["model"] == config["model"]
+    for key in ("max_tokens", "max_sentences", "max_steps", "lr", "betas", "warmup_updates", "schedule",
+                "min_lr_ratio", "label_smoothing", "clip_norm", "bf16"):
+        assert exp["train"][key] == config["train"][key], key

@@ -14,11 +14,14 @@ test) sentences and scored by unlabeled bracket F1 without punctuation, single-w
 whole-sentence spans excluded, sentence-averaged (the paper's convention) and corpus-level, for all
 sentences and for those of at most 10 words (punctuation excluded).
 
-Gold brackets: no constituency treebank ships here, so the gold constituents are the yields of
+Gold brackets: ``--gold FILE …`` scores against PTB-bracketed trees (the Penn Treebank's .mrg
+files as they are: traces and ``-NONE-`` elements dropped, the empty top bracket ``( (S …) )`` read;
+with the language-model text, punctuation dropped by its tag and words as that text writes them,
+as Wang et al. score against WSJ: :func:`~synattn.reproduce.treebank_data.lm_gold`); their words
+are the sentences parsed. ``--corpus ptb`` trains on Mikolov et al.'s PTB language-model text, as
+Wang et al. did, and needs ``--gold``. Without ``--gold`` the gold constituents are the yields of
 the treebank's projective gold dependency trees (``synattn.trees.branching.dependency_spans``:
-each word with all its descendants is a span; non-projective sentences are left out and counted).
-``--gold FILE`` scores against any PTB-bracketed file instead (its leaves are the sentences to
-parse; traces and empty elements are dropped). The decoding rule of the public code (a part whose
+each word with all its descendants is a span; non-projective sentences are left out and counted). The decoding rule of the public code (a part whose
 links all exceed 0.7 is decoded one layer lower) is reported next to the paper's.
 
 Along training: every run keeps its weights every 500 updates (``RUN/snapshots``), and the dev F1
@@ -34,9 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from synattn.data.prepared import PreparedData
-from synattn.errors import InputError
+from synattn.errors import InputError, UsageError
 from synattn.reproduce.study import Arm, Context, Study, budget_train
-from synattn.reproduce.treebank_data import TEXTS, add_treebank_argument, lm_word, prepare_treebank
+from synattn.reproduce.treebank_data import TEXTS, add_treebank_argument, lm_gold, prepare_ptb_text, prepare_treebank
 from synattn.trees.induce import BASELINES
 from synattn.trees.subword import last_piece_index
 
@@ -46,6 +49,10 @@ WORD_VOCAB = 10000
 TEXT = "lm"
 FRAMING = "bos"
 SNAPSHOT_EVERY = 500  # updates between the snapshots scored along training
+RECIPES = ("cpu", "gpu")
+"""``cpu``: the study's model for a 2-core CPU (6 layers × 256, batches of 4,096 tokens, lr 1e-3 with
+a cosine decay); ``gpu``: the public code's recipe (10 layers × 512, ffn 2048, 8 heads, batches of
+64 sentences, Adam lr 1e-4 constant, β 0.9/0.98, clipping 1.5; configs/tree_transformer_ptb_gpu.yaml)."""
 THRESHOLD, MIN_LAYER = 0.8, 3  # the paper's decoding
 
 
@@ -55,6 +62,10 @@ def framing_of(ctx: Context) -> str:
 
 def text_of(ctx: Context) -> str:
     return getattr(ctx.args, "text", TEXT)
+
+
+def recipe_of(ctx: Context) -> str:
+    return getattr(ctx.args, "recipe", RECIPES[0])
 
 
 class TreeTransformerStudy(Study):
@@ -78,8 +89,13 @@ class TreeTransformerStudy(Study):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_treebank_argument(parser)
-        parser.add_argument("--gold", help="score against these PTB-bracketed trees (their words are the "
-                                           "sentences parsed) instead of the dev split's dependency yields")
+        parser.add_argument("--gold", nargs="+", metavar="FILE",
+                            help="score against the PTB-bracketed trees of these files (e.g. WSJ .mrg files as "
+                                 "they are; their words are the sentences parsed) instead of the dev split's "
+                                 "dependency yields")
+        parser.add_argument("--corpus", choices=("ptb",),
+                            help="train on this built-in text instead of --src-trees: ptb, Mikolov et al.'s PTB "
+                                 "language-model text, as Wang et al. (needs --gold)")
         parser.add_argument("--text", choices=TEXTS, default=TEXT,
                             help="the treebank's words as they are, or as language-model text (lowercased, "
                                  "punctuation dropped, numbers as N; Mikolov et al.'s PTB text, on which Wang "
@@ -88,18 +104,31 @@ class TreeTransformerStudy(Study):
                             help="the encoder's input: '<s> w1 … wn' as the public code's '[CLS] w1 … wn' (the "
                                  "first word has a left neighbour, the last none), or 'w1 … wn </s>' as synattn's "
                                  f"other models (default {FRAMING}; docs/reproduce.md, Faithful options)")
+        parser.add_argument("--recipe", choices=RECIPES, default="cpu",
+                            help="cpu: 6 layers × 256, lr 1e-3 decaying over the budget (default); gpu: the public "
+                                 "code's 10 layers × 512, 64 sentences a batch, lr 1e-4 constant "
+                                 "(configs/tree_transformer_ptb_gpu.yaml)")
         parser.add_argument("--subword-model", choices=("word", "unigram"), default=SUBWORD_MODEL,
                             help=f"the model's tokens: whole words (the {WORD_VOCAB} most frequent, others <unk>; "
                                  f"as Wang et al.) or unigram sentencepiece pieces (default {SUBWORD_MODEL})")
 
     def prepare(self, ctx: Context) -> Path:
         gold = getattr(ctx.args, "gold", None)
-        if gold:  # a bad gold file stops the study before its minutes of training, not after
-            from synattn.trees.constituency import leaves, read_brackets
-
-            if not any(leaves(t) for t in read_brackets(gold)):
-                raise InputError("no tree with words: nothing to score the induced trees against", gold)
+        for path in gold or ():  # a bad gold file stops the study before its minutes of training, not after
+            if not gold_trees(ctx, [path]):
+                raise InputError("no tree with words: nothing to score the induced trees against", path)
         words = getattr(ctx.args, "subword_model", SUBWORD_MODEL) == "word"
+        if getattr(ctx.args, "corpus", None) == "ptb":
+            if getattr(ctx.args, "src_trees", None):
+                raise UsageError("--corpus ptb and --src-trees: train on one text, give one of them")
+            if not gold:
+                raise UsageError("--corpus ptb: the PTB text has no trees to score against; give --gold FILE … "
+                                 "(PTB-bracketed, e.g. WSJ .mrg files)")
+            if text_of(ctx) != "lm":
+                raise UsageError("--corpus ptb --text as-is: the PTB text is language-model text (give --text lm)")
+            # every word of Mikolov et al.'s 10,000 (its <unk> is sentencepiece's) beside the special pieces
+            return prepare_ptb_text(ctx, vocab_size=300 if ctx.toy else WORD_VOCAB + 10 if words else 8000,
+                                    subword_model="word" if words else "unigram")
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else WORD_VOCAB if words else 8000,
                                 subword_model="word" if words else "unigram", text=text_of(ctx))
 
@@ -108,13 +137,20 @@ class TreeTransformerStudy(Study):
         if ctx.toy:
             return {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1, "norm": "pre", "src_bos": bos,
                     "encoder": {"layers": 3}}
+        if recipe_of(ctx) == "gpu":
+            return {"d_model": 512, "heads": 8, "ffn_dim": 2048, "dropout": 0.1, "norm": "pre", "src_bos": bos,
+                    "encoder": {"layers": 10}}
         return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre", "src_bos": bos,
                 "encoder": {"layers": 6}}
 
     def base_train(self, ctx: Context) -> dict:
+        snapshots = {"snapshot_interval_updates": 2 if ctx.toy else SNAPSHOT_EVERY}
+        if recipe_of(ctx) == "gpu":  # a constant rate: no warm-up, a "decay" to 1.0 of itself
+            return {**budget_train(ctx, max_tokens=16384, lr=1e-4, warmup=0, min_lr_ratio=1.0, label_smoothing=0.0,
+                                   bf16=True), "max_sentences": 64, "clip_norm": 1.5, "betas": [0.9, 0.98],
+                    **snapshots}
         return {**budget_train(ctx, max_tokens=4096, lr=1e-3, warmup=150, min_lr_ratio=0.05, label_smoothing=0.0,
-                               validate_every=5, bf16=True),
-                "snapshot_interval_updates": 2 if ctx.toy else SNAPSHOT_EVERY}
+                               validate_every=5, bf16=True), **snapshots}
 
     def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
         model, exp = self.load(ctx, run_dir)
@@ -177,7 +213,7 @@ class TreeTransformerStudy(Study):
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         first = runs[min(runs)]
         gold = getattr(ctx.args, "gold", None)
-        scored = (f"dev: the {first.get('dev_sentences')} trees of --gold {gold}" if gold else
+        scored = (f"dev: the {first.get('dev_sentences')} trees of --gold {' '.join(gold) if len(gold) < 4 else f'({len(gold)} files: {gold[0]} … {gold[-1]})'}" if gold else
                   f"dev: {first.get('dev_sentences')} sentences scored, {first.get('dev_left_out', 0)} non-projective "
                   "left out")
         note = (f"\n\nMean ± std over {len(runs)} seed(s) (the random baseline's seed follows the run's). "
@@ -264,16 +300,11 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     from synattn.cli.common import Sentences
     from synattn.evaluate.runner import gold_word_heads
     from synattn.trees.branching import tree_from_dependency
-    from synattn.trees.constituency import drop_leaves, leaves, read_brackets
-    from synattn.trees.induce import punctuation_mask
+    from synattn.trees.constituency import leaves
 
-    gold_file = getattr(ctx.args, "gold", None)
-    if gold_file:
-        trees = [t for t in read_brackets(gold_file) if leaves(t)]
-        if text_of(ctx) == "lm":  # parse the words the model read: no punctuation, lowercased, N
-            trees = [drop_leaves(t, [not p for p in punctuation_mask(t)]) for t in trees
-                     if not all(punctuation_mask(t))]
-            return words_as_sentences(data, [[lm_word(w) for w in leaves(t)] for t in trees]), trees, 0
+    gold_files = getattr(ctx.args, "gold", None)
+    if gold_files:
+        trees = gold_trees(ctx, gold_files)
         return words_as_sentences(data, [leaves(t) for t in trees]), trees, 0
     all_sentences = Sentences.from_split(data, split)
     labels = PreparedData(data).labels
@@ -293,8 +324,23 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     return sentences, trees, len(all_sentences.examples) - len(keep)
 
 
+def gold_trees(ctx: Context, paths: list[str]) -> list:
+    """The trees with words of the PTB-bracketed ``paths`` (in order; traces and ``-NONE-`` elements
+    dropped, :func:`~synattn.trees.constituency.read_brackets`), over the words the model reads:
+    with the language-model text (``--text lm``) as :func:`~synattn.reproduce.treebank_data.lm_gold`
+    makes them."""
+    from synattn.trees.constituency import leaves, read_brackets
+
+    trees = [t for path in paths for t in read_brackets(path) if leaves(t)]
+    if text_of(ctx) == "lm":
+        trees = [g for g in map(lm_gold, trees) if g is not None]
+    return trees
+
+
 def words_as_sentences(data: Path, words: list[list[str]]):
-    """Encodes given word lists with the dataset's sentencepiece model (no trees needed)."""
+    """Encodes given word lists with the dataset's sentencepiece model (no trees needed); with whole
+    words as tokens, a word outside the vocabulary is sentencepiece's ``<unk>``, the piece that the
+    PTB text's own ``<unk>`` is encoded as."""
     from synattn.cli.common import Sentences
     from synattn.data.prepare import encode_sentence
 

@@ -24,7 +24,7 @@ def test_demo_prints_a_comparison_with_its_noise_and_writes_its_plots(tmp_path, 
         assert (out / name).stat().st_size > 1000, name
 
 
-def test_a_failed_side_by_side_run_is_one_error_naming_the_run_and_its_log(tmp_path):
+def test_a_failed_side_by_side_run_is_one_error_naming_the_run_and_its_log(tmp_path, capsys):
     from synattn.cli.side_by_side import Job, train_side_by_side
     from synattn.errors import RunFailure
 
@@ -35,6 +35,7 @@ def test_a_failed_side_by_side_run_is_one_error_naming_the_run_and_its_log(tmp_p
     assert "training broken failed (exit status 2)" in message and "no-such-dataset" in message
     assert str(tmp_path / "logs" / "broken.log") in message
     assert (tmp_path / "configs" / "broken.yaml").is_file()
+    assert "\r" not in capsys.readouterr().err  # off a terminal: no bar redraws piling up in the log
 
 
 def test_the_noise_line_gives_the_interval_of_the_difference_and_no_evidence_for_degenerate_scores():

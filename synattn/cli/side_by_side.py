@@ -73,7 +73,7 @@ def train_side_by_side(jobs: list[Job], configs: Path, logs: Path, threads: int,
     Raises:
         RunFailure: a run's process failed (its exit status, the last line of its log and the log's path).
     """
-    from tqdm.auto import tqdm
+    from synattn.progress import bar as progress_bar
 
     configs.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
@@ -89,8 +89,8 @@ def train_side_by_side(jobs: list[Job], configs: Path, logs: Path, threads: int,
                                         stdin=subprocess.DEVNULL, env=_environment(threads))
             processes.append((job, proc, log_path))
         total = 60.0 * minutes
-        with tqdm(total=round(total), unit="s", desc="training", leave=True,
-                  bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s{postfix}") as bar:
+        with progress_bar(round(total), unit="s", desc="training", leave=True,
+                          bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s{postfix}") as bar:
             while any(proc.poll() is None for _, proc, _ in processes):
                 time.sleep(poll_s)
                 states = [_progress(job) for job, _, _ in processes]

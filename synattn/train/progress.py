@@ -10,18 +10,18 @@ import time
 
 from tqdm.auto import tqdm
 
+from synattn.progress import on_terminal
 from synattn.train.distributed import DistributedContext
 from synattn.train.run_log import RunLog, console_line, summarize
 
 
 def progress_bar(num_batches: int, per_update: int, batches_done: int, epoch: int, show: bool):
     """The bar of the updates of one epoch of ``num_batches`` batches, ``per_update`` batches an
-    update, ``batches_done`` of them already done (a resume); refreshed often on a terminal,
-    every 30 s in a log file."""
-    tty = sys.stderr.isatty()
+    update, ``batches_done`` of them already done (a resume); on a terminal only: in a log file
+    the training records written every ``log_interval`` updates are the progress lines."""
     return tqdm(total=math.ceil(num_batches / per_update), initial=batches_done // per_update,
                 desc=f"epoch {epoch}", unit="upd", dynamic_ncols=True, file=sys.stderr,
-                disable=not show, mininterval=0.1 if tty else 30.0, leave=tty)
+                disable=not (show and on_terminal()), mininterval=0.1)
 
 
 class TrainInterval:

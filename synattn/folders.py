@@ -7,8 +7,10 @@ is new, empty (a lock file aside) or a folder of that command: it holds the comm
 (:func:`mark`, written before anything else), or, for a folder made before markers existed, the
 command's own files (each :class:`FolderKind` recognises them). Any other folder is refused with a
 :class:`~synattn.errors.UsageError` naming the option, the folder and a few of its files, unless the
-command has ``--force`` (``prepare``). The file-system root, the home folder and the folders above
-it are refused always, ``--force`` or not (:func:`refuse_system_folder`).
+command has ``--force`` (``prepare``); ``--force`` never writes into a folder of another command
+(a run directory, a study's results: every :class:`FolderKind` made is known). The file-system
+root, the home folder and the folders above it are refused always, ``--force`` or not
+(:func:`refuse_system_folder`).
 
 Example:
     >>> kind = FolderKind(".synattn-example", "a folder of the example")
@@ -35,6 +37,9 @@ from synattn.locks import LOCK_NAME
 logger = logging.getLogger(__name__)
 
 
+_KINDS: dict[str, FolderKind] = {}  # every kind of folder made, by marker
+
+
 @dataclass(frozen=True)
 class FolderKind:
     """What a command's folder is.
@@ -51,6 +56,9 @@ class FolderKind:
     what: str
     made_before_markers: Callable[[Path], bool] | None = None
     force_advice: str | None = None
+
+    def __post_init__(self):
+        _KINDS[self.marker] = self
 
     def made(self, folder: str | Path) -> bool:
         """Whether ``folder`` is a folder of this kind (finished, or interrupted)."""
@@ -92,6 +100,13 @@ def check_own_folder(path: str | Path, option: str, kind: FolderKind, force: boo
     content = sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)
     if not content:
         return path
+    around = [path, *path.resolve().parents] if force else [path]  # --force: not inside one either
+    for folder in around:
+        other = next((k for k in _KINDS.values() if k is not kind and k.made(folder)), None)
+        if other is not None:
+            where = "the folder is" if folder is path else f"the folder lies in {folder}, which is"
+            raise UsageError(f"{option} {path}: {where} {other.what}, not {kind.what}; choose a new or empty "
+                             "folder" + (" (--force does not write into another command's folder)" if force else ""))
     if not force:
         shown = ", ".join(content[:3]) + (", ..." if len(content) > 3 else "")
         way_out = "choose a new or empty folder" + (f", or add --force {kind.force_advice}" if kind.force_advice

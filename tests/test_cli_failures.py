@@ -392,8 +392,8 @@ CASES = [
       _copy("mt"), id="loss-induce-output-inside-the-run"),
     P(["stats", "B/a.conllu", "--plot", "B/a.conllu"], 2, "--plot B/a.conllu: is also conllu B/a.conllu",
       _file("a.conllu", CONLLU), id="loss-stats-plot-is-its-input"),
-    P(["viz", "--run", "T/mt", "-i", "T/in.txt", "-o", "B/mt"], 2, "-o B/mt: the folder exists and is not a folder "
-      "of 'synattn viz'", _copy("mt"), id="loss-viz-into-a-run"),
+    P(["viz", "--run", "T/mt", "-i", "T/in.txt", "-o", "B/mt"], 2, "-o B/mt: the folder is a run directory of 'synattn "
+      "train', not a folder of 'synattn viz'", _copy("mt"), id="loss-viz-into-a-run"),
     P(["prepare", "--train", "B/data/train/x", "--no-parse-source", "--vocab-size", "40", "-o", "B/data", "--force"],
       2, "-o B/data: holds --train B/data/train/x.en, which this command reads",
       _both(_copy("data"), _file("data/train/x.en", "dogs bark\n" * 20), _file("data/train/x.fr", "chiens\n" * 20)),
@@ -401,8 +401,10 @@ CASES = [
     P(["train", "--config", "B/config.yaml", "--run-dir", "."], 2,
       "--run-dir .: the folder exists and is not a run directory of 'synattn train' (it holds config.yaml, vocab)",
       _users_folder, id="loss-train-run-dir-a-users-folder"),
-    P(["train", "--config", "T/mt.yaml", "--run-dir", "B/data"], 2, "--run-dir B/data: the folder exists and is not a "
-      "run directory", _copy("data"), id="loss-train-run-dir-a-dataset"),
+    P(["train", "--config", "T/mt.yaml", "--run-dir", "B/data"], 2, "--run-dir B/data: the folder is a prepared dataset, "
+      "not a run directory", _copy("data"), id="loss-train-run-dir-a-dataset"),
+    P(["prepare", "--train", "T/train", "--no-parse-source", "--vocab-size", "40", "-o", "B/mt/vocab", "--force"], 2,
+      "--force does not write into another command's folder", _copy("mt"), id="loss-prepare-force-into-a-runs-vocabulary"),
     P(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", "B/proj2"], 2,
       "-o B/proj2: the folder exists and is not a results folder of 'synattn reproduce' (it holds README.md, "
       "commands.sh, configs, ...)", _both(_file("proj2/README.md", "# mine"), _file("proj2/commands.sh", "ls\n"),

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import yaml
-from cli_sandbox import FUZZ_CASES, FUZZ_SCALE, count_case, run_cli, sandbox
+from cli_sandbox import FUZZ_CASES, FUZZ_SCALE, count_case, digest, run_cli, sandbox
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -190,6 +190,61 @@ def test_fuzz_damaged_datasets(tiny_runs, name, how, position, seed):
         run_cli(["prepare", "--train", str(tiny_runs / "train"), "--no-parse-source", "--vocab-size", "40",
                  "-o", str(data)])
     count_case("damaged datasets")
+
+
+# outputs aimed at what the command reads, at folders it did not make, at the home folder: every
+# command refuses (exit 1 or 2, one line) and nothing changes: inputs, the user's folder, the home folder
+CLASHES = ["mine", "home", "T/data", "T/mt", "T/mt/vocab", "T/mt/checkpoints", "."]
+
+
+@st.composite
+def clashing_argv(draw):
+    run = ["--run", "T/mt"]
+    if draw(st.booleans()):  # a command that writes a file, aimed at one it reads (a run's, a dataset's)
+        of_run = ["T/data/test/tgt.txt", "T/mt/config.yaml", "T/mt/vocab/spm.src.model"]
+        reader = draw(st.sampled_from(["translate", "induce", "evaluate-json", "evaluate-hyp", "parse", "stats"]))
+        target = draw(st.sampled_from({"parse": ["in.txt", "link.txt"], "stats": ["a.conllu"]}.get(
+            reader, of_run + (["in.txt", "link.txt"] if reader in ("translate", "induce") else []))))
+        return {"translate": ["translate", *run, "-i", "in.txt", "--beam", "1", "-o", target],
+                "induce": ["induce", *run, "-i", "in.txt", "-o", target],
+                "evaluate-json": ["evaluate", *run, "--split", "test", "--no-translate", "--json", target],
+                "evaluate-hyp": ["evaluate", *run, "--split", "test", "--beam", "1", "--hypotheses", target],
+                "parse": ["parse", "in.txt", "-o", target],
+                "stats": ["stats", "a.conllu", "--plot", target]}[reader]
+    target = draw(st.sampled_from(CLASHES))  # a command that fills a folder, aimed at one it did not make
+    writer = draw(st.sampled_from(["viz", "train", "prepare", "prepare-force", "corpus", "reproduce"]))
+    if writer == "prepare-force" and target == "T/data":
+        target = "T/mt"  # --force replacing a prepared dataset is what it is for
+    return {"viz": ["viz", *run, "-i", "in.txt", "-o", target],
+            "train": ["train", "--config", "T/mt.yaml", "--run-dir", target],
+            "prepare": ["prepare", "--train", "train", "--no-parse-source", "--vocab-size", "40", "-o", target],
+            "prepare-force": ["prepare", "--train", "mine/train", "--no-parse-source", "--vocab-size", "40", "-o", target,
+                              "--force"],
+            "corpus": ["corpus", "ptb", "-o", target + "/"],
+            "reproduce": ["reproduce", "structured-attention", "--toy", "-o", target]}[writer]
+
+
+@settings(max_examples=SCALE or 25, **FUZZ)
+@given(argv=clashing_argv())
+def test_fuzz_outputs_onto_inputs_and_foreign_folders(tiny_runs, monkeypatch, argv):
+    from test_cli_failures import CONLLU
+
+    with sandbox(tiny_runs) as box:
+        (box / "in.txt").write_text("dogs bark at night\n")
+        (box / "link.txt").symlink_to(box / "in.txt")
+        (box / "a.conllu").write_text(CONLLU)
+        for name, text in (("mine/notes.txt", "mine"), ("home/notes.txt", "mine"), ("train.en", "dogs bark\n" * 9),
+                           ("train.fr", "chiens\n" * 9), ("mine/train.en", "dogs\n" * 9), ("mine/train.fr", "chiens\n" * 9)):
+            (box / name).parent.mkdir(parents=True, exist_ok=True)
+            (box / name).write_text(text)
+        monkeypatch.setenv("HOME", str(box / "home"))
+        before = digest(box)
+        argv = [a.replace("T/", f"{tiny_runs}/") for a in argv]
+        code, err = run_cli(argv)
+        assert code in (1, 2), (argv, err)
+        assert digest(box) == before, argv  # (the sandbox checks that the tiny runs are unchanged)
+    monkeypatch.undo()
+    count_case("outputs onto inputs and foreign folders")
 
 
 def test_fuzz_case_counts():

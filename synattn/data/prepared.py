@@ -118,7 +118,8 @@ def is_prepared_folder(folder: Path) -> bool:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(manifest, dict) and {"synattn", "splits", "spm"} <= set(manifest)
+    # a run's copy of its dataset's vocabulary (RUN/vocab) has the manifest too, with the dataset's fingerprint
+    return isinstance(manifest, dict) and {"synattn", "splits", "spm"} <= set(manifest) and "dataset" not in manifest
 
 
 DATASET = FolderKind(MARKER, "a prepared dataset", made_before_markers=is_prepared_folder,

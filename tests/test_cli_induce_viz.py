@@ -196,6 +196,31 @@ def test_viz_writes_heatmaps_and_the_induced_tree(run, tmp_path, capsys):
     assert "sentence index 9 is outside 0..5" in capsys.readouterr().err
 
 
+def test_raw_text_is_split_into_words_as_the_dataset_was(run, tmp_path, monkeypatch, capsys):
+    """``viz -i`` on raw text ("... yesterday.") draws the same words, pieces and tree as the
+    same sentence pre-tokenised ("... yesterday ."): the text is split by the dataset's parser, as
+    ``prepare`` split the training text, not at whitespace only."""
+    from synattn.cli import viz_cmd
+    from synattn.cli.common import Sentences
+    from synattn.data.prepared import PreparedData
+
+    run_dir, data = run
+    assert PreparedData(data).word_tokenizer("src") == PARSER
+    drawn = []
+    monkeypatch.setattr(viz_cmd, "plot_attention", lambda probs, labels, path, heads=None, **kw: drawn.append(
+        (list(labels), None if heads is None else heads.tolist())) or path)
+    raw, tokens = tmp_path / "raw.txt", tmp_path / "tokens.txt"
+    raw.write_text("She wrote to her grandmother yesterday.\n")
+    tokens.write_text("She wrote to her grandmother yesterday .\n")
+    for path, extra in ((raw, []), (tokens, ["--pretokenized"])):
+        assert main(["viz", "--run", str(run_dir), "-i", str(path), "--parse", "--layers", "0",
+                     "-o", str(tmp_path / path.stem), *extra]) == 0, capsys.readouterr().err
+    assert drawn[0] == drawn[1] and drawn[0][1] is not None
+    words = Sentences.from_text(data, str(raw), needs_trees=False).words
+    assert words == [["She", "wrote", "to", "her", "grandmother", "yesterday", "."]]
+    assert Sentences.from_text(data, str(raw), needs_trees=False, pretokenized=True).words[0][-1] == "yesterday."
+
+
 def test_attention_maps_of_decoders_align_positions_with_the_tree():
     torch.manual_seed(0)
     tiny = dict(d_model=16, heads=2, ffn_dim=32)

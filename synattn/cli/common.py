@@ -24,6 +24,13 @@ from synattn.runs import VOCAB, check_dataset, dataset_of, run_fingerprint, run_
 from synattn.train.checkpoint import resolve_checkpoint
 
 
+def add_pretokenized_argument(p: argparse.ArgumentParser) -> None:
+    """``--pretokenized`` of the commands reading text with a run (``translate``, ``induce``, ``viz``)."""
+    p.add_argument("--pretokenized", action="store_true",
+                   help="input tokens are separated by whitespace and kept (default: raw text is split into "
+                        "words as the dataset's source was: by its spaCy pipeline when prepare parsed raw text)")
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """``--run``, ``--checkpoint``, ``--data`` (shared with ``synattn viz``)."""
     p.add_argument("--run", required=True, help="run directory of 'synattn train'")
@@ -118,14 +125,19 @@ class Sentences:
 
     @classmethod
     def from_text(cls, data: Path, path: str, needs_trees: bool, on_error: str = "raise",
-                  line: int | None = None, pretokenized: bool = True) -> Sentences:
+                  line: int | None = None, pretokenized: bool | None = None) -> Sentences:
         """Sentences of a text file (all lines, or the 0-based ``line`` alone), parsed when
         ``needs_trees`` with the spaCy pipeline the dataset was prepared with. With
         ``pretokenized`` the words are the whitespace-separated tokens (kept by the parser);
-        without, raw text is tokenised by the parser, as ``prepare`` does."""
+        without, raw text is tokenised by the parser, as ``prepare`` does; None (default): as the
+        dataset's source words were made (:meth:`PreparedData.word_tokenizer`), so that
+        ``servants.`` is the two words ``servants .`` wherever the training text had them so."""
         prepared = PreparedData(data)
         manifest, labels = prepared.manifest, prepared.labels
         sp = prepared.tokenizer("src")
+        word_tokenizer = prepared.word_tokenizer("src")
+        if pretokenized is None:
+            pretokenized = word_tokenizer is None
         report = SkipReport()
         # one chosen line: the others may be anything (an empty line elsewhere is not its problem)
         lines = read_lines(path, on_error="skip" if line is not None else on_error, report=report)
@@ -146,6 +158,10 @@ class Sentences:
             trees = list(parse([text for _, text in lines], manifest["config"]["src_model"],
                                pretokenized=pretokenized))
             words = [tree.words for tree in trees]
+        elif not pretokenized:
+            from synattn.data.parsing import tokenize
+
+            words = tokenize([text for _, text in lines], word_tokenizer or manifest["config"]["src_model"])
         examples = [encode_sentence("src", w, sp, labels, tree) for w, tree in zip(words, trees)]
         with open(path, "rb") as f:
             total = sum(1 for _ in f)

@@ -14,8 +14,9 @@
    with sacreBLEU's paired bootstrap test (the 95% interval of the difference, p-value): a difference
    inside the noise is printed as such, and two scores under one point as no evidence; perplexity;
    what syntax did to the attention: the word-level attachment of the supervised head against the
-   spaCy parse of held-out verses, next to the best head of the baseline; plots (label histograms, learning curves, the attachment of every encoder head of both
-   models, the supervised head over a test verse).
+   spaCy parse of held-out verses, next to the best head of the baseline; plots (label histograms,
+   learning curves, the attachment of every encoder head of both models, the supervised head over
+   a test verse).
 
 Minutes of CPU training show the pipeline and the methods' mechanics, not the quality they reach:
 ``synattn reproduce mt-syntax`` (several seeds, longer budgets, every method) gives the comparison,

@@ -7,8 +7,10 @@ The model is a run of a config with ``encoder.constituent: true`` (a masked LM, 
 translation model). Every layer's link probabilities are decoded top-down into a tree per
 sentence (threshold and minimum layer as in docs/methods.md §3), written bracketed, one per line. Trees are
 over words: the link between two words is the model's link between the last piece of the first
-and the first piece of the second. Input text (``-i``) is one sentence per line, its words
-separated by whitespace (PTB style), used as given: a model trained on language-model text
+and the first piece of the second. Input text (``-i``) is one sentence per line, split into words
+as the run's dataset was: at whitespace (PTB style) for a dataset of given trees or pre-tokenised
+text, by its spaCy pipeline for one that ``prepare`` parsed from raw text (``--pretokenized``
+keeps whitespace-separated tokens whatever the dataset). A model trained on language-model text
 (lowercased, no punctuation, numbers as N, as the tree-transformer study's) should read text made
 the same way; a ``--split`` of the run's prepared dataset uses the words the dataset was prepared
 with (rare words included, not ``<unk>``). Brackets inside words are written ``-LRB-``/``-RRB-``,
@@ -33,7 +35,8 @@ import numpy as np
 import torch
 
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import Sentences, add_run_arguments, load, run_inputs, write_aligned
+from synattn.cli.common import (Sentences, add_pretokenized_argument, add_run_arguments, load, run_inputs,
+                                write_aligned)
 from synattn.cli.options import float_in, nonnegative_int, positive_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.data.batching import SyntaxRequest, collate_examples
@@ -51,8 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("-i", "--input", help="text file, one sentence per line, words separated by spaces")
+    source.add_argument("-i", "--input", help="text file, one sentence per line")
     source.add_argument("--split", type=split_name, help="a split of the run's prepared dataset")
+    add_pretokenized_argument(p)
     p.add_argument("-o", "--output", help="trees, one per line (default: standard output)")
     p.add_argument("--gold", help="gold bracketed trees, one per sentence: print bracket F1")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random-tree baseline")
@@ -169,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
     if args.split:
         sentences = Sentences.from_split(data, args.split)
     else:
-        sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error)
+        sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error,
+                                        pretokenized=args.pretokenized or None)
         if not sentences.total:  # as translate: an empty output would look like the trees of nothing
             raise InputError("no sentences to induce trees for (the input is empty)", args.input)
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")

@@ -5,6 +5,8 @@
 
 When the model's encoder reads source trees (tree-relative labels, specialized heads), the input is
 parsed with the spaCy pipeline the dataset was prepared with; supervised heads need no parser.
+Raw text is split into words as the dataset's source was (by that pipeline's tokenizer when
+``prepare`` parsed raw text), or at whitespace with ``--pretokenized``.
 The output is text, spaced as the dataset's training text is (``s'en``, ``Hira.``; docs/data.md,
 Detokenization), for sacreBLEU against untokenized references; ``--tokens`` writes the tokens.
 """
@@ -15,7 +17,8 @@ import argparse
 import sys
 
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, require_model
-from synattn.cli.common import Sentences, add_run_arguments, load, run_inputs, write_aligned
+from synattn.cli.common import (Sentences, add_pretokenized_argument, add_run_arguments, load, run_inputs,
+                                write_aligned)
 from synattn.cli.options import finite_float, positive_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.errors import InputError
@@ -34,9 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the run's eval.beam; 1 = greedy)")
     p.add_argument("--length-penalty", type=finite_float, default=None, help="length normalisation exponent")
     p.add_argument("--batch-size", type=positive_int, default=None, help="sentences per batch")
-    p.add_argument("--pretokenized", action="store_true",
-                   help="input tokens are separated by whitespace (else the parser tokenises raw text "
-                        "when the encoder reads trees)")
+    add_pretokenized_argument(p)
     p.add_argument("--tokens", action="store_true",
                    help="write the target's tokens separated by spaces, as the model makes them (default: "
                         "text, spaced as the dataset's training text: docs/data.md, Detokenization)")
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = Sentences.from_split(data, args.split)
     else:
         sentences = Sentences.from_text(data, args.input, translator.needs_trees, args.on_error,
-                                        pretokenized=args.pretokenized)
+                                        pretokenized=args.pretokenized or None)
         if not sentences.total:  # as synattn parse: an empty output would look like a translation of nothing
             raise InputError("no sentences to translate (the input is empty)", args.input or "<stdin>")
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")

@@ -9,8 +9,10 @@ over ``<s>`` and the pieces (language model; a translation model's decoder, teac
 reference, for a ``--split`` sentence with a target side). Where the sentence has a tree (a split
 prepared with trees, or ``--parse``), its subword dependency arcs are drawn above the heatmaps
 and each row's head is boxed. For a model with constituent attention, the Tree Transformer's
-induced tree is drawn too (``tree.png``). Input text (``-i``) has its words separated by spaces;
-``--index`` picks the sentence (0-based line of the file, or index in the split).
+induced tree is drawn too (``tree.png``). Input text (``-i``) is split into words as the run's
+dataset was (by its spaCy pipeline when ``prepare`` parsed raw text: ``servants.`` is ``servants
+.``), or at whitespace with ``--pretokenized``; ``--index`` picks the sentence (0-based line of the
+file, or index in the split).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sentencepiece as spm
 import torch
 
 from synattn.cli.checks import check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import Sentences, add_run_arguments, load, run_inputs
+from synattn.cli.common import Sentences, add_pretokenized_argument, add_run_arguments, load, run_inputs
 from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
 from synattn.cli.options import nonnegative_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_folder
@@ -51,8 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("-i", "--input", help="text file, one sentence per line, words separated by spaces")
+    source.add_argument("-i", "--input", help="text file, one sentence per line")
     source.add_argument("--split", type=split_name, help="a split of the run's prepared dataset")
+    add_pretokenized_argument(p)
     p.add_argument("--index", type=nonnegative_int, default=0, help="which sentence (0-based; default 0)")
     p.add_argument("-o", "--output", required=True, help="folder for the PNG files")
     p.add_argument("--layers", type=nonnegative_int, nargs="+", help="only these layers (0-based; default all)")
@@ -120,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if args.split:
         sentences = Sentences.from_split(data, args.split, [args.index])
     else:
-        sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index)
+        sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index,
+                                        pretokenized=args.pretokenized or None)
     check_lengths(sentences, args.max_len, None, args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
     manifest = PreparedData(data).manifest

@@ -87,6 +87,13 @@ def doc_to_tree(doc, sent_id: str | None = None) -> DependencyTree:
                           sent_id=sent_id, text=doc.text, metadata={})
 
 
+def tokenize(lines: Sequence[str], model: str = DEFAULT_MODEL) -> list[list[str]]:
+    """The words of each line as the pipeline's tokenizer splits them, as :func:`parse` of raw
+    text does (whitespace normalised the same way), without parsing."""
+    nlp = load_pipeline(model)
+    return [[t.text for t in nlp.make_doc(" ".join(line.split()))] for line in lines]
+
+
 def parse(lines: Sequence[str] | Iterable[str], model: str = DEFAULT_MODEL, *,
           pretokenized: bool = False, allow_split: bool = False, batch_size: int = 256,
           n_process: int = 1, show_progress: bool = True, nlp=None,

@@ -253,18 +253,55 @@ def test_dispatch(monkeypatch):
     """CPU tensors take the compiled kernels under ``numba`` and ``auto``, never under ``torch``."""
     kernels = pytest.importorskip("synattn.structs._matrix_tree_kernels")
     calls = []
-    for name in ("gth_forward", "gth_tangent"):
+    for name in ("gth_forward", "gth_tangent", "closed_form_tangent"):
         kernel = getattr(kernels, name)
         monkeypatch.setattr(kernels, name,
                             lambda *args, _k=kernel, _n=name: calls.append(_n) or _k(*args))
     scores, lengths = random_batch(15, [3, 2], 1.0)
-    for name, expected in (("torch", []), ("numba", ["gth_forward", "gth_tangent"]),
-                           ("auto", ["gth_forward", "gth_tangent"])):
+    for name, expected in (("torch", []), ("numba", ["gth_forward", "closed_form_tangent"]),
+                           ("auto", ["gth_forward", "closed_form_tangent"])):
         calls.clear()
         with use_backend(name):
             x = scores.clone().requires_grad_()
             NonProjectiveDependencyCRF(x, lengths).marginals.sum().backward()
         assert calls == expected, name
+
+
+@pytest.mark.parametrize("multiroot", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 10.0, 100.0])
+def test_closed_form_backward_equals_the_forward_mode_kernel(compiled, multiroot, scale):
+    """The backward of the compiled marginals (two matrix products with the inverses the forward
+    kept) against the forward-mode GTH kernel, at scales where the inverse's entries cancel."""
+    from synattn.structs.matrix_tree import _marginals
+    from synattn.structs.matrix_tree_gth import _compiled_closed_form_tangent, _compiled_marginals_tangent
+
+    scores, lengths = check_arc_scores(*random_batch(21, [30, 12, 1, 25, 30, 7], scale))
+    g = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    _, _, log_space, swap, inverse = _marginals(scores, lengths, multiroot, True, True, with_inverse=True)
+    fast = ~log_space & (swap == 1)
+    assert bool(fast.any())
+    closed = _compiled_closed_form_tangent(scores, lengths, multiroot, g, inverse)
+    forward_mode = _compiled_marginals_tangent(scores, lengths, multiroot, g)
+    torch.testing.assert_close(closed[fast], forward_mode[fast], rtol=0, atol=1e-8 * g.abs().max().item())
+
+
+def test_closed_form_backward_checks_each_sentence(compiled):
+    """A sentence whose inverse is off (here: perturbed by 1e-6) fails the column-sum check and is
+    recomputed by the forward-mode kernel; the others keep the closed form."""
+    from synattn.structs.matrix_tree import _marginals
+    from synattn.structs.matrix_tree_gth import _compiled_closed_form_tangent, _compiled_marginals_tangent
+
+    scores, lengths = check_arc_scores(*random_batch(22, [9, 6, 9], 1.0))
+    g = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    inverse = _marginals(scores, lengths, True, True, True, with_inverse=True)[4]
+    bad = inverse.clone()
+    bad[1, :6, :6] += 1e-6 * torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    reference = _compiled_marginals_tangent(scores, lengths, True, g)
+    closed = _compiled_closed_form_tangent(scores, lengths, True, g, bad)
+    assert torch.equal(closed[1], reference[1])  # recomputed: the kernel's own numbers
+    torch.testing.assert_close(closed, reference, rtol=0, atol=1e-12)
+    garbage = _compiled_closed_form_tangent(scores, lengths, True, g, torch.zeros_like(inverse))
+    assert torch.equal(garbage, reference)  # every sentence fails and is recomputed
 
 
 def test_compiled_exp_within_an_ulp_or_zero_below_the_floor():

@@ -6,7 +6,8 @@ shifts, same order of elimination), so the two paths agree to float64 rounding:
 
 - :func:`gth_forward`: ``log Z`` by Grassmann-Taksar-Heyman elimination of Koo et al.'s
   (2007) matrix, whose pivots are sums of non-negative terms, and optionally the arc marginals
-  ``d log Z / d s`` by the adjoint of the elimination, written out;
+  ``d log Z / d s`` by the adjoint of the elimination, written out, and the inverse of Koo's
+  matrix, which that adjoint determines entry by entry (:func:`_inverse`);
 - :func:`gth_tangent`: the forward-mode derivative of both in a direction ``v`` of the scores,
   i.e. the Hessian-vector product ``H v`` of ``log Z``, which (``H`` being symmetric) is the
   backward of the marginals.
@@ -192,8 +193,39 @@ def _balance(lengths, parts):
 
 
 @numba.njit(cache=True, fastmath=False)
-def _forward(scores, b, n, multiroot, need_marginals, marginals):
-    """``log Z`` of sentence ``b``; if ``need_marginals``, its marginals in ``marginals[b]``."""
+def _inverse(G, n, multiroot, X):
+    """``X [n, n]`` (0-based words) = the inverse of Koo's matrix of the column-scaled weights
+    (:func:`synattn.structs.matrix_tree_gth._koo_matrix`), read off ``G = d log Z / d W``.
+
+    ``d log det L / d w = <L^-T, d L / d w>``: multi-root, ``G[ROOT -> d] = X[d, d]`` and
+    ``G[h -> d] = X[d, d] - X[d, h]``; single root (word 1's row replaced by the root weights),
+    ``G[ROOT -> d] = X[d, 1]``, ``G[1 -> d] = X[d, d]``, ``G[h -> 1] = -X[1, h]`` and
+    ``G[h -> d] = X[d, d] - X[d, h]`` otherwise. The first pass sets the entries given directly,
+    the second the differences.
+    """
+    for second in range(2):
+        for i in range(n + 1):
+            h = _head(i, n, multiroot)
+            for c in range(n):
+                d = _word(c, n, multiroot)
+                if h == d:
+                    continue
+                direct = h == 0 or (not multiroot and (h == 1 or d == 1))
+                if direct and not second:
+                    if h == 0:
+                        X[d - 1, d - 1 if multiroot else 0] = G[i, c]
+                    elif h == 1:
+                        X[d - 1, d - 1] = G[i, c]
+                    else:
+                        X[0, h - 1] = -G[i, c]
+                elif not direct and second:
+                    X[d - 1, h - 1] = X[d - 1, d - 1] - G[i, c]
+
+
+@numba.njit(cache=True, fastmath=False)
+def _forward(scores, b, n, multiroot, need_marginals, marginals, inverse):
+    """``log Z`` of sentence ``b``; if ``need_marginals``, its marginals in ``marginals[b]``, and
+    if ``inverse`` is not empty, the inverse of Koo's matrix in ``inverse[b, :n, :n]``."""
     W = np.empty((n + 1, n))
     shift = np.empty(n)
     pivots = np.empty(n)
@@ -208,6 +240,8 @@ def _forward(scores, b, n, multiroot, need_marginals, marginals):
         G = np.empty((n + 1, n))
         GT = np.empty((n, n + 1))
         _adjoint(M, pivots, G, GT, np.empty((2, n + 1)), n, multiroot)
+        if inverse.shape[0] > 0:
+            _inverse(G, n, multiroot, inverse[b])
         for i in range(n + 1):
             h = _head(i, n, multiroot)
             for c in range(n):
@@ -218,8 +252,9 @@ def _forward(scores, b, n, multiroot, need_marginals, marginals):
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False)
-def gth_forward(scores, lengths, multiroot, need_marginals, marginals, parts):
-    """``log Z [B]`` (float64) and, if ``need_marginals``, the arc marginals.
+def gth_forward(scores, lengths, multiroot, need_marginals, marginals, parts, inverse):
+    """``log Z [B]`` (float64) and, if ``need_marginals``, the arc marginals (and the inverses of
+    Koo's matrices).
 
     Args:
         scores: ``[B, L, L]`` float32/float64 arc scores ``s[b, h, d]`` (ROOT = 0).
@@ -229,13 +264,15 @@ def gth_forward(scores, lengths, multiroot, need_marginals, marginals, parts):
         marginals: ``[B, L, L]`` output, zero-initialised, the scores' dtype (unusable arcs are
             left untouched).
         parts: the number of threads (:func:`threads`).
+        inverse: ``[B, L-1, L-1]`` float64 output, zero-initialised (sentence ``b`` in its first
+            ``lengths[b]`` rows and columns), or ``[0, 0, 0]`` for none; needs ``need_marginals``.
     """
     log_z = np.empty(scores.shape[0])
     order, starts = _balance(lengths, parts)
     for t in numba.prange(starts.shape[0] - 1):  # one group of sentences per thread
         for q in range(starts[t], starts[t + 1]):
             b = order[q]
-            log_z[b] = _forward(scores, b, lengths[b], multiroot, need_marginals, marginals)
+            log_z[b] = _forward(scores, b, lengths[b], multiroot, need_marginals, marginals, inverse)
     return log_z
 
 
@@ -355,3 +392,111 @@ def gth_tangent(scores, direction, lengths, multiroot, out, parts):
         for q in range(starts[t], starts[t + 1]):
             b = order[q]
             _tangent(scores, direction, b, lengths[b], multiroot, out)
+
+
+@numba.njit(cache=True, fastmath=False)
+def _koo_add(P, h, d, v, multiroot):
+    """Adds weight ``v`` of arc ``h -> d`` (1-based, ROOT = 0) to Koo's matrix ``P`` (0-based
+    words; single root: word 1's row replaced by the root weights)."""
+    if h == 0:
+        P[0 if not multiroot else d - 1, d - 1] += v
+        return
+    if multiroot or d != 1:
+        P[d - 1, d - 1] += v
+    if multiroot or h != 1:
+        P[h - 1, d - 1] -= v
+
+
+@numba.njit(cache=True, fastmath=False)
+def _koo_grad(X, h, d, multiroot):
+    """``d log det L / d w[h -> d]`` read off ``X`` (the contraction of
+    :func:`synattn.structs.matrix_tree_gth._koo_gradient`)."""
+    if h == 0:
+        return X[d - 1, d - 1] if multiroot else X[d - 1, 0]
+    diag = X[d - 1, d - 1] if (multiroot or d != 1) else 0.0
+    return diag - (X[d - 1, h - 1] if (multiroot or h != 1) else 0.0)
+
+
+@numba.njit(cache=True, fastmath=False)
+def _matmul(A, B, C, n):
+    """``C[:n, :n] = A[:n, :n] @ B[:n, :n]`` by row updates, four rows of ``C`` per pass over a
+    row of ``B`` (vectorised along the rows; each entry sums over ``k`` in order)."""
+    C[:n, :n] = 0.0
+    i = 0
+    while i + 4 <= n:
+        for k in range(n):
+            a0, a1, a2, a3 = A[i, k], A[i + 1, k], A[i + 2, k], A[i + 3, k]
+            for offset in range(n):
+                j = numba.uint64(offset)
+                b = B[k, j]
+                C[i, j] += a0 * b
+                C[i + 1, j] += a1 * b
+                C[i + 2, j] += a2 * b
+                C[i + 3, j] += a3 * b
+        i += 4
+    while i < n:
+        for k in range(n):
+            _axpy(C, i, A[i, k], B, k, 0, n)
+        i += 1
+
+
+@numba.njit(cache=True, fastmath=False)
+def _closed_form(scores, direction, b, n, multiroot, X, out, residual):
+    """Sentence ``b``'s ``H v = v * mu - w * K(X P X)`` with ``P = L(v * w)`` (see
+    :func:`synattn.structs.matrix_tree_gth._compiled_closed_form_tangent`) into ``out[b]``;
+    returns False when a column of the result does not sum to 0 within ``residual`` times the
+    direction's largest entry, or a column of the marginals ``w * K(X)`` not to 1 within
+    ``residual`` (then ``out[b]`` is left for the caller to overwrite)."""
+    W = np.empty((n + 1, n))
+    shift = np.empty(n)
+    _load(scores, b, n, multiroot, W, shift)
+    P = np.zeros((n, n))
+    largest = 0.0
+    for i in range(n + 1):
+        h = _head(i, n, multiroot)
+        for c in range(n):
+            d = _word(c, n, multiroot)
+            if h != d:
+                v = np.float64(direction[b, h, d])
+                largest = max(largest, abs(v))
+                _koo_add(P, h, d, v * W[i, c], multiroot)
+    T = np.empty((n, n))
+    Y = np.empty((n, n))
+    _matmul(X, P, T, n)
+    _matmul(T, X, Y, n)
+    sums = np.zeros(n)  # of each column of the result: 0
+    ones = np.zeros(n)  # of each column of the marginals from X: 1
+    for i in range(n + 1):
+        h = _head(i, n, multiroot)
+        for c in range(n):
+            d = _word(c, n, multiroot)
+            if h != d:
+                mu = W[i, c] * _koo_grad(X, h, d, multiroot)
+                hv = np.float64(direction[b, h, d]) * mu - W[i, c] * _koo_grad(Y, h, d, multiroot)
+                out[b, h, d] = hv
+                sums[d - 1] += hv
+                ones[d - 1] += mu
+    for d in range(n):
+        if not (abs(sums[d]) <= residual * max(largest, TINY) and abs(ones[d] - 1.0) <= residual):
+            return False
+    return True
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False)
+def closed_form_tangent(scores, direction, lengths, multiroot, inverse, out, residual, parts):
+    """:func:`gth_tangent` from the inverses of Koo's matrices that :func:`gth_forward` gave:
+    two ``n × n`` matrix products per sentence instead of the forward-mode elimination, which
+    recomputes a sentence whose result fails the column-sum check (``residual``).
+
+    Args:
+        scores, direction, lengths, multiroot, out, parts: as :func:`gth_tangent`.
+        inverse: ``[B, L-1, L-1]`` float64, the ``inverse`` output of :func:`gth_forward`.
+        residual: the check's tolerance, a fraction of the direction's largest entry.
+    """
+    order, starts = _balance(lengths, parts)
+    for t in numba.prange(starts.shape[0] - 1):  # one group of sentences per thread
+        for q in range(starts[t], starts[t + 1]):
+            b = order[q]
+            if not _closed_form(scores, direction, b, lengths[b], multiroot, inverse[b], out,
+                                residual):
+                _tangent(scores, direction, b, lengths[b], multiroot, out)

@@ -62,7 +62,8 @@ from .arc_scores import ArcCRF
 from .backend import use_numba
 from .chu_liu_edmonds import best_tree
 from .distribution import check_count
-from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY, _compiled_marginals,
+from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY,
+                              _compiled_closed_form_tangent, _compiled_marginals,
                               _compiled_marginals_tangent, _factorize, _gth_marginals,
                               _lapack_marginals)
 from .matrix_tree_log import (_has_tree, _log_space_marginals, _log_space_marginals_tangent,
@@ -76,10 +77,13 @@ __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDe
 
 
 def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-               need_marginals: bool = True, compiled: bool = False
+               need_marginals: bool = True, compiled: bool = False, with_inverse: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """``log Z``, (optionally) marginals, ``[B]`` True for the sentences computed in log space,
-    and ``[B]`` the word that played word 1 (1: none; see below).
+    and ``[B]`` the word that played word 1 (1: none; see below). ``with_inverse`` (compiled
+    marginals only) adds a fifth output: the inverses ``[B, N, N]`` of Koo's matrices, valid for
+    the sentences neither in log space nor with words swapped (for the closed-form backward,
+    :func:`~synattn.structs.matrix_tree_gth._compiled_closed_form_tangent`).
 
     The compiled GTH kernels if ``compiled``, else LAPACK where certified and GTH elimination
     elsewhere. A single-root sentence flagged there (a pivot below :data:`SAFE_PIVOT`: the
@@ -87,7 +91,11 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
     another word's head is fixed to ROOT) is tried again with word 1 swapped with the word of the
     best root arc. Every sentence still flagged, or with a column wider than ``SAFE_SPREAD``, is
     computed by the log-space elimination."""
-    log_z, mu, unsafe = _fast_marginals(scores, lengths, multiroot, need_marginals, compiled)
+    if with_inverse:
+        log_z, mu, inverse = _compiled_marginals(scores, lengths, multiroot, True, inverse=True)
+        unsafe = log_z.isnan()
+    else:
+        log_z, mu, unsafe = _fast_marginals(scores, lengths, multiroot, need_marginals, compiled)
     swap = torch.ones_like(lengths)
     if not compiled:  # (the kernels flag wide columns themselves)
         unsafe = unsafe | _wide_columns(scores, lengths)
@@ -118,6 +126,8 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
         log_z = log_z.index_copy(0, redo, z)
         if need_marginals:
             mu = mu.index_copy(0, redo, m.to(mu.dtype))
+    if with_inverse:
+        return log_z, mu, unsafe, swap, inverse
     return log_z, mu, unsafe, swap
 
 
@@ -182,7 +192,9 @@ class MatrixTreeMarginals(torch.autograd.Function):
                 compiled: bool | None = None) -> torch.Tensor:
         ctx.multiroot = multiroot
         ctx.compiled = use_numba(scores, lengths) if compiled is None else compiled
-        _, mu, log_space, swap = _marginals(scores, lengths, multiroot, True, ctx.compiled)
+        out = _marginals(scores, lengths, multiroot, True, ctx.compiled, with_inverse=ctx.compiled)
+        _, mu, log_space, swap = out[:4]
+        ctx.inverse = out[4] if ctx.compiled else None  # (for the closed-form backward)
         ctx.save_for_backward(scores, lengths, log_space, swap)
         return mu.to(scores.dtype)
 
@@ -197,7 +209,8 @@ class MatrixTreeMarginals(torch.autograd.Function):
             log_space, swap = _gth_route(scores, lengths, ctx.multiroot, log_space)
         swapped = bool((swap != 1).any())
         if not bool(log_space.any()) and not swapped:
-            return _fast_tangent(scores, lengths, ctx.multiroot, g, ctx.compiled), None, None, None
+            return (_fast_tangent(scores, lengths, ctx.multiroot, g, ctx.compiled, ctx.inverse),
+                    None, None, None)
         out = torch.zeros_like(scores)
         if bool(log_space.any()):
             idx = log_space.nonzero().squeeze(1)
@@ -233,8 +246,12 @@ def _gth_route(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
 
 
 def _fast_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, g: torch.Tensor,
-                  compiled: bool) -> torch.Tensor:
-    """The Hessian of ``log Z`` times ``g`` by forward-mode differentiation of the GTH code."""
+                  compiled: bool, inverse: torch.Tensor | None = None) -> torch.Tensor:
+    """The Hessian of ``log Z`` times ``g``: in closed form from the inverses of Koo's matrices
+    when the compiled forward gave them (the sentences that fail its check, and all without
+    ``inverse``, by forward-mode differentiation of the GTH code)."""
+    if inverse is not None:
+        return _compiled_closed_form_tangent(scores, lengths, multiroot, g, inverse)
     if compiled:
         return _compiled_marginals_tangent(scores, lengths, multiroot, g)
     tangent = forward_derivative(lambda x: _gth_marginals(x, lengths, multiroot)[1], scores, g)

@@ -13,7 +13,7 @@ import torch
 from .arc_scores import usable_arcs
 from .backend import as_array, set_threads
 from .backend import kernels as backend_kernels
-from .constants import NEG, SAFE_PIVOT, TINY
+from .constants import NEG, SAFE_PIVOT, SERIAL_WORK, TINY
 from .semiring import serial_if_small
 
 
@@ -135,16 +135,37 @@ CERTIFICATE = 1e-6
 more than ``1e-9`` (column sums, range), send the sentence to the GTH path."""
 
 
-def _laplacian(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> tuple[torch.Tensor, ...]:
-    """Koo et al.'s matrix ``[B, N, N]`` of the column-scaled weights (multi-root ``L``, or
-    single-root ``L̂`` with word 1's row replaced by the root weights), with the outputs of
-    :func:`_scaled_arcs`. Padded words get identity rows and columns."""
-    root, words, valid, shift = _scaled_arcs(scores, lengths)
-    diag = words.sum(1) + (~valid).double()
-    laplacian = torch.diag_embed(diag + (root if multiroot else 0.0)) - words
+def _koo_matrix(root: torch.Tensor, words: torch.Tensor, multiroot: bool,
+                diagonal: torch.Tensor | float = 0.0) -> torch.Tensor:
+    """Koo et al.'s matrix ``[B, N, N]`` of root weights ``[B, N]`` and word weights ``[B, N, N]``
+    (``words[h-1, d-1]``, zero diagonal), plus ``diagonal``: multi-root ``L``, or single-root
+    ``L̂`` with word 1's row replaced by the root weights. Linear in the weights."""
+    laplacian = torch.diag_embed(words.sum(1) + diagonal + (root if multiroot else 0.0)) - words
     if not multiroot:
         laplacian = torch.cat((root.unsqueeze(1), laplacian[:, 1:]), 1)  # replace word 1's row
-    return laplacian, root, words, valid, shift
+    return laplacian
+
+
+def _koo_gradient(inverse: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """``d log det L / d (weight)`` ``[B, N+1 (ROOT, words), N]`` from ``X = L^{-1}`` (or, the
+    map being linear, the same contraction of any ``[B, N, N]``): ``X[d, d] - X[d, h]`` for
+    ``h -> d`` and ``X[d, d]`` for ``ROOT -> d``; single root: terms with word 1 as ``d`` or
+    ``h`` dropped and ``X[d, 1]`` for ``ROOT -> d``."""
+    N = inverse.shape[-1]
+    x_diag = inverse.diagonal(dim1=1, dim2=2)  # [B, N]
+    keep = torch.ones(N, dtype=inverse.dtype, device=inverse.device)
+    if not multiroot:
+        keep[0] = 0.0
+    words = (keep * x_diag).unsqueeze(1) - keep[:, None] * inverse.transpose(1, 2)  # [B, N(h), N(d)]
+    root = x_diag if multiroot else inverse[:, :, 0]
+    return torch.cat((root.unsqueeze(1), words), 1)
+
+
+def _laplacian(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> tuple[torch.Tensor, ...]:
+    """Koo et al.'s matrix ``[B, N, N]`` of the column-scaled weights (:func:`_koo_matrix`), with
+    the outputs of :func:`_scaled_arcs`. Padded words get identity rows and columns."""
+    root, words, valid, shift = _scaled_arcs(scores, lengths)
+    return _koo_matrix(root, words, multiroot, (~valid).double()), root, words, valid, shift
 
 
 def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
@@ -169,13 +190,7 @@ def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bo
         return log_z, None, ok
     eye = torch.eye(N, dtype=lu.dtype, device=lu.device).expand(batch, N, N)
     inverse = torch.linalg.lu_solve(lu, pivots, eye)  # [B, N, N]
-    x_diag = inverse.diagonal(dim1=1, dim2=2)  # [B, N]
-    keep = torch.ones(N, dtype=root.dtype, device=root.device)
-    if not multiroot:
-        keep[0] = 0.0
-    mu_words = words * (keep * x_diag).unsqueeze(1) - words * keep[:, None] * inverse.transpose(1, 2)
-    mu_root = root * (x_diag if multiroot else inverse[:, :, 0])
-    mu = torch.cat((mu_root.unsqueeze(1), mu_words), 1)  # [B, N+1, N]
+    mu = torch.cat((root.unsqueeze(1), words), 1) * _koo_gradient(inverse, multiroot)  # [B, N+1, N]
     mu = torch.cat((mu.new_zeros(batch, N + 1, 1), mu), 2)
     mu = torch.where(usable_arcs(lengths, N + 1), mu, 0.0)
     sums = torch.where(valid, mu.sum(1)[:, 1:] - 1.0, 0.0).abs().amax(1)
@@ -183,17 +198,27 @@ def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bo
     return log_z, mu, ok
 
 
+def _work(lengths: torch.Tensor) -> int:
+    """``Σ (n+1)³``: the compiled kernels run on one thread below :data:`SERIAL_WORK`."""
+    return int(((lengths.long() + 1) ** 3).sum())
+
+
 def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                        need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        need_marginals: bool, inverse: bool = False) -> tuple[torch.Tensor, ...]:
     """``log Z [B]`` (float64) and marginals ``[B, N+1, N+1]`` (the scores' dtype, or None) by the
-    compiled GTH kernels."""
+    compiled GTH kernels; with ``inverse``, also the inverses ``X [B, N, N]`` (float64) of Koo's
+    matrices, which the adjoint determines (for :func:`_compiled_closed_form_tangent`)."""
     kernels = backend_kernels("_matrix_tree_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape if need_marginals else (0, 0, 0), dtype=s.dtype)  # (empty: unused)
+    N = s.shape[-1] - 1
+    x = np.zeros((s.shape[0], N, N) if inverse and need_marginals else (0, 0, 0))
     log_z = kernels.gth_forward(s, as_array(lengths), multiroot, need_marginals, out,
-                                set_threads())
-    return torch.from_numpy(log_z), torch.from_numpy(out) if need_marginals else None
+                                set_threads(_work(lengths), SERIAL_WORK), x)
+    mu = torch.from_numpy(out) if need_marginals else None
     # (a sentence whose pivots fell below SAFE_PIVOT has log_z NaN: see _marginals)
+    log_z = torch.from_numpy(log_z)
+    return (log_z, mu, torch.from_numpy(x)) if inverse else (log_z, mu)
 
 
 def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
@@ -204,5 +229,35 @@ def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, mul
     s = as_array(scores)
     out = np.zeros(s.shape, dtype=s.dtype)
     kernels.gth_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot, out,
-                        set_threads())
+                        set_threads(_work(lengths), SERIAL_WORK))
+    return torch.from_numpy(out)
+
+
+TANGENT_RESIDUAL = 1e-9
+"""The closed-form Hessian-vector product of a sentence is kept when each of its columns sums to
+0 (as it must: the marginals' columns sum to 1 for any scores) within this fraction of the
+direction's largest entry, and the marginals recomputed from the inverse ``X`` sum to 1 within
+it; otherwise the forward-mode GTH kernel recomputes the sentence. (The two sums are
+``diag(X P (X L - I))`` and ``diag(X L)``: how far ``X`` is from the inverse; on random scores
+×30 the first tracks the error against the forward-mode kernel within a factor of 2.)"""
+
+
+def _compiled_closed_form_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                                  direction: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+    """The Hessian of ``log Z`` times ``direction`` ``[B, N+1, N+1]`` (the scores' dtype) from the
+    inverses ``X [B, N, N]`` of Koo's matrices (:func:`_compiled_marginals` with ``inverse``).
+
+    With ``w = exp(s - shift)``, Koo's matrix ``L`` linear in ``w`` and ``mu = w * K(X)``
+    (:func:`_koo_gradient`), ``dX = -X dL X`` gives the vector-Jacobian product with ``v``
+    (``H`` is symmetric): ``H v = v * mu - w * K(X P X)``, ``P = L(v * w)`` Koo's matrix of the
+    weights ``v * w``. Two ``n × n`` matrix products per sentence instead of the forward-mode
+    elimination (:func:`_compiled_marginals_tangent`), which recomputes the sentences that fail
+    the check of :data:`TANGENT_RESIDUAL`.
+    """
+    kernels = backend_kernels("_matrix_tree_kernels")
+    s = as_array(scores)
+    out = np.zeros(s.shape, dtype=s.dtype)
+    kernels.closed_form_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot,
+                                as_array(inverse), out, TANGENT_RESIDUAL,
+                                set_threads(_work(lengths), SERIAL_WORK))
     return torch.from_numpy(out)

@@ -38,7 +38,14 @@ differentiation of the GTH code.
 every sentence takes the GTH way in compiled code (:mod:`synattn.structs._matrix_tree_kernels`:
 whole sentences spread over threads, each at its own length): ``log Z``, the adjoint for the
 marginals, and for their backward the forward-mode derivative of both, written out. It needs no
-certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding.
+certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding. The
+adjoint also determines the inverse ``X`` of Koo's matrix entry by entry, which the forward keeps
+for the backward: ``H v = v * mu - w * K(X P X)`` (``P`` Koo's matrix of the weights ``v * w``,
+``K`` the closed form's contraction), two ``n × n`` matrix products per sentence instead of the
+forward-mode elimination (about 1.7× faster at ``n = 80``). A sentence is kept only if the
+result's columns sum to 0 and the marginals ``w * K(X)`` to 1 (to
+:data:`~synattn.structs.matrix_tree_gth.TANGENT_RESIDUAL`); otherwise the forward-mode kernel
+recomputes it.
 
 **Extreme scales and masks.** A sentence whose GTH pivots fall below :data:`SAFE_PIVOT` (weights
 underflowed, or a pivot made of masked arcs only) or whose columns span more than

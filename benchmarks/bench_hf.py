@@ -3,7 +3,7 @@
 Usage::
 
     nice python benchmarks/bench_hf.py [--batch 16] [--length 128] [--threads 2] [--repeats 7]
-        [--scope layer|attention] [--clock cpu|wall] [--device cpu|cuda]
+        [--scope layer|attention] [--clock cpu|wall] [--device cpu|cuda] [--model all-MiniLM-L6-v2]
 
 One BERT-base-sized layer (``BertModel``, hidden 768, 12 heads, 1 layer, fp32, CPU, random
 weights, a padding mask with lengths between n/2 and n) runs with ``attn_implementation="sdpa"``
@@ -18,7 +18,11 @@ machine disturb far less than wall time (``--clock wall``). ``--scope attention`
 layer's self-attention module alone (projections + attention function, the hooks' work done once
 outside the timing), where the features' share is largest. ``--device cuda`` runs the model on
 the GPU and times by wall clock between two synchronisations of the device (a process's CPU time
-does not see the GPU's work). Needs ``transformers``.
+does not see the GPU's work). ``--model all-MiniLM-L6-v2`` (or a model folder) times the real
+pretrained encoder instead, all 6 layers with its weights, the supervised head on layer 4 (and
+with Shaw relative positions beside it), on batches of EWT-like length (``--length 48``,
+``--batch 32``): forward + backward is the fine-tuning step of the ``pretrained-syntax`` study.
+Needs ``transformers``.
 """
 
 from __future__ import annotations
@@ -63,9 +67,19 @@ def random_batch(batch: int, n: int, vocab: int) -> dict[str, torch.Tensor]:
             "syntax_tree_dist": dist, "syntax_head_targets": targets}
 
 
-def build(config: BertConfig, features: list | None) -> BertModel:
+PRETRAINED_VARIANTS = {
+    "sdpa (plain model)": None,
+    "features off (synattn, none attached)": [],
+    "supervised head (layer 4)": [{"feature": "supervised_head", "layers": [4]}],
+    "supervised head + relative positions": [{"feature": "relative_positions", "layers": [4]},
+                                             {"feature": "supervised_head", "layers": [4]}],
+}
+
+
+def build(config: BertConfig, features: list | None, folder: str | None = None) -> BertModel:
     torch.manual_seed(0)
-    model = BertModel(config)
+    model = BertModel(config) if folder is None else BertModel.from_pretrained(
+        folder, attn_implementation="sdpa", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if features is not None:
         sh.attach(model, features)
     return model
@@ -129,40 +143,55 @@ def main() -> None:
     p.add_argument("--scope", choices=("layer", "attention"), default="layer")
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                    help="cpu: the process's CPU time (on CUDA always wall)")
+    p.add_argument("--model", default=None,
+                   help="all-MiniLM-L6-v2 (installed offline) or a model folder: time the real pretrained "
+                        "encoder instead of one random BERT-base layer")
     add_device_argument(p)
     args = p.parse_args()
+    variants = VARIANTS
     global CLOCK, DEVICE
     DEVICE = check_device(p, args.device)
     if DEVICE.type == "cuda":
         args.clock = "wall"
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
-    config = BertConfig(vocab_size=1000, hidden_size=768, num_hidden_layers=1,
-                        num_attention_heads=12, intermediate_size=3072,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        attn_implementation="sdpa")
-    models = {name: build(config, features).to(DEVICE) for name, features in VARIANTS.items()}
+    folder = None
+    if args.model is not None:
+        from synattn.hf.pretrained import model_folder
+
+        folder = str(model_folder(args.model))
+        config = BertConfig.from_pretrained(folder)
+        variants = PRETRAINED_VARIANTS
+    else:
+        config = BertConfig(vocab_size=1000, hidden_size=768, num_hidden_layers=1,
+                            num_attention_heads=12, intermediate_size=3072,
+                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                            attn_implementation="sdpa")
+    models = {name: build(config, features, folder).to(DEVICE) for name, features in variants.items()}
     full = {k: v.to(DEVICE) for k, v in random_batch(args.batch, args.length, config.vocab_size).items()}
     plain_inputs = {k: v for k, v in full.items() if not k.startswith("syntax_")}
-    inputs = {name: full if features else plain_inputs for name, features in VARIANTS.items()}
+    inputs = {name: full if features else plain_inputs for name, features in variants.items()}
     if args.scope == "attention":
-        models = {name: AttentionOnly(models[name], inputs[name]) for name in VARIANTS}
-    times = {(name, mode): [] for name in VARIANTS for mode in ("forward", "forward+backward")}
-    for name in VARIANTS:  # warm-up
+        models = {name: AttentionOnly(models[name], inputs[name]) for name in variants}
+    times = {(name, mode): [] for name in variants for mode in ("forward", "forward+backward")}
+    for name in variants:  # warm-up
         time_once(models[name], inputs[name], False)
         time_once(models[name], inputs[name], True)
     for _ in range(args.repeats):
-        for name in VARIANTS:
+        for name in variants:
             times[(name, "forward")].append(time_once(models[name], inputs[name], False))
             times[(name, "forward+backward")].append(time_once(models[name], inputs[name], True))
-    what = "its self-attention module" if args.scope == "attention" else "the whole layer"
-    print(f"BERT-base-sized layer (1 layer, d=768, 12 heads), {what}, B={args.batch}, n={args.length}, "
+    what = "its self-attention module" if args.scope == "attention" else ("the whole model" if folder else "the whole layer")
+    model_name = (f"{args.model} ({config.num_hidden_layers} layers, d={config.hidden_size}, "
+                  f"{config.num_attention_heads} heads, pretrained weights)" if folder else
+                  "BERT-base-sized layer (1 layer, d=768, 12 heads)")
+    print(f"{model_name}, {what}, B={args.batch}, n={args.length}, "
           f"fp32 on {device_info(DEVICE)}, {args.threads} threads, {args.repeats} repeats, {args.clock} time; "
           "ratio = median / median of sdpa in this run")
     print(f"{'variant':40s} {'mode':17s} {'median ms':>10s} {'min ms':>8s} {'ratio':>6s}")
     for mode in ("forward", "forward+backward"):
-        base = statistics.median(times[("sdpa (plain BERT)", mode)])
-        for name in VARIANTS:
+        base = statistics.median(times[(next(iter(variants)), mode)])
+        for name in variants:
             t = times[(name, mode)]
             print(f"{name:40s} {mode:17s} {statistics.median(t):10.1f} {min(t):8.1f} "
                   f"{statistics.median(t) / base:6.2f}")

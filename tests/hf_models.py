@@ -102,3 +102,26 @@ def byte_bpe_tokenizer(vocab_size: int = 300):
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
         add_prefix_space=True)
+
+
+def pretrained_folder(path, layers: int = 2):
+    """A tiny random BERT saved as a pretrained model is: ``config.json``, ``model.safetensors`` and
+    a fast WordPiece ``tokenizer.json`` (a stand-in for all-MiniLM-L6-v2 in the tests)."""
+    tokenizer = wordpiece_tokenizer()
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=layers,
+                                     num_attention_heads=4, intermediate_size=64, pad_token_id=tokenizer.pad_token_id,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    transformers.BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def real_minilm():
+    """all-MiniLM-L6-v2's folder when its package is installed (scripts/setup.sh), else a skip."""
+    from synattn.errors import MissingDependencyError
+    from synattn.hf.pretrained import model_folder
+
+    try:
+        return model_folder("all-MiniLM-L6-v2")
+    except MissingDependencyError as err:
+        pytest.skip(f"the real pretrained model is not installed ({err})")

@@ -38,3 +38,14 @@ def test_example_fine_tunes_and_reports_uas(tmp_path, capsys):
         __import__("transformers").AutoModel, tmp_path / "out", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert list(model.synattn.sites()) == ["encoder_1"]
+
+
+def test_example_runs_offline_on_the_installed_minilm_by_default(tmp_path, capsys):
+    from hf_models import real_minilm
+
+    real_minilm()
+    data = tmp_path / "toy.conllu"
+    data.write_text(CONLLU, encoding="utf-8")
+    result = load_script().main(["--train", str(data), "--dev", str(data), "--layer", "4", "--epochs", "1",
+                                 "--batch-size", "3"])
+    assert 0.0 <= result["uas"] <= 1.0

@@ -45,6 +45,8 @@ def check_vocabulary(model, trained_on: str | Path, data: str | Path, split: str
     config = model.config
     sizes = {"src": getattr(config, "src_vocab_size", getattr(config, "vocab_size", None)),
              "tgt": getattr(config, "tgt_vocab_size", None)}
+    if getattr(config, "synattn_text", None) is not None:  # reads the data in its own tokenizer's pieces
+        sizes["src"] = None
     for side, expected in sizes.items():
         if expected is not None and side not in manifest["spm"]:
             raise InputError(f"--data: the dataset has no {side} side, which the model reads", str(data))

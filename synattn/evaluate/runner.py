@@ -140,7 +140,8 @@ class Evaluation:
 
     split: str
     sentences: int
-    perplexity: float
+    perplexity: float | None
+    """None for a model without a language-model loss (a pretrained encoder trained with ``mlm: false``)."""
     translation: dict | None = None
     attachment: dict[str, float] = field(default_factory=dict)
     """UAS of each supervised head, each word's head read as its attention's argmax."""
@@ -150,7 +151,9 @@ class Evaluation:
     hypotheses: list[str] | None = None
 
     def format(self) -> str:
-        lines = [f"split {self.split}: {self.sentences} sentences", f"perplexity {self.perplexity:.2f}"]
+        lines = [f"split {self.split}: {self.sentences} sentences"]
+        if self.perplexity is not None:
+            lines.append(f"perplexity {self.perplexity:.2f}")
         if self.translation:
             lines += [f"BLEU {self.translation['bleu']:.2f}  {self.translation['bleu_signature']}",
                       f"chrF {self.translation['chrf']:.2f}  {self.translation['chrf_signature']}"]

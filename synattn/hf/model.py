@@ -18,6 +18,8 @@ Two forward hooks of the model (PyTorch's own extension points) carry one forwar
 
 from __future__ import annotations
 
+import contextlib
+
 from typing import Any
 
 import torch
@@ -270,10 +272,35 @@ def with_features(cls: type) -> type:
             cls.__init__(self, config, *args, **kwargs)
             specs = getattr(config, "synattn", None)
             if specs is not None:
-                attach(self, specs)
+                # from_pretrained builds the model on the meta device and materialises only the
+                # weights it loads or initialises itself: the features' own parameters (a
+                # supervised head's U, a relation table) are made here, on the CPU, with their own
+                # initialisation, so a checkpoint without them (a pretrained model given new
+                # features) does not leave them uninitialised
+                on_meta = next(self.parameters(), torch.empty(0)).is_meta
+                with torch.device("cpu") if on_meta else contextlib.nullcontext():
+                    attach(self, specs)
+                for module in self.synattn.modules():
+                    own = {name: p.detach().clone() for name, p in module.named_parameters(recurse=False)}
+                    if own:
+                        module._synattn_initial = own  # what _init_weights restores
+
+        def _init_weights(self: nn.Module, module: nn.Module) -> None:
+            # transformers replaces the weights a checkpoint lacks with empty tensors, then calls
+            # _init_weights on their modules: the features' parameters get their own initial values
+            initial = getattr(module, "_synattn_initial", None)
+            if initial is None:
+                cls._init_weights(self, module)
+                return
+            with torch.no_grad():
+                for name, value in initial.items():
+                    parameter = getattr(module, name)
+                    if not getattr(parameter, "_is_hf_initialized", False):  # not loaded from the checkpoint
+                        parameter.copy_(value)
 
         _WITH_FEATURES[cls] = type(cls.__name__, (cls,), {
-            "__init__": __init__, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+            "__init__": __init__, "_init_weights": _init_weights,
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__})
     return _WITH_FEATURES[cls]
 
 

@@ -48,8 +48,14 @@ from synattn.hf.features import FEATURES, normalize_specs
 from synattn.hf.model import from_pretrained
 
 KEY = "transformers"
-SECTION = ("transformers", "features")
-"""Keys of an experiment's model section for a ``transformers`` model."""
+SECTION = ("transformers", "features", "mlm", "freeze")
+"""Keys of an experiment's model section for a ``transformers`` model: the model, its synattn
+features, whether the masked-LM loss trains (``mlm``, default true; false: only the features'
+losses, on unmasked input) and whether the model's own weights are frozen (``freeze``, default
+false: only synattn's added weights train)."""
+TEXT = "synattn_text"
+"""Config attribute of a model that reads its own tokenizer's pieces (a pretrained model):
+``{"tokenizer": packaged name or folder, "mlm": bool, "freeze": bool}``."""
 
 
 def _auto():
@@ -57,14 +63,36 @@ def _auto():
     return AutoConfig, AutoModelForMaskedLM
 
 
+def pretrained_source(value: Any) -> Path | None:
+    """The folder of ``model.transformers`` when it names a pretrained model that reads its own
+    tokenizer's pieces: a model synattn installs offline (``all-MiniLM-L6-v2``,
+    :mod:`synattn.hf.pretrained`) or a folder with weights and a fast tokenizer
+    (``tokenizer.json``); None otherwise (a config dict, or a folder written by an earlier run on
+    the dataset's own vocabulary)."""
+    from synattn.errors import MissingDependencyError
+    from synattn.hf.pretrained import model_folder, packaged_name
+
+    if not isinstance(value, str):
+        return None
+    if packaged_name(value) is not None:
+        try:
+            return model_folder(value)
+        except MissingDependencyError as err:
+            raise ConfigError(f"model.transformers: {err}") from None
+    folder = Path(value)
+    return folder if _has_weights(folder) and (folder / "tokenizer.json").is_file() else None
+
+
 def _base_config(value: Any):
-    """The ``transformers`` config of ``model.transformers`` (a dict or a local directory)."""
+    """The ``transformers`` config of ``model.transformers`` (a dict, a local directory or a model
+    synattn installs offline)."""
     auto_config, _ = _auto()
     if isinstance(value, str):
-        folder = Path(value)
+        folder = pretrained_source(value) or Path(value)
         if not (folder / "config.json").is_file():
-            raise ConfigError(f"model.transformers: {value} is not a model directory (no config.json); "
-                              "give a local directory or a config dict (no hub access)")
+            raise ConfigError(f"model.transformers: {value} is not a model directory (no config.json) nor a "
+                              "model synattn installs offline (all-MiniLM-L6-v2); give one of those or a "
+                              "config dict (no hub access)")
         try:
             return auto_config.from_pretrained(folder)
         except (ValueError, OSError) as err:
@@ -109,6 +137,20 @@ def model_config(exp, manifest: dict, labels: dict[str, list[str]], placeholder:
     if type(config) not in auto_mlm._model_mapping:
         raise ConfigError(f"model.transformers: model_type {config.model_type} has no masked-LM "
                           "model in transformers")
+    for key in ("mlm", "freeze"):
+        if not isinstance(section.get(key, key == "mlm"), bool):
+            raise ConfigError(f"model.{key}: expected true or false, got {section[key]!r:.60}")
+    pretrained = pretrained_source(section[KEY])
+    if pretrained is not None:  # its own tokenizer: the dataset's words are read in its pieces
+        setattr(config, TEXT, {"tokenizer": section[KEY] if _packaged(section[KEY]) else str(pretrained.resolve()),
+                               "mlm": section.get("mlm", True), "freeze": section.get("freeze", False)})
+        config.synattn = features(section.get("features", []), labels, placeholder)
+        syntax_request(config)
+        _trial_build(config)
+        return config
+    if "mlm" in section or "freeze" in section:
+        raise ConfigError("model.mlm / model.freeze: only for a pretrained model that reads its own tokenizer's "
+                          "pieces (all-MiniLM-L6-v2, or a folder with weights and tokenizer.json)")
     vocab = manifest["vocab_size"]["src"]
     if isinstance(section[KEY], str) and not placeholder and _has_weights(section[KEY]) \
             and config.vocab_size != vocab:
@@ -137,6 +179,7 @@ def _trial_build(config) -> None:
     trial = copy.deepcopy(config)
     specs = trial.synattn
     del trial.synattn
+    trial.__dict__.pop(TEXT, None)
     try:
         with torch.device("meta"):
             model = auto_mlm.from_config(trial)
@@ -184,6 +227,12 @@ def syntax_request(config) -> SyntaxRequest:
                          max_traversal=clips.get("max_traversal", 4))
 
 
+def _packaged(value: str) -> bool:
+    from synattn.hf.pretrained import packaged_name
+
+    return packaged_name(value) is not None
+
+
 def _has_weights(folder: str | Path) -> bool:
     return any((Path(folder) / name).is_file()
                for name in ("model.safetensors", "model.safetensors.index.json"))
@@ -195,9 +244,35 @@ def build_model(exp) -> nn.Module:
     config = exp.model_config(manifest, labels)
     _, auto_mlm = _auto()
     source = exp.model[KEY]
+    folder = pretrained_source(source)
+    if folder is not None:
+        model = from_pretrained(model_class(config), str(folder), config=config)
+        freeze_pretrained(model)
+        return model
     if isinstance(source, str) and _has_weights(source):
         return from_pretrained(auto_mlm, source, config=config)
     return from_pretrained_config(config)
+
+
+def freeze_pretrained(model: nn.Module) -> None:
+    """With ``model.freeze``, only synattn's added weights (``model.synattn``) train."""
+    if (getattr(model.config, TEXT, None) or {}).get("freeze"):
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(name.startswith("synattn."))
+
+
+def model_class(config):
+    """``AutoModelForMaskedLM``, or ``AutoModel`` for a pretrained model trained without the
+    masked-LM loss (``mlm: false``: no vocabulary projection is computed)."""
+    from transformers import AutoModel
+
+    text = getattr(config, TEXT, None)
+    return AutoModel if text is not None and not text.get("mlm", True) else _auto()[1]
+
+
+def text_of(model: nn.Module) -> dict | None:
+    """The ``synattn_text`` settings of a model that reads its own tokenizer's pieces, or None."""
+    return getattr(model.config, TEXT, None)
 
 
 def from_pretrained_config(config) -> nn.Module:
@@ -221,6 +296,13 @@ class HFMaskedLMTask:
     """BERT's masked LM (:func:`synattn.train.tasks.mask_tokens`) for a ``transformers`` model,
     plus the auxiliary losses of its synattn features (``outputs.synattn_losses``).
 
+    A pretrained model that reads its own tokenizer's pieces (``config.synattn_text``, see
+    :func:`pretrained_source`) gets the dataset through that tokenizer
+    (:meth:`wrap_dataset`, :func:`synattn.hf.retokenize.collate_pretrained`: ``[CLS] x [SEP]``)
+    and masks with its ``[MASK]``; with ``mlm: false`` its inputs are not masked and only the
+    features' losses train (summed over the words that have a head target, so the logged loss is
+    their mean per word).
+
     Args:
         model: the model (its ``config`` gives the vocabulary and the features' syntax).
         prob: share of the pieces chosen (0.15).
@@ -229,9 +311,38 @@ class HFMaskedLMTask:
     def __init__(self, model: nn.Module, prob: float = 0.15):
         self.vocab_size, self.prob = model.config.vocab_size, prob
         self.request = syntax_request(model.config)
+        self.text = text_of(model)
+        self.ids = None
+        self.max_length = getattr(model.config, "max_position_embeddings", 512)
+        if self.text is not None:
+            from synattn.hf.retokenize import TokenIds
+
+            self.tokenizer = tokenizer_of(self.text["tokenizer"])
+            self.ids = TokenIds(self.tokenizer)
+            if not self.text.get("mlm", True):  # the loss is summed over the words with a head target
+                self.request = SyntaxRequest(src=self.request.src | {"head_targets"},
+                                             max_distance=self.request.max_distance,
+                                             max_traversal=self.request.max_traversal)
 
     def syntax_request(self) -> SyntaxRequest:
         return self.request
+
+    def wrap_dataset(self, dataset):
+        """``dataset`` as this model reads it: through its own tokenizer for a pretrained model
+        (:class:`synattn.hf.retokenize.RetokenizedDataset`), else unchanged."""
+        if self.ids is None or dataset is None:
+            return dataset
+        from synattn.hf.retokenize import RetokenizedDataset
+
+        return RetokenizedDataset(dataset, self.tokenizer, self.max_length)
+
+    @property
+    def collate(self):
+        """The collate function of :meth:`wrap_dataset`'s datasets."""
+        from synattn.data.batching import collate
+        from synattn.hf.retokenize import collate_pretrained
+
+        return collate if self.ids is None else collate_pretrained
 
     def forward(self, model: nn.Module, inputs: Tensor, batch: Batch, **kwargs: Any):
         return model(input_ids=inputs, attention_mask=(~batch.src_padding).long(),
@@ -243,8 +354,23 @@ class HFMaskedLMTask:
         from synattn.train.tasks import _result, label_smoothed_nll, mask_tokens
 
         tokens = batch.src  # [B, n]
-        maskable = ~batch.src_padding & (tokens != EOS) & (tokens != BOS)
-        inputs, target = mask_tokens(tokens, maskable, MASK, self.vocab_size, self.prob)
+        if self.text is not None and not self.text.get("mlm", True):
+            out = self.forward(model, tokens, batch)
+            words = (batch.src_syntax.head_targets >= 0).sum()  # the words that have a head
+            losses = getattr(out, "synattn_losses", {})
+            if not losses:
+                raise ValueError("model.mlm is false but no feature has a loss: nothing would train "
+                                 "(add a supervised_head, or set mlm: true)")
+            features = words.float() * torch.stack([v.float() for v in losses.values()]).sum()
+            loss, logs = _result(features, features, words, tokens.shape[0], SimpleNamespace(losses={}))
+            logs.update({f"aux/{name}": words.float() * v.detach().float() for name, v in losses.items()})
+            return loss, logs
+        if self.ids is None:
+            mask_id, maskable = MASK, ~batch.src_padding & (tokens != EOS) & (tokens != BOS)
+        else:
+            special = torch.as_tensor(self.ids.special, device=tokens.device)
+            mask_id, maskable = self.ids.mask, ~batch.src_padding & ~torch.isin(tokens, special)
+        inputs, target = mask_tokens(tokens, maskable, mask_id, self.vocab_size, self.prob)
         out = self.forward(model, inputs, batch)
         chosen = target != IGNORE_INDEX  # [B, n]
         loss, nll = label_smoothed_nll(out.logits[chosen], target[chosen], 0.0)
@@ -252,17 +378,31 @@ class HFMaskedLMTask:
         return _result(loss, nll, chosen.sum(), tokens.shape[0], SimpleNamespace(losses=losses))
 
 
+def tokenizer_of(source: str):
+    """The fast tokenizer of a packaged model's name or a model folder."""
+    from transformers import AutoTokenizer
+
+    from synattn.hf.pretrained import model_folder
+
+    return AutoTokenizer.from_pretrained(model_folder(source))
+
+
 def load_checkpoint(folder: str | Path) -> nn.Module:
-    """The masked-LM model of a checkpoint written by ``synattn train`` (features included)."""
-    _, auto_mlm = _auto()
-    return from_pretrained(auto_mlm, str(folder))
+    """The model of a checkpoint written by ``synattn train`` (features included): a masked LM, or
+    the encoder alone for a pretrained model trained with ``mlm: false``."""
+    auto_config, _ = _auto()
+    config = auto_config.from_pretrained(str(folder))
+    model = from_pretrained(model_class(config), str(folder), config=config)
+    freeze_pretrained(model)
+    return model
 
 
 @torch.no_grad()
 def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
                 show_progress: bool = True):
-    """Masked perplexity, supervised heads' word-level UAS and head agreement on ``dataset``."""
-    from synattn.data.batching import collate, token_batches
+    """Masked perplexity (None without the masked-LM loss), supervised heads' word-level UAS and
+    head agreement on ``dataset`` (through the model's own tokenizer for a pretrained model)."""
+    from synattn.data.batching import token_batches
     from synattn.evaluate.attachment import word_predictions
     from synattn.evaluate.runner import Evaluation, gold_word_heads
     from synattn.evaluate.translation import perplexity
@@ -272,6 +412,7 @@ def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
     model.eval()
     task = HFMaskedLMTask(model)
     has_trees = dataset.has("src_heads")
+    dataset = task.wrap_dataset(dataset)
     request = task.request
     probe = SyntaxRequest(src=request.src | ({"head_targets"} if has_trees else set()),
                           max_distance=request.max_distance, max_traversal=request.max_traversal)
@@ -279,18 +420,21 @@ def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
     pred: dict[str, list] = defaultdict(list)
     gold: dict[str, list] = defaultdict(list)
     hits, count = None, 0.0
+    masked_lm = task.text is None or task.text.get("mlm", True)
     torch.manual_seed(0)  # the same masked positions on every evaluation
     batches = token_batches(dataset.lengths(), max_tokens, shuffle=False)
     for indices in progress(batches, desc=f"evaluate {split}", unit="batch", enabled=show_progress):
-        batch = collate(dataset, indices, probe)
-        _, logs = task.loss(model, batch)
-        nll, tokens = nll + float(logs["nll_loss"]), tokens + int(logs["ntokens"])
+        batch = task.collate(dataset, indices, probe)
+        if masked_lm:
+            _, logs = task.loss(model, batch)
+            nll, tokens = nll + float(logs["nll_loss"]), tokens + int(logs["ntokens"])
         out = task.forward(model, batch.src, batch, output_attentions=True)
         examples = [dataset[int(i)] for i in indices]
+        at = batch.src_offset  # piece k sits at position k + at
         for key, log_probs in out.synattn_head_log_probs.items():
             for b, ex in enumerate(examples):
                 p = len(ex["src_ids"])
-                pred[key].append(word_predictions(log_probs[b, :p, :p].float().numpy(), ex["src_word"]))
+                pred[key].append(word_predictions(log_probs[b, at:at + p, at:at + p].float().numpy(), ex["src_word"]))
                 gold[key].append(gold_word_heads(ex["src_heads"], ex["src_word"]))
         targets = None if batch.src_syntax is None else batch.src_syntax.head_targets
         if targets is not None and out.attentions is not None:
@@ -299,7 +443,7 @@ def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
             hit = (stacked.argmax(-1) == targets[:, None, None, :]) & valid[:, None, None, :]
             hits = hit.sum((0, 3)).numpy() + (0 if hits is None else hits)
             count += float(valid.sum())
-    result = Evaluation(split, len(dataset), perplexity(nll, max(tokens, 1)))
+    result = Evaluation(split, len(dataset), perplexity(nll, max(tokens, 1)) if masked_lm else None)
     result.attachment = {key: attachment_scores(pred[key], gold[key]).uas for key in pred}
     if hits is not None:
         result.head_agreement = {"encoder": (hits / max(count, 1)).round(4).tolist()}

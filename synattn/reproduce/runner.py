@@ -55,6 +55,10 @@ def train_run(study: Study, ctx: Context, arm: Arm, seed: int, budget: Budget) -
     run = run_dir_of(ctx, arm, seed)
     if (run / DONE).exists():
         return run
+    if not arm.trained:  # scored as it is (Arm.trained)
+        with atomic_write(run / DONE) as f:
+            json.dump({"step": 0, "epoch": 0, "stopped_by": "not trained", "best": None, "minutes": 0.0}, f)
+        return run
     exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, budget))
     if run_vocab(run) is None:  # the run carries its tokenizers, labels and the dataset's fingerprint
         save_run_vocab(run, exp.data)
@@ -103,6 +107,9 @@ def write_configs(study: Study, ctx: Context, arms: list[Arm], budget: Budget, a
              "# How each run was trained, one by one (seed S: add train.seed=S and use .../seedS); these are",
              "# the study's own run folders: to retrain one elsewhere, give another --run-dir:"]
     for arm in arms:
+        if not arm.trained:
+            lines.append(f"# {arm.name}: not trained ({arm.description})")
+            continue
         path = ctx.out / "configs" / f"{arm.name}.yaml"
         with atomic_write(path) as f:
             f.write(f"# {study.name}: arm {arm.name} ({arm.description}); seed 1 of the study.\n")

@@ -26,12 +26,15 @@ class Arm:
         model: changes to the study's base model config (merged recursively).
         description: what the arm is, for the table's legend.
         train: changes to the study's base training settings.
+        trained: False for an arm scored as it is, without training (a pretrained model's own
+            heads): the runner trains nothing for it and the study's ``evaluate`` builds its model.
     """
 
     name: str
     model: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     train: dict[str, Any] = field(default_factory=dict)
+    trained: bool = True
 
 
 @dataclass

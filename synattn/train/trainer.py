@@ -119,6 +119,9 @@ class Trainer:
         self.dist = init_distributed(config.device)
         self.model = model.to(self.dist.device)
         self.wrapped: nn.Module = self.model
+        wrap = getattr(task, "wrap_dataset", None)  # a task that reads the data its own way (a pretrained tokenizer)
+        if wrap is not None:
+            train_data, valid_data, collate_fn = wrap(train_data), wrap(valid_data), task.collate
         self.train_data, self.valid_data = train_data, valid_data
         self.valid_metrics, self.collate_fn = valid_metrics, collate_fn
         self.run_dir = Path(run_dir)

@@ -1,0 +1,198 @@
+"""``pretrained-syntax``: how much dependency syntax a pretrained encoder holds, and how far one
+of its attention heads gets as a parser when it is supervised (LISA, Strubell et al. 2018) —
+all-MiniLM-L6-v2 (6 layers × 12 heads, installed offline, :mod:`synattn.hf.pretrained`) on a gold
+treebank (UD English-EWT through ``--src-trees``).
+
+Arms, all scored by word-level UAS (a word's head read at its final piece; itself = root) on dev
+(and test when given), with and without punctuation:
+
+- ``probe``: the pretrained model's own heads, untrained; the best head on dev stands for what
+  pretraining put into attention (Clark et al. 2019, "What does BERT look at?"); every head is also
+  scored as Clark et al. score it (word-level attention, both directions, best head per relation,
+  against the fixed-offset baseline: :mod:`synattn.evaluate.probe`) with a heat map;
+- ``finetuned``: synattn.hf's supervised head on one head of one layer, the whole model fine-tuned
+  on the head's loss alone (``mlm: false``: the package ships the encoder without its masked-LM
+  head, so there is no pretrained language-model loss to keep);
+- ``frozen``: the same head with the pretrained weights frozen: only the head's biaffine
+  parameters (U, u; 32 × 32 + 32) train, on the head's own frozen queries and keys;
+- ``relpos``: ``finetuned`` with Shaw et al. (2018) relative positions (clip 16) in the supervised
+  layer: graph-based parsers score arcs with their distance, which MiniLM's absolute positions give
+  only indirectly. Tree-distance or traversal relations are no arm here: at test time they would
+  read the gold tree the head is asked to find.
+
+The supervised head's layer and head (``--layer``, ``--head``) were chosen by a short sweep
+(docs/results.md); λ does not matter when the head's loss is the only loss (Adam's update does
+not depend on its scale), so it stays 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from synattn.reproduce.heads import best_head
+from synattn.reproduce.study import Arm, Context, Study, budget_train
+from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
+
+MODEL = "all-MiniLM-L6-v2"
+LAYER, HEAD = 4, 0
+FROZEN_LR = 3e-3  # only 1,056 parameters train: a fine-tuning rate would barely move them
+
+
+def _supervised(ctx: Context) -> dict:
+    return {"feature": "supervised_head", "layers": [_layer(ctx)], "head": _head(ctx), "weight": 1.0}
+
+
+def _layer(ctx: Context) -> int:
+    return LAYER if getattr(ctx.args, "layer", None) is None else ctx.args.layer
+
+
+def _head(ctx: Context) -> int:
+    return HEAD if getattr(ctx.args, "head", None) is None else ctx.args.head
+
+
+class PretrainedSyntaxStudy(Study):
+    name = "pretrained-syntax"
+    title = "a pretrained encoder's own heads vs one supervised head, fine-tuned or frozen (UAS on gold trees)"
+    question = ("Clark et al. (2019) found single BERT heads that track dependency relations; Strubell et al. "
+                "(2018) train one head toward each token's dependency head. In a pretrained encoder "
+                "(all-MiniLM-L6-v2), how well do its own heads attach words, and how far does one supervised "
+                "head get when the whole model is fine-tuned, or when only the head's own weights train?")
+    task = "mlm"
+    arms = (Arm("probe", {}, "the pretrained model's own heads, no training: its best head on dev (word-level UAS)",
+                trained=False),
+            Arm("finetuned", {}, "one supervised head, the whole model fine-tuned on its loss"),
+            Arm("frozen", {"freeze": True}, "one supervised head, the pretrained weights frozen "
+                "(only the head's biaffine U, u train)", train={"lr": FROZEN_LR}),
+            Arm("relpos", {}, "finetuned + Shaw relative positions (clip 16) in the supervised layer"))
+    seeds = 3
+    minutes = 30.0
+    primary = "uas_dev"
+    columns = (("uas_dev", "UAS dev %"), ("uas_dev_nopunct", "UAS dev, no punct. %"),
+               ("uas_dev_tree", "UAS dev, decoded tree %"), ("uas_test", "UAS test %"),
+               ("uas_test_nopunct", "UAS test, no punct. %"), ("uas_test_tree", "UAS test, decoded tree %"),
+               ("clark_dev", "best head, Clark et al. dev %"), ("train_step", "updates"))
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_treebank_argument(parser)
+        parser.add_argument("--model", default=MODEL,
+                            help=f"the pretrained encoder: {MODEL} (installed offline by scripts/setup.sh) or a "
+                                 "folder with config.json, model.safetensors and tokenizer.json")
+        parser.add_argument("--layer", type=int, help=f"layer of the supervised head (default {LAYER})")
+        parser.add_argument("--head", type=int, help=f"the head it replaces (default {HEAD})")
+
+    def prepare(self, ctx: Context) -> Path:
+        # the dataset's own sentencepiece pieces only spell the words back: the model reads its own
+        return prepare_treebank(ctx, vocab_size=300 if ctx.toy else 4000)
+
+    def base_model(self, ctx: Context) -> dict:
+        return {"transformers": getattr(ctx.args, "model", None) or MODEL, "mlm": False,
+                "features": [_supervised(ctx)]}
+
+    def experiment(self, ctx: Context, arm: Arm, seed: int, budget) -> dict:
+        exp = super().experiment(ctx, arm, seed, budget)
+        if arm.name == "relpos":
+            exp["model"]["features"] = [{"feature": "relative_positions", "layers": [_layer(ctx)], "max_relative": 16},
+                                        _supervised(ctx)]
+        return exp
+
+    def base_train(self, ctx: Context) -> dict:
+        train = budget_train(ctx, max_tokens=1024, lr=5e-5, warmup=100, min_lr_ratio=0.05, label_smoothing=0.0)
+        # a pretrained run learns most in its first epoch: validate (and keep the best) every 200 updates
+        train.update(validate_interval_updates=0 if ctx.toy else 200, weight_decay=0.01)
+        return train
+
+    def evaluate(self, ctx: Context, arm: Arm, seed: int, run_dir: Path) -> dict:
+        from synattn.hf.pretrained import load_pretrained
+        from synattn.hf.task import tokenizer_of
+        from synattn.reproduce.heads import hf_head_attachment
+
+        spec = getattr(ctx.args, "model", None) or MODEL
+        if arm.trained:
+            model, _ = self.load(ctx, run_dir)
+            tokenizer = tokenizer_of(spec)
+        else:
+            earlier = run_dir.parent / "seed1" / "metrics.json"
+            if seed > 1 and earlier.is_file():  # no training: every seed scores the same model
+                return {k: v for k, v in json.loads(earlier.read_text()).items() if not k.startswith("train_")}
+            from transformers import AutoModel
+
+            model, tokenizer = load_pretrained(spec, AutoModel, attn_implementation="eager")
+        splits = ["dev"] + (["test"] if (Path(ctx.data) / "test").is_dir() else [])
+        scores = {split: hf_head_attachment(model, ctx.data, split, tokenizer, probe=not arm.trained)
+                  for split in splits}
+        out: dict = {}
+        if not arm.trained:
+            layer, head = best_head(scores["dev"]["heads"]["encoder"])
+            out["head"] = f"layer {layer} head {head} (best on dev)"
+            pick = {split: s["heads"]["encoder"][layer][head] for split, s in scores.items()}
+            out["clark_dev"] = 100 * scores["dev"]["probe"]["best"]["accuracy"]
+            out["probe_dev"] = scores["dev"]["probe"]
+        else:
+            key = next(iter(scores["dev"]["supervised"]))
+            out["head"] = key
+            pick = {split: s["supervised"][key] for split, s in scores.items()}
+            for split, s in scores.items():
+                out[f"uas_{split}_tree"], out[f"uas_{split}_tree_nopunct"] = (100 * v for v in s["supervised_tree"][key])
+        for split, (uas, nopunct) in pick.items():
+            out[f"uas_{split}"], out[f"uas_{split}_nopunct"] = 100 * uas, 100 * nopunct
+        out["all_heads_dev"] = scores["dev"]["heads"]
+        return out
+
+    def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:
+        from synattn.reproduce.report import default_table
+
+        text = default_table(self, metrics)
+        probe = next((m["probe_dev"] for m in metrics.get("probe", {}).values() if m.get("probe_dev")), None)
+        return text if probe is None else text + "\n\n" + relation_table(probe)
+
+    def plots(self, ctx: Context, metrics: dict, folder: Path) -> list[Path]:
+        from synattn.reproduce.report import bar_plot
+
+        paths = [bar_plot(self, metrics, folder / "uas_dev.png")]
+        probe = next((m["probe_dev"] for m in metrics.get("probe", {}).values() if m.get("probe_dev")), None)
+        if probe is not None:
+            paths.append(probe_heatmap(probe, folder / "probe_heads_dev.png"))
+        return paths
+
+
+def relation_table(probe: dict, top: int = 15) -> str:
+    """Markdown: the most frequent relations, the best head for each (Clark et al. 2019) and the
+    fixed-offset baseline."""
+    lines = [f"Every head as a parser on dev, as Clark et al. (2019) score it ({probe['words']} non-root words; "
+             f"word-level attention, the most-attended other word; layer and head from 0): best head overall "
+             f"layer {probe['best']['layer']} head {probe['best']['head']} ({probe['best']['direction']} "
+             f"direction) {100 * probe['best']['accuracy']:.1f}%.", "",
+             "| relation | dependents | best head | direction | accuracy % | fixed offset | offset accuracy % |",
+             "|---|---|---|---|---|---|---|"]
+    for rel, r in list(probe["relations"].items())[:top]:
+        lines.append(f"| {rel} | {r['count']} | {r['layer']}-{r['head']} | {r['direction']} | "
+                     f"{100 * r['accuracy']:.1f} | {r['offset']:+d} | {100 * r['offset_accuracy']:.1f} |")
+    return "\n".join(lines)
+
+
+def probe_heatmap(probe: dict, path: Path) -> Path:
+    """Accuracy of every head (layer × head), one panel per direction."""
+    import numpy as np
+
+    from synattn.viz.figure import pyplot, save
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
+    titles = {"parent": "dependent → its head", "child": "head → its dependent"}
+    for ax, direction in zip(axes, ("parent", "child")):
+        grid = 100 * np.asarray(probe[direction])  # [L, H]
+        image = ax.imshow(grid, vmin=0, vmax=max(50.0, float(grid.max())), cmap="viridis", aspect="auto")
+        for (layer, head), value in np.ndenumerate(grid):
+            ax.text(head, layer, f"{value:.0f}", ha="center", va="center", fontsize=8,
+                    color="black" if value > 0.6 * max(50.0, float(grid.max())) else "white")
+        ax.set_xticks(range(grid.shape[1]))
+        ax.set_yticks(range(grid.shape[0]))
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(f"{titles[direction]}: accuracy on dev (%)", fontsize=10)
+    fig.colorbar(image, ax=list(axes), shrink=0.85)
+    fig.suptitle("Each attention head of the pretrained model as a dependency parser (Clark et al. 2019)",
+                 fontsize=11)
+    return save(fig, path)

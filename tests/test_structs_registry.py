@@ -13,11 +13,12 @@ from synattn.structs import reference, registry
 from synattn.structs.arc_scores import check_arc_scores
 from synattn.structs.backend import numba_available, use_backend
 from synattn.structs.cky import check_span_scores
+from synattn.structs.semimarkov import check_segment_scores
 from test_structs_chain import brute_force as chain_brute_force
 from test_structs_cky import brute_force as cky_brute_force
 from test_structs_trees import brute_force as tree_brute_force
 
-STRUCTURES = ["linear_chain", "projective", "nonprojective", "cky"]
+STRUCTURES = ["linear_chain", "projective", "nonprojective", "cky", "semi_markov"]
 
 
 def accelerations(structure: str) -> list[registry.Implementation]:
@@ -45,6 +46,10 @@ def random_inputs(structure: str, seed: int, lengths: list[int], multiroot: bool
         unary = torch.randn(B, N, C, generator=gen, dtype=torch.float64) * scale
         edge = torch.randn(B, N - 1, C, C, generator=gen, dtype=torch.float64) * scale
         return unary, edge, lengths
+    if structure == "semi_markov":
+        K, C = 2 + seed % 3, 1 + seed % 2
+        edge = torch.randn(B, N - 1, K, C, C, generator=gen, dtype=torch.float64) * scale
+        return check_segment_scores(edge, lengths)[:2]
     if structure == "cky":
         return check_span_scores(torch.randn(B, N, N, generator=gen, dtype=torch.float64) * scale,
                                  lengths)

@@ -6,6 +6,8 @@
 - :class:`DependencyCRF`: projective trees by Eisner's algorithm with an explicit outside pass.
 - :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
   Chu-Liu-Edmonds.
+- :class:`SemiMarkovCRF`: labelled segmentations (segments of ``1..K-1`` positions) by the
+  forward recursion over segment ends, torch-struct's ``SemiMarkovCRF`` in synattn's layout.
 - :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
   inside-outside; :mod:`synattn.structs.convert` maps score layouts to and from torch-struct
   and supar.
@@ -25,6 +27,7 @@ from .chain import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
 from .eisner import DependencyCRF
 from .matrix_tree import NonProjectiveDependencyCRF
+from .semimarkov import SemiMarkovCRF
 from .semiring import NEG, LogSemiring, MaxSemiring
 
 __all__ = [
@@ -36,5 +39,6 @@ __all__ = [
     "MaxSemiring",
     "NEG",
     "NonProjectiveDependencyCRF",
+    "SemiMarkovCRF",
     "TreeCRF",
 ]

@@ -139,6 +139,15 @@ class Decoding:
     def _num_positions(self) -> int:
         raise NotImplementedError
 
+    def _to_choices(self, structure: torch.Tensor) -> torch.Tensor:
+        """``[M, n]`` choice indices ``0..V-1`` of structures (``-1`` past lengths); the identity
+        where a structure is its choices (heads, labels)."""
+        return structure
+
+    def _from_choices(self, choices: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`_to_choices`."""
+        return choices
+
     def _sequential_sample(self, count: int, generator: torch.Generator | None) -> torch.Tensor:
         """``[count, B, n]`` exact samples by conditioning: position ``i``'s choice is drawn from
         its marginal given the choices of positions ``< i`` (chain rule), each conditional
@@ -197,7 +206,7 @@ class Decoding:
 
         def solve(sents: torch.Tensor, constraints) -> tuple[list[float], torch.Tensor]:
             crf = self._restricted(sents.to(device), constraints[0].to(device))
-            return crf.max.detach().double().cpu().tolist(), crf.argmax.cpu()
+            return crf.max.detach().double().cpu().tolist(), crf._to_choices(crf.argmax).cpu()
 
         def split(b: int, y: torch.Tensor, constraint):
             allowed, first = constraint
@@ -211,7 +220,7 @@ class Decoding:
 
         initial = (torch.ones(batch, n, V, dtype=torch.bool), torch.zeros(batch, dtype=torch.long))
         scores, structures = lawler(k, initial, solve, split, torch.full((n,), -1))
-        return scores.to(device), structures.to(device)
+        return scores.to(device), self._from_choices(structures).to(device)
 
 
 def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

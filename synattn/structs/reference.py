@@ -30,7 +30,7 @@ import torch
 from .constants import NEG
 
 __all__ = ["cky_log_partition", "eisner_log_partition", "linear_chain_log_partition",
-           "marginals_by_autograd", "matrix_tree_log_partition"]
+           "marginals_by_autograd", "matrix_tree_log_partition", "semi_markov_log_partition"]
 
 
 def _lse(terms: list[torch.Tensor]) -> torch.Tensor:
@@ -70,6 +70,36 @@ def linear_chain_log_partition(unary: torch.Tensor, edge: torch.Tensor,
         alpha = torch.where(valid[:, i, None], step, alpha)
     # log Z = ⊕_c alpha_{n-1}(c)
     return torch.logsumexp(alpha, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Semi-Markov (segmental) chain: the forward algorithm over segment ends (Sarawagi and Cohen 2004).
+# ---------------------------------------------------------------------------------------------
+
+def semi_markov_log_partition(edge: torch.Tensor, lengths: torch.Tensor,
+                              init: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B]`` log-sum of the scores of all labelled segmentations.
+
+    Args:
+        edge: ``[B, n-1, K, C, C]``; ``edge[b, s, k, p, c]`` scores a segment of ``k`` positions
+            (``1 <= k < K``; ``k = 0`` is unused) after position ``s``, i.e. covering
+            ``s+1..s+k``, labelled ``c``, whose predecessor (the previous segment, or position 0's
+            own label when ``s = 0``) is labelled ``p``.
+        lengths: ``[B]`` positions per sequence in ``1..n``; later positions are ignored.
+        init: ``[B, C]`` scores of position 0's label; default 0 (:data:`NEG` excludes a label).
+    """
+    B, m, K, C, _ = edge.shape
+    # alpha_0(c) = init(c): the label of position 0 (0, free, unless restricted)
+    alpha = [edge.new_zeros(B, C) if init is None else init]
+    for t in range(1, m + 1):
+        # alpha_t(c) = ⊕_{1<=k<K, k<=t} ⊕_p alpha_{t-k}(p) ⊗ edge(t-k, k, p, c):
+        # the last segment ends at t, has k positions and label c
+        alpha.append(_lse([torch.logsumexp(alpha[t - k][:, :, None] + edge[:, t - k, k], 1)
+                           for k in range(1, min(K - 1, t) + 1)]))
+    # log Z = ⊕_c alpha_{L-1}(c): a segment ends at the last position
+    last = torch.stack(alpha, 1).gather(1, (lengths - 1)[:, None, None].expand(B, 1, C))
+    # (n = 1: log Z = log C, linked to the empty edge so that it stays differentiable)
+    return torch.logsumexp(last[:, 0], 1) + (0.0 * edge.sum((1, 2, 3, 4)) if m == 0 else 0.0)
 
 
 # ---------------------------------------------------------------------------------------------

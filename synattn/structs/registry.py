@@ -15,6 +15,7 @@ structure          signature of ``log_partition`` / ``marginals``        acceler
 ``projective``     ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``torch``
 ``nonprojective``  ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``torch``
 ``cky``            ``(scores [B,N,N], lengths)``                          ``numba`` (CPU), ``torch``
+``semi_markov``    ``(edge [B,n-1,K,C,C], lengths)``                      ``numba`` (CPU), ``torch``
 =================  =====================================================  ======================
 
 (``scan``, default None, picks the schedule of the chain's PyTorch code; the others ignore it.)
@@ -83,6 +84,7 @@ _STRUCTURES: dict[str, _Structure] = {
     "projective": _Structure(_from_reference(reference.eisner_log_partition)),
     "nonprojective": _Structure(_from_reference(reference.matrix_tree_log_partition)),
     "cky": _Structure(_from_reference(reference.cky_log_partition)),
+    "semi_markov": _Structure(_from_reference(reference.semi_markov_log_partition)),
 }
 
 

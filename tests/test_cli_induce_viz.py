@@ -230,13 +230,13 @@ def test_attention_maps_of_decoders_align_positions_with_the_tree():
     pieces = {"src": ["▁a", "b", "▁c"], "tgt": ["▁x", "▁y"]}
     lm = TransformerLM(LanguageModelConfig.from_dict(dict(tiny, vocab_size=12, decoder=dict(layers=2, bird_eye="sg"))))
     ((stack, layers, labels, heads),) = attention_maps(lm.eval(), example, pieces)
-    assert (stack, labels, heads.tolist()) == ("decoder", ["<s>", "▁a", "b", "▁c"], [0, 4, 4, 0])
+    assert (stack, labels, heads.tolist()) == ("decoder", ["<s>", "▁a", "b", "▁c"], [-1, 4, 4, 0])  # <s>: no word
     assert len(layers) == 2 and layers[0].shape == (2, 4, 4) and np.allclose(np.triu(layers[0], 1), 0)
     mt = EncoderDecoderTransformer(EncoderDecoderConfig.from_dict(
         dict(tiny, src_vocab_size=12, tgt_vocab_size=12, encoder=dict(layers=1), decoder=dict(layers=1))))
     maps = attention_maps(mt.eval(), example, pieces)
     assert [(m[0], m[2], m[3].tolist()) for m in maps] == [
-        ("encoder", ["▁a", "b", "▁c", "</s>"], [3, 3, 0, 0]), ("decoder", ["<s>", "▁x", "▁y"], [0, 0, 2])]
+        ("encoder", ["▁a", "b", "▁c", "</s>"], [3, 3, 0, -1]), ("decoder", ["<s>", "▁x", "▁y"], [-1, 0, 2])]
     assert position_heads(None, 1, 0) is None
 
 

@@ -64,3 +64,23 @@ def test_stats_clips_beyond_memory_are_refused_naming_the_option(tmp_path, capsy
     monkeypatch.setattr(limits, "memory_bytes", lambda: 4 * 10 ** 9)  # less than its 20,000^2 pairs need
     assert main(["stats", str(long)]) == 2
     assert "words in a sentence=20000 is too large" in capsys.readouterr().err
+
+
+def test_the_most_frequent_traversal_labels_are_labels_that_occur(tmp_path, monkeypatch):
+    """A small treebank has few of the traversal labels: the report and the plot list those that
+    occur, not zero-count ones to fill up the top 20."""
+    from synattn.viz import relations as viz_relations
+
+    trees = [DependencyTree(["a", "b", "c"], np.array([2, 0, 2]), deprels=["x", "root", "y"])]
+    stats = treebank_statistics(trees)
+    occurring = int((stats.relations.traversal_counts > 0).sum())
+    assert 0 < occurring < 10
+    shown = stats.relations.top_traversals(20)
+    assert len(shown) == occurring and all(stats.relations.traversal_counts[shown] > 0)
+    line = next(x for x in stats.format().splitlines() if "traversal labels:" in x)
+    assert line.startswith(f"top {occurring} traversal labels: ") and ":0.0%" not in line
+    titles = []
+    plt = viz_relations.pyplot()
+    monkeypatch.setattr(plt.Axes, "set_title", lambda ax, text, *a, **k: titles.append(text))
+    viz_relations.plot_relation_histograms({"words": stats.relations}, tmp_path / "labels.png")
+    assert f"words: {occurring} most frequent traversal labels" in titles

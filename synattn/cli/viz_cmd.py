@@ -68,12 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def position_heads(piece_heads: np.ndarray | None, offset: int, extra_after: int) -> np.ndarray | None:
     """1-based heads over the attention's positions (0 = ROOT) from a subword tree: ``offset``
-    extra positions before the pieces (``<s>``) and ``extra_after`` after them (``</s>``) are roots."""
+    extra positions before the pieces (``<s>``) and ``extra_after`` after them (``</s>``) are no
+    words of the tree (-1: no arc, no box)."""
     if piece_heads is None:
         return None
     h = np.asarray(piece_heads, dtype=np.int64)
-    return np.concatenate([np.zeros(offset, np.int64), np.where(h > 0, h + offset, 0),
-                           np.zeros(extra_after, np.int64)])
+    return np.concatenate([np.full(offset, -1, np.int64), np.where(h > 0, h + offset, 0),
+                           np.full(extra_after, -1, np.int64)])
 
 
 @torch.no_grad()

@@ -122,7 +122,7 @@ def _head_grid(metrics: dict, path: Path) -> Path:
                     color="black" if value > 60 else "white", fontsize=8)
         ax.set_xticks(range(grid.shape[1]))
         ax.set_yticks(range(grid.shape[0]))
-        ax.set_title(f"{arm}, seed {min(metrics[arm])}: UAS of each head on dev (%)", fontsize=9)
+        ax.set_title(f"{arm}, seed {min(metrics[arm])}\nUAS of each head on dev (%)", fontsize=9)  # no overlap
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)

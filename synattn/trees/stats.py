@@ -48,6 +48,12 @@ class RelationStats:
     def traversal_overflow(self) -> float:
         return float(self.traversal_counts[-1]) / max(self.n_pairs, 1)
 
+    def top_traversals(self, top: int) -> np.ndarray:
+        """Indices of the ``top`` most frequent traversal labels that occur (fewer when fewer
+        labels occur: a small treebank has no use for all of them), most frequent first."""
+        order = np.argsort(-self.traversal_counts, kind="stable")[:top]
+        return order[self.traversal_counts[order] > 0]
+
 
 @dataclass
 class TreebankStats:
@@ -80,9 +86,9 @@ class TreebankStats:
             "",
             "tree distance labels: " + "  ".join(
                 f"{lab}:{c / max(r.n_pairs, 1):.1%}" for lab, c in zip(r.distance_vocab, r.distance_counts)),
-            f"top {top} traversal labels: " + "  ".join(
+            f"top {len(r.top_traversals(top))} traversal labels: " + "  ".join(
                 f"{r.traversal_vocab[i]}:{r.traversal_counts[i] / max(r.n_pairs, 1):.1%}"
-                for i in np.argsort(-r.traversal_counts)[:top]),
+                for i in r.top_traversals(top)),
             f"top {top} dependency labels: " + "  ".join(
                 f"{lab}:{c / max(self.n_words, 1):.1%}" for lab, c in self.deprels.most_common(top)),
         ]

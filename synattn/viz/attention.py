@@ -16,27 +16,37 @@ from synattn.trees.constituency import Tree
 from synattn.viz.figure import pyplot, save
 
 
-def _draw_arcs(ax, heads: np.ndarray) -> None:
-    """Dependency arcs over positions 0..n-1 (x axis), head → dependent, ROOT as a vertical stub."""
+def _draw_arcs(ax, heads: np.ndarray, words: Sequence[str] | None = None, fontsize: float = 8,
+               words_share: float = 0.0) -> None:
+    """Dependency arcs over positions 0..n-1 (x axis, the heatmap's columns), head → dependent,
+    ROOT as a vertical stub; a position with head -1 (``<s>``, ``</s>``: no word of the tree) has
+    none. ``words`` are written in the lower ``words_share`` of the panel, one per column, under the
+    arcs' feet."""
     from matplotlib.patches import FancyArrowPatch
 
-    top = 1.0
+    top = 1.0 / (1.0 - words_share)  # y from 0 to top; the words below y = base
+    base = top * words_share
+    for x, word in enumerate(words or []):
+        ax.text(x, base * 0.97, word, rotation=90, ha="center", va="top", fontsize=fontsize)
     for dep, head in enumerate(heads):
+        if head < 0:
+            continue
         if head == 0:
-            ax.annotate("", xy=(dep, 0.05), xytext=(dep, top), arrowprops=dict(arrowstyle="->", lw=1))
+            ax.annotate("", xy=(dep, base + 0.03), xytext=(dep, top), arrowprops=dict(arrowstyle="->", lw=1))
             continue
         h = head - 1
-        height = 0.15 + 0.8 * min(abs(h - dep) / max(len(heads) - 1, 1), 1.0)
-        ax.add_patch(FancyArrowPatch((h, 0.05), (dep, 0.05), connectionstyle=f"arc3,rad={-0.6 if h < dep else 0.6}",
+        ax.add_patch(FancyArrowPatch((h, base + 0.03), (dep, base + 0.03),
+                                     connectionstyle=f"arc3,rad={-0.6 if h < dep else 0.6}",
                                      arrowstyle="->", mutation_scale=8, lw=0.9, color="#333333"))
-        top = max(top, height)
     ax.set_xlim(-0.5, len(heads) - 0.5)
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, top)
     ax.axis("off")
 
 
 MAX_PANEL_INCHES = 20.0
 """The largest side of one head's heatmap (at 100 dpi: 2,000 pixels)."""
+INCHES_PER_TOKEN = 0.32
+"""The side of one cell of a heatmap: room for a label in 8-point type."""
 
 
 def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *,
@@ -44,11 +54,14 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
                    title: str | None = None, columns: int = 4) -> Path:
     """Heatmaps of attention heads over one sentence, with its dependency tree.
 
+    Above each heatmap, on its own columns, the tree: the positions' labels and the arcs over them.
+
     Args:
         probs: ``[H, n, n]`` (or ``[n, n]``) attention probabilities, row i attending to column j.
         tokens: ``[n]`` labels of the positions.
         path: output file (``.png`` or ``.svg``).
-        heads: ``[n]`` 1-based dependency heads of the positions (0 = ROOT); draws arcs and boxes.
+        heads: ``[n]`` 1-based dependency heads of the positions (0 = ROOT, -1 = not a word of
+            the tree); draws arcs and boxes.
         head_names: a title per heatmap (default ``head 0`` …).
         title: figure title.
         columns: heatmaps per row.
@@ -61,29 +74,36 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
         raise ValueError(f"attention of shape {probs.shape} for {n} tokens")
     cols = min(columns, n_heads)
     rows = -(-n_heads // cols)
-    size = min(max(2.5, 0.28 * n), MAX_PANEL_INCHES)  # a long sentence: labels thinned, not a huge image
-    every = -(-n // int(MAX_PANEL_INCHES / 0.28))  # label every position up to ~70, then every k-th
-    extra = 1 if heads is not None else 0
-    fig = plt.figure(figsize=(size * cols, size * rows + extra * size * 0.35 + 0.4))
-    grid = fig.add_gridspec(rows + extra, cols, height_ratios=[0.35] * extra + [1] * rows)
+    size = min(max(2.5, INCHES_PER_TOKEN * n), MAX_PANEL_INCHES)  # a long sentence: labels thinned
+    every = -(-n // int(MAX_PANEL_INCHES / INCHES_PER_TOKEN))  # label every position up to ~60, then every k-th
+    fontsize = 8
+    shown = [str(t) if k % every == 0 else "" for k, t in enumerate(tokens)]
+    # above each heatmap: the labels (as tall as the longest), then the arcs, then the head's name
+    words_inches = 0.09 * max((len(t) for t in shown), default=1) + 0.1
+    tree_inches = (words_inches + min(0.3 * size, 2.5)) if heads is not None else 0.0
+    fig = plt.figure(figsize=(size * cols * 1.2, (size + tree_inches + 0.6) * rows + 0.4))
+    grid = fig.add_gridspec(rows, cols, hspace=(tree_inches + 0.6) / size, wspace=0.3)
     if heads is not None:
         heads = np.asarray(heads)
-        gold = np.where(heads > 0, heads - 1, np.arange(n))
-        for c in range(cols):
-            _draw_arcs(fig.add_subplot(grid[0, c]), heads)
+        word_rows = np.flatnonzero(heads >= 0)  # positions of the tree's words: one box each
+        gold = np.where(heads > 0, heads - 1, np.arange(n))[word_rows]
     for k in range(n_heads):
-        ax = fig.add_subplot(grid[extra + k // cols, k % cols])
+        ax = fig.add_subplot(grid[k // cols, k % cols])
         image = ax.imshow(probs[k], cmap="Blues", vmin=0, vmax=max(probs[k].max(), 1e-9))
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)  # each head its own scale
-        if heads is not None:
-            ax.scatter(gold, np.arange(n), marker="s", s=(72 * 0.5 * size / max(n, 1)) ** 2,
-                       facecolors="none", edgecolors="#d62728", linewidths=0.8)
-        ax.set_xticks(range(0, n, every), list(tokens)[::every], rotation=90, fontsize=7)
-        ax.set_yticks(range(0, n, every), list(tokens)[::every], fontsize=7)
-        ax.set_title(head_names[k] if head_names else f"head {k}", fontsize=9)
+        ax.set_yticks(range(0, n, every), list(tokens)[::every], fontsize=fontsize)
+        ax.set_xticks(range(0, n, every), list(tokens)[::every], rotation=90, fontsize=fontsize)
+        name = head_names[k] if head_names else f"head {k}"
+        if heads is None:
+            ax.set_title(name, fontsize=9)
+            continue
+        ax.scatter(gold, word_rows, marker="s", s=(72 * 0.5 * size / max(n, 1)) ** 2,
+                   facecolors="none", edgecolors="#d62728", linewidths=0.8)
+        tree = ax.inset_axes([0, 1.0, 1, tree_inches / size])  # the heatmap's x scale: columns line up
+        _draw_arcs(tree, heads, shown, fontsize, words_share=words_inches / tree_inches)
+        tree.set_title(name, fontsize=9)
     if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+        fig.suptitle(title, fontsize=10, y=1.0 + 0.35 / fig.get_figheight())  # above the heads' names
     return save(fig, path)
 
 

@@ -13,30 +13,41 @@ from synattn.viz.figure import pyplot, save
 
 
 def plot_learning_curves(runs: dict[str, str | Path], path: str | Path) -> Path:
-    """Training and validation task losses (without auxiliary losses) of several runs against updates."""
+    """Training and validation task losses (without auxiliary losses) of several runs against
+    updates. Validation gets its own panel when some run validated twice or more; a run that
+    validated once (the demo's runs, at the end) has that loss in its legend entry instead, not
+    a panel of single dots."""
     from synattn.train import read_log
 
+    logs = {name: (read_log(run, "train"), read_log(run, "valid")) for name, run in runs.items()}
+    curves = any(len(valid) > 1 for _, valid in logs.values())
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for name, run in runs.items():
-        train, valid = read_log(run, "train"), read_log(run, "valid")
-        axes[0].plot([r["step"] for r in train], [r.get("task_loss", r["loss"]) for r in train], label=name)
-        if valid:
+    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(11 if curves else 6.5, 3.8), squeeze=False)
+    axes = axes[0]
+    for name, (train, valid) in logs.items():
+        label = name
+        if valid and not curves:
+            last = valid[-1]
+            label += f" (validation loss {last.get('task_loss', last['loss']):.2f} at update {last['step']})"
+        axes[0].plot([r["step"] for r in train], [r.get("task_loss", r["loss"]) for r in train], label=label,
+                     marker="o" if len(train) < 3 else None)  # a record or two: visible as dots
+        if curves and valid:
             axes[1].plot([r["step"] for r in valid], [r.get("task_loss", r["loss"]) for r in valid],
                          marker="o", label=name)
     for ax, title in zip(axes, ("training task loss (label-smoothed)", "validation task loss")):
         ax.set_title(title)
         ax.set_xlabel("update")
-        ax.legend()
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return save(fig, path)
 
 
 def plot_head_attachment(tables: dict[str, dict], path: str | Path,
-                         marks: dict[str, tuple[int, int]] | None = None) -> Path:
+                         marks: dict[str, tuple[int, int]] | None = None,
+                         mark_label: str = "the supervised head") -> Path:
     """Word-level attachment (UAS, %) of every encoder head of several models, one panel per model
     (``tables``: name → :func:`synattn.reproduce.heads.head_attachment`); ``marks`` outlines a
-    ``(layer, head)`` per model in red (e.g. its supervised head)."""
+    ``(layer, head)`` per model in red, ``mark_label`` saying what it is (under the panels)."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(tables), figsize=(4.4 * len(tables), 3.6), squeeze=False)
     image = None
@@ -54,23 +65,36 @@ def plot_head_attachment(tables: dict[str, dict], path: str | Path,
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_title(f"{name}\nUAS of each encoder head (%)", fontsize=9)
+        if marks and name in marks:  # under the panel with the box: what the box is
+            from matplotlib.patches import Patch
+
+            ax.legend(handles=[Patch(fill=False, edgecolor="red", linewidth=2, label=f"red box: {mark_label}")],
+                      loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.6 / grid.shape[0]), frameon=False,
+                      fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     return save(fig, path)
 
 
 @torch.no_grad()
 def plot_supervised_example(model, exp, path: str | Path, split: str = "test", max_pieces: int = 18) -> Path:
-    """All heads of the layer holding the supervised head, over a short sentence of ``split``, with
-    the sentence's subword tree: the supervised head should follow the boxes (gold heads)."""
+    """All heads of the layer holding the supervised head, over a short sentence of ``split`` (the
+    first of 8 to ``max_pieces`` pieces without a lone ``▁`` piece, where there is one), with the
+    sentence's subword tree: the supervised head should follow the boxes (gold heads). The title
+    names the sentence (its line in the split) and gives its text."""
+    import textwrap
+
     import sentencepiece as spm
 
     from synattn.data.batching import PreparedDataset, collate
     from synattn.train.tasks import syntax_request_for
 
     dataset = PreparedDataset(exp.data, split)
+    sp = spm.SentencePieceProcessor(model_file=str(Path(exp.data) / dataset.manifest["spm"]["src"]))
     lengths = dataset.fields["src_ids"].lengths
     candidates = np.flatnonzero((lengths >= 8) & (lengths <= max_pieces))
-    index = int(candidates[0]) if len(candidates) else int(np.argmin(lengths))
+    lone = sp.piece_to_id("▁")  # a word boundary with no letters: hard to read in a plot
+    clean = [i for i in candidates if lone not in dataset[int(i)]["src_ids"]]
+    index = int((clean or candidates.tolist())[0]) if len(candidates) else int(np.argmin(lengths))
     request = syntax_request_for(model.config)
     batch = collate(dataset, np.array([index]), request)
     model.eval()
@@ -81,9 +105,15 @@ def plot_supervised_example(model, exp, path: str | Path, split: str = "test", m
     probs = out.attentions["encoder.self"][layer][0].float().numpy()  # [H, t, t]
     example = dataset[index]
     p = len(example["src_ids"])
-    sp = spm.SentencePieceProcessor(model_file=str(Path(exp.data) / dataset.manifest["spm"]["src"]))
     tokens = [sp.id_to_piece(int(i)) for i in example["src_ids"]]
+    try:
+        text = dataset.text("src")[index]
+    except (OSError, IndexError):
+        text = sp.decode([int(i) for i in example["src_ids"]])
     names = [f"layer {layer} head {h}" + (" (supervised)" if h == head else "") for h in range(probs.shape[0])]
     o = batch.src_offset
+    title = (f"{split} sentence {index + 1} (line {index + 1} of {split}/src.txt): "
+             + "\n".join(textwrap.wrap(repr(text), 90))
+             + "\nencoder self-attention of the syntax model; red boxes: each piece's head in the subword tree")
     return plot_attention(probs[:, o:o + p, o:o + p], tokens, path, heads=example["src_heads"], head_names=names,
-                          title="encoder self-attention; boxes: heads in the subword tree")
+                          title=title, columns=2)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from synattn.trees.stats import RelationStats
 from synattn.viz.figure import pyplot, save
 
@@ -27,7 +25,7 @@ def plot_relation_histograms(stats: dict[str, RelationStats], path: str | Path, 
         ax.set_title(f"{name}: tree distance labels")
         ax.set_ylabel("share of pairs (i ≠ j)")
         ax = axes[row, 1]
-        idx = np.argsort(-s.traversal_counts)[:top]
+        idx = s.top_traversals(top)  # labels that occur only
         ax.bar(range(len(idx)), s.traversal_counts[idx] / max(s.n_pairs, 1), color="#dd8452")
         ax.set_xticks(range(len(idx)), [s.traversal_vocab[i] or "self" for i in idx], rotation=60)
         ax.set_title(f"{name}: {len(idx)} most frequent traversal labels")

@@ -229,3 +229,11 @@ def _quiet():
             manager.__exit__(*exc)
 
     return _Exit()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_third_derivative_matches_finite_differences(backend):
+    from test_structs_robustness import third_derivative_check
+
+    with use_backend(backend):
+        third_derivative_check(lambda x: SemiMarkovCRF(x).marginals, (1, 3, 3, 2, 2))

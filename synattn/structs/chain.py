@@ -68,6 +68,9 @@ class LinearChainCRF(StructDistribution, Decoding):
         transition: ``[C, C]`` or ``[batch_size, C, C]``; ``transition[p, c]`` scores ``p → c``.
         scan: force the parallel (True) or sequential (False) schedule of the PyTorch path;
             None picks by ``C``. The compiled kernels (numba, CPU) ignore it.
+        start, end: ``[C]`` or ``[batch_size, C]`` scores of the first label and of the label at
+            each chain's last position (supar's start/end transitions, ``trans[C, :C]`` and
+            ``trans[:C, C]``); folded into ``unary`` (:attr:`unary` includes them).
 
     Example:
         >>> crf = LinearChainCRF(unary=torch.randn(2, 5, 2), transition=torch.randn(2, 2),
@@ -82,7 +85,8 @@ class LinearChainCRF(StructDistribution, Decoding):
     def __init__(self, log_potentials: torch.Tensor | None = None,
                  lengths: torch.Tensor | None = None, *,
                  unary: torch.Tensor | None = None, transition: torch.Tensor | None = None,
-                 scan: bool | None = None):
+                 scan: bool | None = None, start: torch.Tensor | None = None,
+                 end: torch.Tensor | None = None):
         if (log_potentials is None) == (unary is None):
             raise ValueError("give either log_potentials [B, n-1, C, C] or unary [B, n, C] "
                              "(with transition [C, C])")
@@ -118,12 +122,46 @@ class LinearChainCRF(StructDistribution, Decoding):
         if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > n).any()):
             raise ValueError(f"lengths must be [B] with values in 1..{n}, got {lengths.tolist()}")
         self.mask = lengths_mask(lengths, n)  # [B, n]
+        if start is not None or end is not None:
+            unary = _with_start_end(unary, lengths, start, end)
         self.unary, self.edge, self.lengths, self.scan = unary, edge, lengths, scan
         self.masked = check_scores([(unary, self.mask.unsqueeze(-1)),
                                     (edge, self.mask[:, 1:, None, None])], 2 * n,
                                    "unary/log_potentials/transition")
         """Whether some label or transition is masked (``<= NEG``): only then can a chain have no
         valid labelling."""
+
+    @classmethod
+    def hmm(cls, transition: torch.Tensor, emission: torch.Tensor, init: torch.Tensor,
+            observations: torch.Tensor, lengths: torch.Tensor | None = None) -> "LinearChainCRF":
+        """The posterior over hidden states of a hidden Markov model (Rabiner 1989) given
+        ``observations``, as a chain CRF: ``log_partition`` is ``log p(observations)`` when the
+        arguments are normalised log-probabilities, ``marginals`` the smoothed state posteriors.
+
+        Args:
+            transition: ``[C, C]`` ``log p(z_{i+1} = c | z_i = p)`` at ``[p, c]`` (from → to;
+                torch-struct's ``LinearChainCRF.hmm`` takes the transpose, ``[c, p]``).
+            emission: ``[V, C]`` ``log p(x_i = v | z_i = c)``.
+            init: ``[C]`` ``log p(z_0 = c)``.
+            observations: ``[batch_size, n]`` integers in ``0..V-1`` (any value past a length).
+            lengths: as for the constructor.
+        """
+        emission = score_tensor(emission, "emission", "LinearChainCRF.hmm")
+        observations = torch.as_tensor(observations, device=emission.device)
+        if observations.dim() != 2 or observations.is_floating_point() or emission.dim() != 2:
+            raise ValueError(f"LinearChainCRF.hmm: observations must be integers [B, n] and "
+                             f"emission [V, C], got {tuple(observations.shape)} "
+                             f"{observations.dtype} and {tuple(emission.shape)}")
+        V, n = emission.shape[0], observations.shape[1]
+        valid = (lengths_mask(torch.as_tensor(lengths, device=emission.device).long(), n)
+                 if lengths is not None else torch.ones_like(observations, dtype=torch.bool))
+        bad = valid & ((observations < 0) | (observations >= V))
+        if bool(bad.any()):
+            b, i = (int(j) for j in bad.nonzero()[0])
+            raise ValueError(f"LinearChainCRF.hmm: observations[{b}, {i}] = "
+                             f"{int(observations[b, i])} is outside 0..{V - 1} (the rows of emission)")
+        unary = emission[torch.where(valid, observations, 0).long()]  # [B, n, C]
+        return cls(unary=unary, transition=transition, lengths=lengths, start=init)
 
     @property
     def feasible(self) -> torch.Tensor:
@@ -294,6 +332,25 @@ class LinearChainCRF(StructDistribution, Decoding):
             raise ValueError(f"LinearChainCRF: labels[{b}, {i}] = {int(labels[b, i])} is outside "
                              f"0..{C - 1} (the labels of position {i} of sentence {b})")
         return labels.long()
+
+
+def _with_start_end(unary: torch.Tensor, lengths: torch.Tensor, start: torch.Tensor | None,
+                    end: torch.Tensor | None) -> torch.Tensor:
+    """``unary [B, n, C]`` with ``start`` added at position 0 and ``end`` at each chain's last
+    position (each ``[C]`` or ``[B, C]``, masks allowed)."""
+    batch, n, C = unary.shape
+    last = torch.arange(n, device=unary.device) == (lengths - 1).unsqueeze(1)  # [B, n]
+    first = torch.arange(n, device=unary.device) == 0
+    for name, x, where in (("start", start, first.expand(batch, n)), ("end", end, last)):
+        if x is None:
+            continue
+        score_tensor(x, name, "LinearChainCRF")
+        if x.shape not in ((C,), (batch, C)):
+            raise ValueError(f"LinearChainCRF: {name} must be [C] or [B, C] with C={C}, "
+                             f"got {tuple(x.shape)}")
+        x = mask_impossible(x.to(unary.dtype), x.dtype).expand(batch, C)
+        unary = torch.where(where.unsqueeze(-1), mask_impossible(unary + x.unsqueeze(1)), unary)
+    return unary
 
 
 def _prepared(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,

@@ -39,7 +39,7 @@ import torch
 
 from . import registry
 from .backend import use_numba
-from .distribution import check_count
+from .distribution import PeerNames, check_count
 from .cky_dp import (DEAD, CKYMarginals, _zero_dead, check_span_scores,
                      cky_inside, cky_marginals, from_width_major, span_mask, to_width_major)
 from .semiring import NEG, MaxSemiring, fp32_inside
@@ -48,7 +48,7 @@ __all__ = ["DEAD", "CKYMarginals", "TreeCRF", "chart_to_spans", "check_span_scor
            "cky_inside", "cky_marginals", "sample_trees", "span_mask", "spans_to_chart"]
 
 
-class TreeCRF:
+class TreeCRF(PeerNames):
     """Binary constituency trees (unlabelled bracketings) with span scores, by CKY.
 
     Args:

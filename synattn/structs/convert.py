@@ -109,6 +109,18 @@ def chain_from_supar(scores: torch.Tensor, trans: torch.Tensor,
     return unary, trans[:C, :C].clone()
 
 
+def semi_markov_to_torch_struct(log_potentials: torch.Tensor) -> torch.Tensor:
+    """:class:`~synattn.structs.SemiMarkovCRF` potentials ``[B, n-1, K, C, C]`` ``[b, s, k, p, c]``
+    (from, to) → torch-struct's ``SemiMarkovCRF`` ``[b, s, k, c, p]`` (to, from)."""
+    return log_potentials.transpose(-1, -2).contiguous()
+
+
+def semi_markov_from_torch_struct(log_potentials: torch.Tensor) -> torch.Tensor:
+    """torch-struct's ``SemiMarkovCRF`` scores or marginals ``[B, n-1, K, C, C]`` (to, from) →
+    (from, to). The compact labellings ``[B, n]`` are the same in both libraries."""
+    return log_potentials.transpose(-1, -2).contiguous()
+
+
 # ---------------------------------------------------------------------------------------------
 # Constituency CRFs.
 # ---------------------------------------------------------------------------------------------

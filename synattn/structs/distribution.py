@@ -45,7 +45,32 @@ def _inner(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     return total
 
 
-class StructDistribution:
+class PeerNames:
+    """Mixin: torch-struct's and supar's names for members every CRF has, so that code written
+    for them runs: ``partition`` (``log_partition``), ``mode`` (``argmax``), ``kmax(k)`` (the
+    ``k`` best scores ``[k, B]``, torch-struct's layout) and ``topk(k)`` (the ``k`` best
+    structures ``[k, B, ...]`` in synattn's structure layout, not torch-struct's parts)."""
+
+    @property
+    def partition(self) -> torch.Tensor:
+        """``[B]`` ``log Z``: :attr:`log_partition` under torch-struct's name."""
+        return self.log_partition
+
+    @property
+    def mode(self) -> torch.Tensor:
+        """The best structure: ``argmax`` under ``torch.distributions``' name."""
+        return self.argmax
+
+    def kmax(self, k: int) -> torch.Tensor:
+        """``[k, B]`` scores of the ``k`` best structures (``kbest(k)[0]`` transposed)."""
+        return self.kbest(k)[0].transpose(0, 1)
+
+    def topk(self, k: int) -> torch.Tensor:
+        """``[k, B, ...]`` the ``k`` best structures (``kbest(k)[1]`` with ``k`` first)."""
+        return self.kbest(k)[1].transpose(0, 1)
+
+
+class StructDistribution(PeerNames):
     """Mixin: ``log_prob``, ``entropy``, ``cross_entropy`` and ``kl`` from exponential-family
     identities (see the module docstring)."""
 

@@ -205,8 +205,41 @@ def test_lm_text_drops_punctuation_lowercases_and_writes_numbers_as_N():
     assert lm_text(DependencyTree(["..."], np.array([0]), upos=["PUNCT"])) is None
 
 
+@pytest.mark.slow
+def test_toy_studies_of_a_treebank_run_on_the_package_treebank_without_src_trees(tmp_path, capsys):
+    """``--toy`` is a smoke test of every study: without ``--src-trees`` the treebank studies
+    train and score on the tiny treebank the package carries."""
+    from synattn.reproduce.toy_treebank import SIZES, toy_trees
+    from synattn.trees.dependency import head_problem
+
+    trees = toy_trees(sum(SIZES.values()))
+    assert all(head_problem(t.heads.tolist(), t.words) is None and t.words[-1] == "." for t in trees)
+    assert len({" ".join(t.words) for t in trees}) == len(trees)  # no sentence twice, none shared by splits
+    for study in ("supervised-head", "tree-transformer"):
+        out = tmp_path / study
+        assert main(["reproduce", study, "--toy", "--seeds", "1", "-o", str(out)]) == 0, capsys.readouterr().err
+        results = json.loads((out / "results.json").read_text())
+        assert results["complete"], study
+        runs = next(iter(results["runs"].values()))["1"]
+        assert runs["train_step"] == 6
+    assert results["runs"]["tree-transformer"]["1"]["dev_sentences"] == SIZES["dev"]
+
+
+def test_a_toy_translation_study_decodes_short_hypotheses(tmp_path):
+    """An untrained toy model writes every hypothesis to its maximum length; the toy caps it, so
+    that scoring does not take most of a toy study's minutes."""
+    from types import SimpleNamespace
+
+    from synattn.experiment import EvalConfig
+    from synattn.reproduce import Context
+
+    for name in ("mt-syntax", "structured-attention"):
+        toy = EvalConfig(**STUDIES[name].base_eval(Context(out=tmp_path, args=SimpleNamespace(), toy=True)))
+        assert toy.max_len_a * 40 + toy.max_len_b <= 30, name  # a 40-piece verse: at most 30 pieces
+
+
 def test_a_study_without_its_treebank_is_a_one_line_error(tmp_path, capsys):
-    assert main(["reproduce", "supervised-head", "--toy", "-o", str(tmp_path / "x")]) == 2
+    assert main(["reproduce", "supervised-head", "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--src-trees" in err[0]
     assert main(["reproduce", "supervised-head", "--toy", "-o", str(tmp_path / "x"),

@@ -10,8 +10,9 @@ A study trains every arm with every seed for the same minutes of training (``--b
 to the same update), scores each run and writes OUT (default outputs/reproduce/STUDY): README.md
 (the table), results.json, plots/, the exact configs and the commands. It is resumable: stopped
 (Ctrl-C, kill, a crash), the same command continues from the last checkpoints and keeps every run
-already scored. ``--toy`` runs the whole study at a tiny size in a minute (what the test suite
-does). docs/reproduce.md describes each study, its choices and the numbers measured.
+already scored. ``--toy`` runs the whole study at a tiny size in minutes (what the test suite
+does; the treebank studies on the package's own tiny treebank when no --src-trees is given).
+docs/reproduce.md describes each study, its choices and the numbers measured.
 """
 
 from __future__ import annotations

@@ -35,8 +35,13 @@ def prepare_ptb_text(ctx: Context, vocab_size: int, subword_model: str = "word")
 
 
 def treebank_splits(ctx: Context) -> dict[str, str]:
-    """``--src-trees`` as ``{split: path}``, checked (train and dev are needed)."""
+    """``--src-trees`` as ``{split: path}``, checked (train and dev are needed); a ``--toy`` run
+    without it takes the package's own tiny treebank (:mod:`synattn.reproduce.toy_treebank`)."""
     given = getattr(ctx.args, "src_trees", None)
+    if not given and ctx.toy:
+        from synattn.reproduce.toy_treebank import write_toy_treebank
+
+        return write_toy_treebank(ctx.out / "builtin-treebank")
     if not given:
         raise UsageError("--src-trees: this study trains on a dependency treebank; give "
                          "train=FILE dev=FILE [test=FILE] (CoNLL-U, e.g. UD English-EWT)")

@@ -1,7 +1,8 @@
 """Benchmark ``synattn.structs`` against torch-struct 0.5 and supar 1.1.4 on the same inputs.
 
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
-torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``) and the linear chain.
+torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
+the semi-Markov CRF (torch-struct only; ``--only semimarkov``).
 For every case the same random scores go to all three libraries (converted to each one's layout
 by ``synattn.structs.convert``); the script checks that the values agree, then prints median
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
@@ -23,7 +24,8 @@ The peer libraries are installed only for this script (never for the package or 
 
 Run (``--quick`` takes fewer repetitions)::
 
-    python benchmarks/bench_structs.py [--threads 2] [--quick] [--small] [--only cky|decoding]
+    python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]
+        [--only cky|decoding|semimarkov]
         [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -49,7 +51,8 @@ from typing import Callable
 
 import torch
 
-from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
+from synattn.structs import (DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF,
+                             SemiMarkovCRF, TreeCRF)
 from synattn.structs import convert
 from synattn.structs.arc_scores import usable_arcs
 from synattn.structs.backend import use_backend
@@ -59,7 +62,10 @@ from machine import cpu_name
 EISNER_SIZES = [(32, 20), (32, 40), (16, 80), (4, 160)]
 CKY_SIZES = [(32, 20), (16, 40), (4, 80)]
 CHAIN_SIZES = [(32, C, N) for C in (2, 16) for N in (50, 200)]
-SMALL = {"eisner": [(8, 20), (4, 40)], "cky": [(8, 20)], "chain": [(8, 2, 50)]}
+SEMI_MARKOV_SIZES = [(16, 4, 4, 50), (16, 8, 8, 100)]
+"""``(B, K, C, N)`` of the semi-Markov rows."""
+SMALL = {"eisner": [(8, 20), (4, 40)], "cky": [(8, 20)], "chain": [(8, 2, 50)],
+         "semi_markov": [(8, 4, 4, 30)]}
 """``--small``: sizes of a quick check."""
 GUARD_N = 150  # peers' Matrix-Tree from this length on runs in a child process (CPU only)
 GUARD_SECONDS = 60
@@ -259,6 +265,56 @@ def chain_fns(lib: str, unary: torch.Tensor, trans: torch.Tensor, lengths: torch
     return part, marg
 
 
+def semi_markov_fns(lib: str, edge: torch.Tensor, lengths: torch.Tensor):
+    """``(partition_fn, marginals_fn)`` of the semi-Markov CRF (torch-struct only: supar has none)."""
+    if lib == "torch path":
+        return on_torch_path(semi_markov_fns("synattn", edge, lengths))
+    if lib == "synattn":
+        def part():
+            with torch.no_grad():
+                return SemiMarkovCRF(edge, lengths).log_partition
+
+        def marg():
+            with torch.no_grad():
+                return SemiMarkovCRF(edge, lengths).marginals
+        return part, marg
+    if lib == "torch-struct":
+        import torch_struct
+        theirs = convert.semi_markov_to_torch_struct(edge)
+
+        def part():
+            x = theirs.clone().requires_grad_()
+            return torch_struct.SemiMarkovCRF(x, lengths=lengths).partition.detach()
+
+        def marg():
+            x = theirs.clone().requires_grad_()
+            mu = torch_struct.SemiMarkovCRF(x, lengths=lengths).marginals.detach()
+            return convert.semi_markov_from_torch_struct(mu)
+        return part, marg
+    raise NotImplementedError("supar has no semi-Markov CRF")
+
+
+def semi_markov_rows(peers: list[str], sizes, reps: int) -> None:
+    """Rows for :class:`SemiMarkovCRF` at ``(B, K, C, N)``, every sequence of length ``N``
+    (torch-struct 0.5's log Z is wrong for the longer sequences of a ragged batch)."""
+    for batch, K, C, n in sizes:
+        gen = torch.Generator().manual_seed(13 * 1000 + n)
+        edge = torch.randn(batch, n - 1, K, C, C, generator=gen).to(DEVICE)
+        lengths = torch.full((batch,), n, device=DEVICE)
+        libs = ["synattn", "torch path", *(p for p in peers if p == "torch-struct")]
+        fns = {lib: semi_markov_fns(lib, edge, lengths) for lib in libs}
+        values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
+        times, diffs = {"part": {}, "marg": {}}, {"part": {}, "marg": {}}
+        for lib in libs[1:]:
+            diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
+            diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1])
+        for which, index in (("part", 0), ("marg", 1)):
+            times[which] = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+        ours = (times["part"].pop("synattn"), times["marg"].pop("synattn"))
+        row(f"semi-Markov log Z B={batch} K={K} C={C} N={n}", ours[0], times["part"], diffs["part"])
+        row(f"semi-Markov marg B={batch} K={K} C={C} N={n}", ours[1], times["marg"], diffs["marg"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Peers that may hang: run in a child process.
 # ---------------------------------------------------------------------------------------------
@@ -445,8 +501,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
-    parser.add_argument("--only", choices=("cky", "decoding"),
-                        help="only the constituency (CKY) rows, or only sampling and k-best")
+    parser.add_argument("--only", choices=("cky", "decoding", "semimarkov"),
+                        help="only the constituency (CKY) rows, only sampling and k-best, or only "
+                             "the semi-Markov rows")
     add_device_argument(parser)
     args = parser.parse_args()
     DEVICE = check_device(parser, args.device)
@@ -464,6 +521,10 @@ def main() -> None:
 
     if args.only == "decoding":
         decoding_rows(peers, reps)
+        return
+    semi_sizes = SMALL["semi_markov"] if args.small else SEMI_MARKOV_SIZES
+    if args.only == "semimarkov":
+        semi_markov_rows(peers, semi_sizes, reps)
         return
     trees = () if args.only else (("eisner", "Eisner"), ("matrix_tree", "Matrix-Tree"))
     for kind, label in trees:
@@ -539,6 +600,7 @@ def main() -> None:
 
     if args.only:
         return
+    semi_markov_rows(peers, semi_sizes, reps)
     decoding_rows(peers, reps)
     print("\n# peak memory of Eisner marginals, B=4 N=160 (MiB above the state before: "
           + ("the CUDA allocator's peak)" if DEVICE.type == "cuda" else "resident, fresh process each)"))

@@ -256,6 +256,16 @@ def test_mistakes_in_the_pretrained_keys_are_config_errors(data, tmp_path, model
         ExperimentConfig.from_dict(_experiment(data, pretrained_folder(tmp_path / "m"), **model)).check_data()
 
 
+def test_without_the_masked_lm_loss_a_feature_must_have_a_loss(data, tmp_path):
+    from synattn.errors import ConfigError
+    from synattn.experiment import ExperimentConfig
+
+    exp = _experiment(data, pretrained_folder(tmp_path / "m"), mlm=False)
+    exp["model"]["features"] = [{"feature": "tree_relations", "layers": [0]}]
+    with pytest.raises(ConfigError, match="no feature has one"):
+        ExperimentConfig.from_dict(exp).check_data()
+
+
 def test_mlm_and_freeze_need_a_pretrained_model(data):
     from synattn.errors import ConfigError
     from synattn.experiment import ExperimentConfig

@@ -72,3 +72,11 @@ def test_the_study_on_the_real_minilm(tmp_path, treebank, capsys):
     assert np.asarray(probe["all_heads_dev"]["encoder"]).shape == (6, 12, 2)
     assert probe["uas_dev"] > 30  # pretrained heads attach words far above chance on these short sentences
     assert results["runs"]["finetuned"]["1"]["head"] == "encoder_4.parse"
+
+
+def test_a_wrong_model_is_one_line_before_anything_is_prepared(tmp_path, treebank, capsys):
+    out = tmp_path / "ps"
+    assert main(_args(out, treebank, tmp_path / "no-model")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--model" in err[-1] and "nothing is downloaded" in err[-1]
+    assert not (out / "data").exists()

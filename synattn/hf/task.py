@@ -145,6 +145,9 @@ def model_config(exp, manifest: dict, labels: dict[str, list[str]], placeholder:
         setattr(config, TEXT, {"tokenizer": section[KEY] if _packaged(section[KEY]) else str(pretrained.resolve()),
                                "mlm": section.get("mlm", True), "freeze": section.get("freeze", False)})
         config.synattn = features(section.get("features", []), labels, placeholder)
+        if not section.get("mlm", True) and not any(spec["feature"] == "supervised_head" for spec in config.synattn):
+            raise ConfigError("model.mlm: false leaves only the features' losses to train, but no feature has one "
+                              "(add a supervised_head, or set mlm: true)")
         syntax_request(config)
         _trial_build(config)
         return config

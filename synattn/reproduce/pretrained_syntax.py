@@ -83,6 +83,13 @@ class PretrainedSyntaxStudy(Study):
         parser.add_argument("--head", type=int, help=f"the head it replaces (default {HEAD})")
 
     def prepare(self, ctx: Context) -> Path:
+        from synattn.errors import InputError, MissingDependencyError, UsageError
+        from synattn.hf.pretrained import model_folder
+
+        try:  # a wrong --model stops here, before any data is prepared
+            model_folder(getattr(ctx.args, "model", None) or MODEL)
+        except (InputError, MissingDependencyError) as err:
+            raise UsageError(f"--model: {err}") from None
         # the dataset's own sentencepiece pieces only spell the words back: the model reads its own
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else 4000)
 
@@ -181,12 +188,13 @@ def probe_heatmap(probe: dict, path: Path) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
     titles = {"parent": "dependent → its head", "child": "head → its dependent"}
+    top = max(50.0, 100 * max(float(np.max(probe[d])) for d in titles))  # one colour scale for both panels
     for ax, direction in zip(axes, ("parent", "child")):
         grid = 100 * np.asarray(probe[direction])  # [L, H]
-        image = ax.imshow(grid, vmin=0, vmax=max(50.0, float(grid.max())), cmap="viridis", aspect="auto")
+        image = ax.imshow(grid, vmin=0, vmax=top, cmap="viridis", aspect="auto")
         for (layer, head), value in np.ndenumerate(grid):
             ax.text(head, layer, f"{value:.0f}", ha="center", va="center", fontsize=8,
-                    color="black" if value > 0.6 * max(50.0, float(grid.max())) else "white")
+                    color="black" if value > 0.6 * top else "white")
         ax.set_xticks(range(grid.shape[1]))
         ax.set_yticks(range(grid.shape[0]))
         ax.set_xlabel("head")

@@ -9,7 +9,7 @@ p(z_i = 1 | x, q) (forward-backward), so the context is Σ_i p(z_i = 1) v_i: eve
 selected independently of the others' weights, and contiguous segments are favoured by the
 pairwise terms. All B · H · n chains (one per batch row, head and query) run as one batch of the
 chain CRF (``synattn.structs.LinearChainCRF`` in unary + transition form, whose marginals
-backpropagate in the signed log-space semifield, as in the seed), of the source lengths.
+backpropagate in the signed log-space semifield, as in Kim et al. 2017, appendix), of the source lengths.
 Options: ``normalize`` (the public code's 2 p_i / Σ_j p_j; off by default, per the paper) and
 ``mode="sigmoid"``, the sigmoid-attention baseline p_i = σ(θ_i(1)), the same model without
 pairwise terms. Choice we made: the pairwise table starts at 0, so a fresh layer equals the

@@ -16,7 +16,7 @@ recursions, up to rounding:
   where ``xi`` are the pair marginals, ``F[i, p] = E[Σ_{j<=i} g[j, y_j] | y_i = p]`` and
   ``R[i, p] = E[Σ_{j>=i} g[j, y_j] | y_i = p]``, two recursions of forward-backward's shape whose
   weights are conditional probabilities ``xi / mu`` (in ``[0, 1]``, each row summing to 1).
-  It is the same quantity as the seed's backpropagation through forward-backward in the signed
+  It is the same quantity as Kim et al. (2017)'s backpropagation through forward-backward in the signed
   log-space semifield (the PyTorch path of :class:`synattn.structs.chain.ChainMarginals`; the
   tests check that both agree), computed differently: in float64 every number here is a
   probability or a conditional expectation bounded by ``Σ |g|``, so no log-space or sign

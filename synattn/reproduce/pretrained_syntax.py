@@ -37,6 +37,7 @@ from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treeb
 
 MODEL = "all-MiniLM-L6-v2"
 LAYER, HEAD = 4, 0
+LR = 5e-5
 FROZEN_LR = 3e-3  # only 1,056 parameters train: a fine-tuning rate would barely move them
 
 
@@ -81,6 +82,8 @@ class PretrainedSyntaxStudy(Study):
                                  "folder with config.json, model.safetensors and tokenizer.json")
         parser.add_argument("--layer", type=int, help=f"layer of the supervised head (default {LAYER})")
         parser.add_argument("--head", type=int, help=f"the head it replaces (default {HEAD})")
+        parser.add_argument("--lr", type=float, help=f"peak learning rate of the fine-tuned arms (default {LR:g}; "
+                                                     f"the frozen arm's is {FROZEN_LR:g})")
 
     def prepare(self, ctx: Context) -> Path:
         from synattn.errors import InputError, MissingDependencyError, UsageError
@@ -105,7 +108,8 @@ class PretrainedSyntaxStudy(Study):
         return exp
 
     def base_train(self, ctx: Context) -> dict:
-        train = budget_train(ctx, max_tokens=1024, lr=5e-5, warmup=100, min_lr_ratio=0.05, label_smoothing=0.0)
+        lr = LR if getattr(ctx.args, "lr", None) is None else ctx.args.lr
+        train = budget_train(ctx, max_tokens=1024, lr=lr, warmup=100, min_lr_ratio=0.05, label_smoothing=0.0)
         # a pretrained run learns most in its first epoch: validate (and keep the best) every 200 updates
         train.update(validate_interval_updates=0 if ctx.toy else 200, weight_decay=0.01)
         return train

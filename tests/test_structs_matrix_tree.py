@@ -225,7 +225,11 @@ def test_compiled_equals_torch_float64(compiled, seed, multiroot, lengths, scale
     # from the GTH elimination by up to ~3e-11 relative in log Z and ~3e-10 in the marginals)
     torch.testing.assert_close(numba_path[0], torch_path[0], rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(numba_path[1], torch_path[1], rtol=0, atol=1e-8)
-    torch.testing.assert_close(numba_path[2], torch_path[2], rtol=1e-9, atol=1e-9)
+    # the backward of the marginals is a second derivative: the compiled path's closed form from the
+    # inverse of Koo's matrix and the PyTorch path's autograd through LU differ by up to ~1.4e-9
+    # absolute at scale 10 (seed 2758, lengths [1, 1, 1, 24, 13]); both are checked against
+    # float64 finite differences elsewhere
+    torch.testing.assert_close(numba_path[2], torch_path[2], rtol=1e-7, atol=1e-8)
     assert numba_path[1].dtype == numba_path[2].dtype == torch.float64
 
 

@@ -136,6 +136,27 @@ def _score(outputs, labels: dict[str, list[str]], probe: bool = False) -> dict:
     return out
 
 
+def head_metrics(scores: dict[str, dict], supervised: bool) -> dict:
+    """A study's metrics from :func:`head_attachment`-style ``scores`` per split: the supervised
+    head's UAS (and its decoded tree's) when ``supervised``, else the best head's on dev, on every
+    split, in %, with ``head`` naming it and ``all_heads_dev`` every head's."""
+    out: dict = {}
+    if not supervised:
+        layer, head = best_head(scores["dev"]["heads"]["encoder"])
+        out["head"] = f"layer {layer} head {head} (best on dev)"
+        pick = {split: s["heads"]["encoder"][layer][head] for split, s in scores.items()}
+    else:
+        key = next(iter(scores["dev"]["supervised"]))
+        out["head"] = key
+        pick = {split: s["supervised"][key] for split, s in scores.items()}
+        for split, s in scores.items():
+            out[f"uas_{split}_tree"], out[f"uas_{split}_tree_nopunct"] = (100 * v for v in s["supervised_tree"][key])
+    for split, (uas, nopunct) in pick.items():
+        out[f"uas_{split}"], out[f"uas_{split}_nopunct"] = 100 * uas, 100 * nopunct
+    out["all_heads_dev"] = scores["dev"]["heads"]
+    return out
+
+
 def best_head(table: list[list[list[float]]]) -> tuple[int, int]:
     """``(layer, head)`` with the highest UAS (punctuation included) in a ``[L][H][2]`` table."""
     scores = np.asarray(table)[..., 0]

@@ -33,7 +33,7 @@ import argparse
 import json
 from pathlib import Path
 
-from synattn.reproduce.heads import best_head
+from synattn.reproduce.heads import head_metrics
 from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
 
@@ -144,22 +144,10 @@ class PretrainedSyntaxStudy(Study):
         splits = ["dev"] + (["test"] if (Path(ctx.data) / "test").is_dir() else [])
         scores = {split: hf_head_attachment(model, ctx.data, split, tokenizer, probe=not arm.trained)
                   for split in splits}
-        out: dict = {}
+        out = head_metrics(scores, supervised=arm.trained)
         if not arm.trained:
-            layer, head = best_head(scores["dev"]["heads"]["encoder"])
-            out["head"] = f"layer {layer} head {head} (best on dev)"
-            pick = {split: s["heads"]["encoder"][layer][head] for split, s in scores.items()}
             out["clark_dev"] = 100 * scores["dev"]["probe"]["best"]["accuracy"]
             out["probe_dev"] = scores["dev"]["probe"]
-        else:
-            key = next(iter(scores["dev"]["supervised"]))
-            out["head"] = key
-            pick = {split: s["supervised"][key] for split, s in scores.items()}
-            for split, s in scores.items():
-                out[f"uas_{split}_tree"], out[f"uas_{split}_tree_nopunct"] = (100 * v for v in s["supervised_tree"][key])
-        for split, (uas, nopunct) in pick.items():
-            out[f"uas_{split}"], out[f"uas_{split}_nopunct"] = 100 * uas, 100 * nopunct
-        out["all_heads_dev"] = scores["dev"]["heads"]
         return out
 
     def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:

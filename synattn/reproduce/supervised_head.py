@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from synattn.reproduce.heads import best_head, head_attachment
+from synattn.reproduce.heads import head_attachment, head_metrics
 from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
 
@@ -81,19 +81,7 @@ class SupervisedHeadStudy(Study):
         splits = ["dev"] + (["test"] if (Path(exp.data) / "test").exists() else [])
         scores = {split: head_attachment(model, exp.data, split) for split in splits}
         out: dict = {"dev_ppl": last_valid(run_dir).get("ppl")}
-        if arm.name == "plain":
-            layer, head = best_head(scores["dev"]["heads"]["encoder"])
-            out["head"] = f"layer {layer} head {head} (best on dev)"
-            pick = {split: s["heads"]["encoder"][layer][head] for split, s in scores.items()}
-        else:
-            key = next(iter(scores["dev"]["supervised"]))
-            out["head"] = key
-            pick = {split: s["supervised"][key] for split, s in scores.items()}
-            for split, s in scores.items():
-                out[f"uas_{split}_tree"], out[f"uas_{split}_tree_nopunct"] = (100 * v for v in s["supervised_tree"][key])
-        for split, (uas, nopunct) in pick.items():
-            out[f"uas_{split}"], out[f"uas_{split}_nopunct"] = 100 * uas, 100 * nopunct
-        out["all_heads_dev"] = scores["dev"]["heads"]
+        out.update(head_metrics(scores, supervised=arm.name != "plain"))
         return out
 
     def plots(self, ctx: Context, metrics: dict, folder: Path) -> list[Path]:

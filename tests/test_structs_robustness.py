@@ -467,9 +467,13 @@ def test_kbest_k_is_bounded_by_memory_and_stops_when_all_are_listed(monkeypatch)
     for bad in ("3", 0, 2.0, True):
         with pytest.raises(ValueError, match="kbest: k must be a whole number >= 1"):
             crf.kbest(bad)
-    scores, heads = crf.kbest(10 ** 6)  # 3 trees of 2 words exist: the rest is padding, quickly
-    assert torch.isfinite(scores[0, :3]).all() and torch.isinf(scores[0, 3:]).all()
-    assert (heads[0, 3:] == -1).all()
+    monkeypatch.undo()
+    for k in (10 ** 6, 10 ** 8):  # 3 trees of 2 words exist: listed at once, no padding made
+        scores, heads = crf.kbest(k)
+        assert scores.shape == (1, 3) and heads.shape == (1, 3, 2) and torch.isfinite(scores).all()
+    two = DependencyCRF(torch.randn(2, 4, 4), lengths=torch.tensor([3, 2]))  # 12 and 3 trees
+    scores, heads = two.kbest(10 ** 6)
+    assert scores.shape == (2, 12) and torch.isinf(scores[1, 3:]).all() and (heads[1, 3:] == -1).all()
 
 
 @settings(max_examples=60, deadline=None)

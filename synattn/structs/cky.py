@@ -162,7 +162,8 @@ class TreeCRF(PeerNames):
     def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` best trees, exactly, best first: ``scores [batch_size, k]`` (``-inf`` where
         fewer than ``k`` exist) and 0/1 span charts ``[batch_size, k, N, N]`` (all 0 for the
-        missing ones). Lawler's partition scheme over masked CKY argmaxes
+        missing ones; fewer columns when every batch element has fewer than ``k`` trees: as many
+        as the largest list). Lawler's partition scheme over masked CKY argmaxes
         (:func:`~synattn.structs.kbest.tree_kbest`)."""
         from .kbest import tree_kbest
 

@@ -221,7 +221,9 @@ class Decoding:
 
         Returns:
             ``scores [B, k]`` (``-inf`` where fewer than ``k`` structures exist) and structures
-            ``[B, k, n]`` (``-1`` padding, also for missing ones).
+            ``[B, k, n]`` (``-1`` padding, also for missing ones); when every batch element has
+            fewer than ``k`` structures, only as many columns as the largest list (``k``
+            beyond the space costs nothing).
         """
         batch, n = self.lengths.shape[0], self._num_positions()
         V = self._num_choices()

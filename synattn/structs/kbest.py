@@ -40,13 +40,14 @@ def lawler(k: int, initial: Constraints,
         empty: the structure that pads the lists (``-1`` heads, an all-zero chart).
 
     Returns:
-        ``scores [B, k]`` (float64, ``-inf`` where fewer than ``k`` exist) and structures
-        ``[B, k, ...]`` (``empty`` where missing), on the CPU.
+        ``scores [B, K]`` (float64, ``-inf`` where fewer than ``K`` exist) and structures
+        ``[B, K, ...]`` (``empty`` where missing), on the CPU. ``K = k`` unless every batch
+        element has fewer than ``k`` structures: then ``K`` is the most any of them has (the
+        columns past it would be padding only), so a ``k`` larger than the space costs nothing.
     """
     batch = initial[0].shape[0]
     k = kbest_count(k, batch, empty.numel() * empty.element_size())
-    scores = torch.full((batch, k), -float("inf"), dtype=torch.float64)
-    structures = empty.expand(batch, k, *empty.shape).clone()
+    found: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(batch)]
     heaps: list[list] = [[] for _ in range(batch)]
     counter = 0
     todo: list[tuple[torch.Tensor, Constraints]] = [(torch.arange(batch), initial)]
@@ -68,16 +69,23 @@ def lawler(k: int, initial: Constraints,
             if not heaps[b]:
                 continue
             neg, _, y, constraint = heapq.heappop(heaps[b])
-            scores[b, j], structures[b, j] = -neg, y
+            found[b].append((-neg, y))
             if j < k - 1:
                 subs = split(b, y, constraint)
                 todo.append((torch.full((subs[0].shape[0],), b, dtype=torch.long), subs))
+    width = max(len(f) for f in found) if all(len(f) < k for f in found) else k
+    scores = torch.full((batch, width), -float("inf"), dtype=torch.float64)
+    structures = empty.expand(batch, width, *empty.shape).clone()
+    for b, listed in enumerate(found):
+        for j, (score, y) in enumerate(listed):
+            scores[b, j], structures[b, j] = score, y
     return scores, structures
 
 
 def tree_kbest(crf, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` best binary trees of a :class:`~synattn.structs.cky.TreeCRF`: ``scores [B, k]``
-    and 0/1 span charts ``[B, k, N, N]`` (all 0 where fewer than ``k`` trees exist).
+    and 0/1 span charts ``[B, k, N, N]`` (all 0 where fewer than ``k`` trees exist; ``k`` columns
+    at most, as many as the largest list when every element has fewer, see :func:`lawler`).
 
     A subspace is ``(allowed [N, N], included [N, N])``. A tree's free parts are its spans other
     than the one-word spans and the whole sentence (those are in every tree), ordered by start

@@ -510,3 +510,22 @@ def test_fuzz_one_nan_anywhere(kind, backend, n, length, i, j, value):
         else:
             crf = make()
             assert torch.isfinite(crf.log_partition).all() and not torch.isnan(crf.marginals).any()
+
+
+def test_sample_count_is_bounded_by_memory(monkeypatch):
+    """sample(count) had no bound: 10**9 samples of a batch allocated until the machine gave out."""
+    import synattn.limits as limits
+
+    from synattn.structs import SemiMarkovCRF
+
+    monkeypatch.setattr(limits, "memory_bytes", lambda: 10 ** 9)  # a 1 GB machine
+    makers = {"chain": lambda: LinearChainCRF(unary=torch.randn(2, 5, 3)),
+              "projective": lambda: DependencyCRF(torch.randn(2, 6, 6)),
+              "nonprojective": lambda: NonProjectiveDependencyCRF(torch.randn(2, 6, 6)),
+              "tree": lambda: TreeCRF(torch.randn(2, 5, 5)),
+              "semimarkov": lambda: SemiMarkovCRF(torch.randn(2, 5, 3, 2, 2))}
+    for name, make in makers.items():
+        crf = make()
+        with pytest.raises(ValueError, match=r"sample: count=1000000000 is too large: 1000000000 samples"):
+            crf.sample(10 ** 9)
+        assert crf.sample(3).shape[0] == 3, name  # a sensible count still samples

@@ -103,6 +103,13 @@ class ArcCRF(StructDistribution, Decoding):
     """The name under which :mod:`synattn.structs.registry` keeps the reference and the
     accelerations of ``log_partition(scores, lengths, multiroot)`` and ``marginals(...)``."""
 
+    def __new__(cls, scores=None, *args, **kwargs):
+        # labelled scores [B, n+1, n+1, R]: the labelled version of the class
+        if isinstance(scores, torch.Tensor) and scores.dim() == 4 and not hasattr(cls, "_base"):
+            from .labelled_arcs import labelled_class
+            cls = labelled_class(cls)
+        return super().__new__(cls)
+
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
                  multiroot: bool = True):
         self.multiroot = flag(multiroot, "multiroot", type(self).__name__)
@@ -161,25 +168,30 @@ class ArcCRF(StructDistribution, Decoding):
                                  f"got {tuple(allowed.shape)}")
             keep = keep & allowed.to(keep.device).bool()
         if heads is not None:
-            L = self.scores.shape[-1]
-            if heads.shape != (self.scores.shape[0], L - 1):
-                raise ValueError(f"constrain: heads must be [{self.scores.shape[0]}, {L - 1}], "
-                                 f"got {tuple(heads.shape)}")
-            heads = heads.to(keep.device).long()
-            if bool(((heads < -1) | (heads >= L)).any()):
-                raise ValueError(f"constrain: heads must be -1 (free) or in 0..{L - 1}")
-            pos = torch.arange(L, device=keep.device)
-            fixed = (pos.view(1, L, 1) == heads.unsqueeze(1)) | (heads < 0).unsqueeze(1)  # [B, L, n]
-            keep[:, :, 1:] &= fixed
+            keep = keep & self._head_mask(heads)
         scores = torch.where(keep, self.scores, torch.full_like(self.scores, NEG))
         return type(self)(scores, self.lengths, self.multiroot)
+
+    def _head_mask(self, heads: torch.Tensor) -> torch.Tensor:
+        """``[batch_size, n+1, n+1]`` bool: False for the arcs into a word whose head ``heads``
+        fixes (``[batch_size, n]``, ``-1`` free) from any other head."""
+        L = self.scores.shape[-1]
+        if heads.shape != (self.scores.shape[0], L - 1):
+            raise ValueError(f"constrain: heads must be [{self.scores.shape[0]}, {L - 1}], "
+                             f"got {tuple(heads.shape)}")
+        heads = heads.to(self.scores.device).long()
+        if bool(((heads < -1) | (heads >= L)).any()):
+            raise ValueError(f"constrain: heads must be -1 (free) or in 0..{L - 1}")
+        pos = torch.arange(L, device=heads.device)
+        fixed = (pos.view(1, L, 1) == heads.unsqueeze(1)) | (heads < 0).unsqueeze(1)  # [B, L, n]
+        return torch.cat((torch.ones_like(fixed[:, :, :1]), fixed), 2)
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples of trees as heads (``-1`` padding, and all
         ``-1`` where no tree exists), by conditioning word by word on the constrained marginals
         (:meth:`~synattn.structs.distribution.Decoding._sequential_sample`; ``n`` marginal
         passes over ``count × batch_size`` sentences). Not differentiable."""
-        check_count(count)
+        check_count(count, 8 * self.scores[..., 0, 0].numel() * self.scores.shape[-1])
         return self._sequential_sample(count, generator)
 
     def _num_choices(self) -> int:

@@ -265,7 +265,7 @@ class LinearChainCRF(StructDistribution, Decoding):
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples (forward filtering, backward sampling);
         ``-1`` padding, all ``-1`` where no labelling exists. Not differentiable."""
-        check_count(count)
+        check_count(count, 8 * self.lengths.numel() * self._num_positions() * (1 + self._num_choices()))
         from .chain_decoding import ffbs
 
         return ffbs(self, count, generator)

@@ -178,7 +178,7 @@ class TreeCRF(PeerNames):
         ``exp(beta(i, k) + beta(k+1, j) - S(i, j))`` (Gumbel-max, widths in decreasing order).
         Sentences without a tree give all-zero charts.
         """
-        check_count(n)
+        check_count(n, 9 * self.scores[..., 0, 0].numel() * self.scores.shape[-1] ** 2)  # charts
         with torch.no_grad():
             return sample_trees(self.scores, self.lengths, n, generator)
 

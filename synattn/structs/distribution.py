@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from synattn.limits import check_memory
+
 from .arguments import count as whole_count
 from .kbest import lawler
 from .semiring import NEG
@@ -257,6 +259,10 @@ def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> t
     return (logits + gumbel).argmax(-1)
 
 
-def check_count(count: int) -> int:
-    """``count`` of ``sample(count)`` if it is a whole number >= 1, else ValueError."""
-    return whole_count(count, "sample: count")
+def check_count(count: int, per_sample: int = 0) -> int:
+    """``count`` of ``sample(count)`` if it is a whole number >= 1 whose samples fit in memory
+    (``per_sample``: a lower bound of the bytes one sample of the whole batch takes while it is
+    drawn), else ValueError naming ``sample: count``."""
+    count = whole_count(count, "sample: count")
+    check_memory("sample: count", count, count * per_sample, f"{count} samples")
+    return count

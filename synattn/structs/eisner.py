@@ -364,7 +364,7 @@ class DependencyCRF(ArcCRF):
         padding, all ``-1`` where no tree exists): top-down from the inside chart
         (:func:`eisner_sample`, one inside and one outside pass, PyTorch path in float64).
         Not differentiable."""
-        check_count(count)
+        check_count(count, 8 * self.scores[..., 0, 0].numel() * self.scores.shape[-1] ** 2)  # chart copies
         heads = eisner_sample(self.scores.detach(), self.lengths, self.multiroot, count, generator)
         if self.masked:
             heads = heads.masked_fill(~self.feasible.view(1, -1, 1), -1)

@@ -328,7 +328,7 @@ class NonProjectiveDependencyCRF(ArcCRF):
         padding, all ``-1`` where no tree exists): word by word from the conditional marginals,
         the inverse Laplacian updated by Sherman-Morrison (``O(n³)`` per sample; see
         :mod:`synattn.structs.matrix_tree_sample`). Not differentiable."""
-        check_count(count)
+        check_count(count, 8 * self.scores[..., 0, 0].numel() * self.scores.shape[-1])
         return matrix_tree_sample(self, count, generator)
 
     @cached_property

@@ -290,7 +290,7 @@ class SemiMarkovCRF(StructDistribution, Decoding):
         """``[count, B, n]`` exact samples (forward filtering, backward sampling: the last label
         from ``alpha`` at the last position, then each segment's ``(k, p)`` given its end and
         label), compact form; all ``-1`` where no structure exists. Not differentiable."""
-        count = check_count(count)
+        count = check_count(count, 8 * self.lengths.numel() * self.edge.shape[1] * self.edge.shape[-1])
         with torch.no_grad():
             edge = self.edge.detach().double().cpu()
             alpha = forward(edge, None if self.init is None else self.init.double().cpu())

@@ -1,0 +1,223 @@
+"""The package's layering, read from its imports (docs/architecture.md, "Import order").
+
+Every ``import`` of synattn by synattn -- at module level and inside functions -- is an arrow from
+one module to another. Each module belongs to one step of the pipeline (its folder; a few top-level
+modules belong to a step by their idea, the small shared ones to none). An arrow may go to an
+earlier step, to its own step or to a shared module; an arrow to a later step, or a circle of
+modules importing each other, fails the test naming ``file:line``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "synattn"
+
+STEPS = ("trees", "data", "structs", "attention", "methods", "models", "train", "generate", "hf",
+         "evaluate", "viz", "reproduce", "cli")
+"""The steps in pipeline order: a module imports only from its own step and the ones before it."""
+
+SHARED = {"synattn", "synattn.errors", "synattn.io", "synattn.progress", "synattn.locks", "synattn.limits",
+          "synattn.folders"}
+"""Small top-level modules every step may import (they import only each other)."""
+
+TOP_LEVEL_STEPS = {"synattn.experiment": "train", "synattn.runs": "train"}
+"""Top-level modules that belong to a step: the experiment YAML and a run's own files."""
+
+ALLOWED: dict[tuple[str, str], str] = {
+    ("synattn.data.batching", "synattn.attention.fields"): "the syntax-field registry is in attention/",
+    ("synattn.data.batching", "synattn.attention.inputs"): "SyntaxInputs is in attention/",
+    ("synattn.data.prepare", "synattn.models.config_io"): "StrictConfig is in models/",
+    ("synattn.experiment", "synattn.hf.task"): "transformers models are special-cased",
+    ("synattn.train.tasks", "synattn.hf.task"): "transformers models are special-cased",
+    ("synattn.hf.retokenize", "synattn.evaluate.runner"): "gold_word_heads is in evaluate/",
+    ("synattn.hf.task", "synattn.evaluate.attachment"): "the HF evaluation is in hf/",
+    ("synattn.hf.task", "synattn.evaluate.runner"): "the HF evaluation is in hf/",
+    ("synattn.hf.task", "synattn.evaluate.translation"): "the HF evaluation is in hf/",
+    ("synattn.models.pretrained", "synattn.train.checkpoint"): "checkpoint resolution is in train/",
+    ("synattn.reproduce.tree_transformer", "synattn.cli.common"): "Sentences is in cli/",
+    ("synattn.reproduce.tree_transformer", "synattn.cli.induce_cmd"): "tree induction is in cli/",
+}
+"""Known back-arrows still to remove, ``(importer, imported)`` → why it is still there. Only ever
+shrinks: a new back-arrow fails the test."""
+
+ALLOWED_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"synattn.trees.branching", "synattn.trees.constituency"}): "old names of constituency",
+    frozenset({"synattn.data.batching", "synattn.data.prepared", "synattn.data.validate"}): "spacing learned",
+    frozenset({"synattn.reproduce.report", "synattn.reproduce.study"}): "default table and plots",
+    frozenset({"synattn.evaluate.runner", "synattn.experiment", "synattn.generate.translate", "synattn.hf.retokenize",
+               "synattn.hf.task", "synattn.train", "synattn.train.kinds", "synattn.train.tasks",
+               "synattn.train.trainer", "synattn.train.validation"}): "transformers special cases, syntax request",
+}
+"""Known circles still to break, the modules of each → why it is still there (only ever shrinks)."""
+
+CYCLES_INSIDE: dict[str, str] = {"synattn.structs": "structs/ is being regrouped by structure (chain/, "
+                                 "dependency/, cky/): its circles go with that change"}
+"""Packages whose inner circles are not checked yet, → why."""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+@lru_cache(maxsize=None)
+def parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def imports(module: str, with_typing: bool = True) -> list[tuple[str, int]]:
+    """``(imported module, line)`` for every import of synattn in ``module`` (function-local ones too;
+    those under ``if TYPE_CHECKING:`` unless ``with_typing`` is false: they run no code, so they make
+    no circle, but a type from a later step is still a back-arrow). ``from a import b`` is an arrow
+    to ``a.b`` when that is a module, else to ``a``."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = parse(path)
+    typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and ast.unparse(node.test).endswith("TYPE_CHECKING") for inner in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only and not with_typing:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "synattn"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "synattn":
+                continue
+            for alias in node.names:
+                child = f"{target}.{alias.name}"
+                found.append((child if child in MODULES else target, node.lineno))
+    return sorted(set(found), key=lambda item: item[1])
+
+
+def step(module: str) -> str | None:
+    """The step of ``module`` (None for a shared one)."""
+    if module in SHARED:
+        return None
+    if module in TOP_LEVEL_STEPS:
+        return TOP_LEVEL_STEPS[module]
+    return module.split(".")[1]
+
+
+def back_arrows() -> list[tuple[str, str, str]]:
+    """``(file:line, importer, imported)`` for every import into a later step."""
+    found = []
+    for module in MODULES:
+        own = step(module)
+        for target, line in imports(module):
+            theirs = step(target)
+            if own is None and theirs is not None:
+                found.append((f"{MODULES[module].relative_to(ROOT)}:{line}", module, target))
+            elif own is not None and theirs is not None and STEPS.index(theirs) > STEPS.index(own):
+                found.append((f"{MODULES[module].relative_to(ROOT)}:{line}", module, target))
+    return found
+
+
+def cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    graph = {module: sorted({t for t, _ in imports(module, with_typing=False) if t in MODULES and t != module}) for module in MODULES}
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in graph[node]:
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_every_module_belongs_to_a_step():
+    unknown = {module for module in MODULES if step(module) is not None and step(module) not in STEPS}
+    assert not unknown, f"modules of no step (add them to STEPS, SHARED or TOP_LEVEL_STEPS): {sorted(unknown)}"
+
+
+def test_shared_modules_import_only_shared_ones():
+    bad = [(where, target) for where, module, target in back_arrows() if step(module) is None]
+    assert not bad, "a shared module imports a step: " + "; ".join(f"{w} imports {t}" for w, t in bad)
+
+
+def test_no_import_runs_back_up_the_pipeline():
+    bad = [f"{where}: {module} imports {target} (step {step(target)} comes after {step(module)})"
+           for where, module, target in back_arrows() if (module, target) not in ALLOWED]
+    assert not bad, f"{len(bad)} imports into a later step:\n" + "\n".join(bad)
+
+
+def test_the_allowed_back_arrows_still_exist():
+    """An allowed entry whose import is gone must leave the list (so the list only shrinks)."""
+    present = {(module, target) for _, module, target in back_arrows()}
+    assert not set(ALLOWED) - present, f"remove from ALLOWED: {sorted(set(ALLOWED) - present)}"
+
+
+def test_no_import_cycle():
+    found = [component for component in cycles() if frozenset(component) not in ALLOWED_CYCLES
+             and not any(all(m.startswith(p + ".") for m in component) for p in CYCLES_INSIDE)]
+    lines = []
+    for component in found:
+        members = set(component)
+        lines.append(" -> ".join(component) + "; arrows: " + ", ".join(
+            f"{MODULES[m].relative_to(ROOT)}:{line} -> {t}" for m in component for t, line in imports(m)
+            if t in members and t != m))
+    assert not found, f"{len(found)} import cycles:\n" + "\n".join(lines)
+
+
+def test_the_allowed_cycles_still_exist():
+    gone = set(ALLOWED_CYCLES) - {frozenset(component) for component in cycles()}
+    assert not gone, f"remove from ALLOWED_CYCLES: {[sorted(c) for c in gone]}"
+
+
+def test_docs_give_the_same_order():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    match = re.search(r"Import order[^:]*:\s*((?:`?\w+`?\s*→\s*)+`?\w+`?)", text)
+    assert match, "docs/architecture.md has no 'Import order: a → b → …' line"
+    assert tuple(s.strip(" `\n") for s in match.group(1).split("→")) == STEPS
+
+
+def test_the_checker_sees_a_back_arrow_and_a_cycle(tmp_path, monkeypatch):
+    """The checks fail on a made-up package with one back-arrow and one circle."""
+    pkg = tmp_path / "synattn"
+    for name, text in {"__init__.py": "", "trees/__init__.py": "", "cli/__init__.py": "",
+                       "trees/a.py": "def f():\n    from synattn.cli import b\n",
+                       "cli/b.py": "from synattn.cli.c import x\n",
+                       "cli/c.py": "from . import b\nx = 1\n"}.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "MODULES", {module_name(p): p for p in sorted(pkg.rglob("*.py"))})
+    assert back_arrows() == [("synattn/trees/a.py:2", "synattn.trees.a", "synattn.cli.b")]
+    assert cycles() == [["synattn.cli.b", "synattn.cli.c"]]

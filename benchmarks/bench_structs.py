@@ -2,7 +2,8 @@
 
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
 torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
-the semi-Markov CRF (torch-struct only; ``--only semimarkov``).
+the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``[B, N+1, N+1,
+R]`` (torch-struct only; ``--only labelled``).
 For every case the same random scores go to all three libraries (converted to each one's layout
 by ``synattn.structs.convert``); the script checks that the values agree, then prints median
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
@@ -25,7 +26,7 @@ The peer libraries are installed only for this script (never for the package or 
 Run (``--quick`` takes fewer repetitions)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]
-        [--only cky|decoding|semimarkov]
+        [--only cky|decoding|semimarkov|labelled]
         [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -315,6 +316,55 @@ def semi_markov_rows(peers: list[str], sizes, reps: int) -> None:
         row(f"semi-Markov marg B={batch} K={K} C={C} N={n}", ours[1], times["marg"], diffs["marg"])
 
 
+def labelled_rows(peers: list[str], reps: int, small: bool) -> None:
+    """Labelled projective arcs ``[B, N+1, N+1, R]`` (log Z, labelled marginals) against
+    torch-struct's ``DependencyCRF`` on ``[B, N, N, R]`` (equal lengths)."""
+    for batch, n, R in [(8, 20, 8)] if small else [(16, 20, 16), (8, 40, 16)]:
+        gen = torch.Generator().manual_seed(17 * 1000 + n)
+        scores = torch.randn(batch, n + 1, n + 1, R, generator=gen).to(DEVICE)
+        lengths = torch.full((batch,), n, device=DEVICE)
+        theirs = convert.arcs_to_torch_struct(scores.permute(3, 0, 1, 2).reshape(-1, n + 1, n + 1))
+        theirs = theirs.view(R, batch, n, n).permute(1, 2, 3, 0).contiguous()
+
+        def ours(torch_path=False):
+            def part():
+                with torch.no_grad():
+                    return DependencyCRF(scores, lengths).log_partition
+
+            def marg():
+                with torch.no_grad():
+                    return DependencyCRF(scores, lengths).marginals
+            return on_torch_path((part, marg)) if torch_path else (part, marg)
+
+        def peer():
+            import torch_struct
+
+            def part():
+                x = theirs.clone().requires_grad_()
+                return torch_struct.DependencyCRF(x, lengths).partition.detach()
+
+            def marg():
+                x = theirs.clone().requires_grad_()
+                mu = torch_struct.DependencyCRF(x, lengths).marginals.detach()  # [B, N, N, R]
+                return convert.arcs_from_torch_struct(mu.permute(3, 0, 1, 2).reshape(-1, n, n)
+                                                      ).view(R, batch, n + 1, n + 1).permute(1, 2, 3, 0)
+            return part, marg
+        fns = {"synattn": ours(), "torch path": ours(True)}
+        if "torch-struct" in peers:
+            fns["torch-struct"] = peer()
+        values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
+        times, diffs = {}, {"part": {}, "marg": {}}
+        for lib in list(fns)[1:]:
+            diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
+            diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1])
+        for which, index in (("part", 0), ("marg", 1)):
+            times[which] = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+        row(f"labelled Eisner log Z B={batch} N={n} R={R}", times["part"].pop("synattn"),
+            times["part"], diffs["part"])
+        row(f"labelled Eisner marg B={batch} N={n} R={R}", times["marg"].pop("synattn"),
+            times["marg"], diffs["marg"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Peers that may hang: run in a child process.
 # ---------------------------------------------------------------------------------------------
@@ -501,7 +551,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
-    parser.add_argument("--only", choices=("cky", "decoding", "semimarkov"),
+    parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled"),
                         help="only the constituency (CKY) rows, only sampling and k-best, or only "
                              "the semi-Markov rows")
     add_device_argument(parser)
@@ -521,6 +571,9 @@ def main() -> None:
 
     if args.only == "decoding":
         decoding_rows(peers, reps)
+        return
+    if args.only == "labelled":
+        labelled_rows(peers, reps, args.small)
         return
     semi_sizes = SMALL["semi_markov"] if args.small else SEMI_MARKOV_SIZES
     if args.only == "semimarkov":

@@ -4,8 +4,12 @@
   signed log-space semifield (Kim et al. 2017) on the PyTorch path, as a covariance of
   conditional expectations (the same gradient) in the compiled kernels.
 - :class:`DependencyCRF`: projective trees by Eisner's algorithm with an explicit outside pass.
+- :class:`Dependency2oCRF`: projective trees with adjacent-sibling scores (second-order Eisner,
+  McDonald and Pereira 2006).
 - :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
   Chu-Liu-Edmonds.
+- Both dependency classes take labelled arc scores ``[B, N+1, N+1, R]`` too
+  (:mod:`synattn.structs.labelled_arcs`: labelled marginals, argmax ``[B, N, 2]`` heads and labels).
 - :class:`SemiMarkovCRF`: labelled segmentations (segments of ``1..K-1`` positions) by the
   forward recursion over segment ends, torch-struct's ``SemiMarkovCRF`` in synattn's layout.
 - :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
@@ -26,6 +30,7 @@ tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers
 from .chain import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
 from .eisner import DependencyCRF
+from .eisner2o import Dependency2oCRF
 from .matrix_tree import NonProjectiveDependencyCRF
 from .semimarkov import SemiMarkovCRF
 from .semiring import NEG, LogSemiring, MaxSemiring
@@ -33,6 +38,7 @@ from .semiring import NEG, LogSemiring, MaxSemiring
 __all__ = [
     "CKYMarginals",
     "ChainMarginals",
+    "Dependency2oCRF",
     "DependencyCRF",
     "LinearChainCRF",
     "LogSemiring",

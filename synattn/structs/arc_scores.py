@@ -94,7 +94,8 @@ class ArcCRF(StructDistribution, Decoding):
     Args:
         scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
             dependent ``d``; index 0 is ROOT. Entries past a sentence's length, the diagonal and
-            ``scores[:, :, 0]`` are ignored.
+            ``scores[:, :, 0]`` are ignored. Labelled scores ``[batch_size, n+1, n+1, R]`` make the
+            CRF one over labelled trees (:mod:`synattn.structs.labelled_arcs`).
         lengths: ``[batch_size]`` number of words, in ``1..n``; default all ``n``.
         multiroot: if False, exactly one word attaches to ROOT.
     """

@@ -14,8 +14,8 @@ them PyTorch's conventions on top, for code written against ``torch.distribution
     torch.distributions.kl_divergence(dist, other)   # other: another StructuredDistribution
 
 - ``batch_shape`` is ``(B,)`` and ``event_shape`` the shape of one structure in synattn's layout:
-  ``(n,)`` heads or labels (chain, dependency CRFs, semi-Markov compact labels), ``(N, N)`` a 0/1
-  span chart (:class:`~synattn.structs.TreeCRF`);
+  ``(n,)`` heads or labels (chain, dependency CRFs, semi-Markov compact labels), ``(n, 2)``
+  heads and labels (labelled dependency CRFs), ``(N, N)`` a 0/1 span chart (:class:`~synattn.structs.TreeCRF`);
 - ``log_prob(value)`` takes ``sample_shape + batch_shape + event_shape`` and returns
   ``sample_shape + batch_shape``; ``sample(sample_shape)`` returns exact samples in that layout;
 - ``entropy()``, ``mode`` (the argmax), ``kl_divergence`` (registered) come from the CRF;
@@ -51,7 +51,9 @@ class StructuredDistribution(Distribution):
     def __init__(self, crf):
         self.crf = crf
         batch = crf.lengths.shape
-        if hasattr(crf, "_num_positions"):
+        if hasattr(crf, "_event_shape"):  # labelled trees: (n, 2)
+            event = torch.Size(crf._event_shape())
+        elif hasattr(crf, "_num_positions"):
             event = torch.Size((crf._num_positions(),))
         else:  # TreeCRF: a span chart
             event = crf.scores.shape[1:]

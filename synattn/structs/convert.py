@@ -11,6 +11,9 @@ counts in all three libraries.
   ``[B, N, N]``, ``[b, h-1, d-1]`` over the words with ROOT → ``d`` on the diagonal
   ``[b, d-1, d-1]``. supar (``DependencyCRF``, ``MatrixTree``): ``[B, N+1, N+1]``, ``[b, d, h]``
   (dependent first), ROOT = 0.
+- **sibling (second-order)** -- ours ``[B, N+1, N+1, N+1]``, ``[b, h, s, m]`` for adjacent
+  dependents ``s`` (inner) and ``m`` of head ``h``; supar (``Dependency2oCRF``, ``DependencyMFVI``,
+  ``DependencyLBP``): ``s_sib[b, m, h, s]``.
 - **linear chain** -- ours ``[B, n-1, C, C]``, ``[b, i, p, c]`` for ``y_i = p, y_{i+1} = c``, or
   ``unary [B, n, C]`` with ``transition [C, C]`` (``[p, c]``). torch-struct: ``[B, n-1, C, C]``,
   ``[b, i, c, p]`` (to, from). supar: ``scores [B, n, C]`` and ``trans [C+1, C+1]`` with start
@@ -56,6 +59,17 @@ def arcs_to_supar(scores: torch.Tensor) -> torch.Tensor:
 def arcs_from_supar(scores: torch.Tensor) -> torch.Tensor:
     """supar's ``[B, N+1, N+1]`` ``[b, d, h]`` (scores or marginals) → ``[b, h, d]``."""
     return scores.transpose(1, 2).contiguous()
+
+
+def siblings_to_supar(siblings: torch.Tensor) -> torch.Tensor:
+    """Sibling scores ``[B, N+1, N+1, N+1]`` ``[b, h, s, m]`` (head, inner sibling, dependent) →
+    supar's ``Dependency2oCRF`` ``s_sib[b, m, h, s]`` (same shape, ROOT = 0)."""
+    return siblings.permute(0, 3, 1, 2).contiguous()
+
+
+def siblings_from_supar(s_sib: torch.Tensor) -> torch.Tensor:
+    """supar's ``s_sib[b, m, h, s]`` (scores or marginals) → ``[b, h, s, m]``."""
+    return s_sib.permute(0, 2, 3, 1).contiguous()
 
 
 # ---------------------------------------------------------------------------------------------

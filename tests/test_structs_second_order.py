@@ -1,0 +1,185 @@
+"""The second-order (sibling) projective dependency CRF against brute-force enumeration of the
+projective trees, and against supar's ``Dependency2oCRF``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synattn.structs import Dependency2oCRF
+from synattn.structs.backend import use_backend
+from synattn.structs.convert import arcs_from_supar, arcs_to_supar, siblings_from_supar, siblings_to_supar
+from test_structs_trees import all_trees
+
+
+def sibling_pairs(heads: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """``(h, s, m)`` for every pair of adjacent dependents ``s`` (inner), ``m`` of ``h`` on one side."""
+    pairs = []
+    for h in range(len(heads) + 1):
+        kids = [d for d, hd in enumerate(heads, 1) if hd == h]
+        right = [d for d in kids if d > h]  # ascending: nearest first
+        left = [d for d in kids if d < h][::-1]
+        for side in (right, left):
+            pairs += [(h, s, m) for s, m in zip(side, side[1:])]
+    return pairs
+
+
+def brute_force(scores, siblings, n, multiroot):
+    """log Z, arc and sibling marginals, the best score and every tree's score for one sentence."""
+    trees = all_trees(n, True, multiroot)
+    tree_scores = []
+    for heads in trees.tolist():
+        total = sum(scores[h, d] for d, h in enumerate(heads, 1))
+        total = total + sum(siblings[h, s, m] for h, s, m in sibling_pairs(heads))
+        tree_scores.append(total)
+    tree_scores = torch.stack(tree_scores)
+    log_z = torch.logsumexp(tree_scores, 0)
+    prob = (tree_scores - log_z).exp()
+    arcs, sibs = torch.zeros_like(scores), torch.zeros_like(siblings)
+    for p, heads in zip(prob, trees.tolist()):
+        for d, h in enumerate(heads, 1):
+            arcs[h, d] += p
+        for h, s, m in sibling_pairs(heads):
+            sibs[h, s, m] += p
+    return log_z, arcs, sibs, tree_scores, trees
+
+
+def random_inputs(seed, lengths, scale):
+    gen = torch.Generator().manual_seed(seed)
+    B, n = len(lengths), max(lengths)
+    scores = torch.randn(B, n + 1, n + 1, generator=gen, dtype=torch.float64) * scale
+    siblings = torch.randn(B, n + 1, n + 1, n + 1, generator=gen, dtype=torch.float64) * scale
+    return scores, siblings, torch.tensor(lengths)
+
+
+cases = st.fixed_dictionaries({
+    "seed": st.integers(0, 2**31 - 1),
+    "lengths": st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    "scale": st.sampled_from([0.5, 2.0]),
+    "multiroot": st.booleans(),
+})
+
+
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+@settings(max_examples=10, deadline=None)
+@given(case=cases)
+def test_matches_brute_force(backend, case):
+    scores, siblings, lengths = random_inputs(case["seed"], case["lengths"], case["scale"])
+    with use_backend(backend):
+        crf = Dependency2oCRF(scores, siblings, lengths, case["multiroot"])
+        log_z, mu, mu_sib = crf.log_partition, crf.marginals, crf.sibling_marginals
+        best, argmax = crf.max, crf.argmax
+    for b, n in enumerate(lengths.tolist()):
+        z, arcs, sibs, tree_scores, trees = brute_force(scores[b], siblings[b], n, case["multiroot"])
+        assert torch.allclose(log_z[b], z, atol=1e-9)
+        assert torch.allclose(mu[b], arcs, atol=1e-9)
+        assert torch.allclose(mu_sib[b], sibs, atol=1e-9)
+        assert torch.allclose(best[b], tree_scores.max(), atol=1e-9)
+        # the argmax is a tree of the enumeration with the best score
+        index = [t.tolist() for t in torch.from_numpy(trees)].index(argmax[b, :n].tolist())
+        assert torch.allclose(tree_scores[index], tree_scores.max(), atol=1e-9)
+        # score() of every tree equals the enumeration's sum
+        T = len(trees)
+        heads = torch.full((T, scores.shape[-1] - 1), -1, dtype=torch.long)
+        heads[:, :n] = torch.from_numpy(trees)
+        batch = Dependency2oCRF(scores[b].expand(T, -1, -1), siblings[b].expand(T, -1, -1, -1),
+                                torch.full((T,), n), case["multiroot"])
+        assert torch.allclose(batch.score(heads), tree_scores, atol=1e-9)
+
+
+def test_padding_and_unused_siblings_do_not_matter():
+    scores, siblings, lengths = random_inputs(3, [4, 2], 1.0)
+    crf = Dependency2oCRF(scores, siblings, lengths)
+    dirty = siblings.clone()
+    dirty[1, 3:] = float("nan")  # past the second sentence
+    dirty[:, 2, 3, 1] = float("inf")  # s not between h and m: no tree uses it
+    dirty[:, 1, 1, 2] = float("nan")
+    other = Dependency2oCRF(scores, dirty, lengths)
+    assert torch.allclose(crf.log_partition, other.log_partition)
+    assert torch.allclose(crf.sibling_marginals, other.sibling_marginals)
+
+
+def test_zero_siblings_are_the_first_order_crf():
+    from synattn.structs import DependencyCRF
+    scores, siblings, lengths = random_inputs(5, [5, 3], 1.0)
+    for multiroot in (True, False):
+        crf = Dependency2oCRF(scores, torch.zeros_like(siblings), lengths, multiroot)
+        first = DependencyCRF(scores, lengths, multiroot)
+        assert torch.allclose(crf.log_partition, first.log_partition)
+        assert torch.allclose(crf.marginals, first.marginals)
+        assert torch.equal(crf.argmax, first.argmax)
+
+
+def test_marginals_are_differentiable():
+    scores, siblings, lengths = random_inputs(7, [3, 2], 1.0)
+    x, y = scores.clone().requires_grad_(), siblings.clone().requires_grad_()
+
+    def mu(x, y):
+        crf = Dependency2oCRF(x, y, lengths, False)
+        return crf.marginals, crf.sibling_marginals
+
+    assert torch.autograd.gradcheck(mu, (x, y))
+
+
+def test_distribution_api_against_enumeration():
+    scores, siblings, lengths = random_inputs(11, [4], 1.0)
+    crf = Dependency2oCRF(scores, siblings, lengths, True)
+    log_z, _, _, tree_scores, trees = brute_force(scores[0], siblings[0], 4, True)
+    prob = (tree_scores - log_z).exp()
+    heads = torch.from_numpy(trees)
+    log_probs = torch.stack([crf.log_prob(h[None])[0] for h in heads])
+    assert torch.allclose(log_probs.exp().sum(), torch.tensor(1.0, dtype=torch.float64))
+    assert torch.allclose(crf.entropy[0], -(prob * prob.log()).sum(), atol=1e-9)
+    best, structures = crf.kbest(5)
+    assert torch.allclose(best[0], tree_scores.sort(descending=True).values[:5], atol=1e-9)
+    listed = [tuple(t) for t in trees.tolist()]
+    found = torch.stack([tree_scores[listed.index(tuple(y))] for y in structures[0].tolist()])
+    assert torch.allclose(found, best[0], atol=1e-9)
+    crossing = torch.tensor([[3, 4, 0, 2]])  # arcs 3->1 and 4->2 cross
+    assert crf.log_prob(crossing)[0] == -float("inf")
+    known = torch.tensor([[2, -1, -1, -1]])
+    constrained = crf.constrain(heads=known)
+    keep = heads[:, 0] == 2
+    assert torch.allclose(constrained.log_partition[0], torch.logsumexp(tree_scores[keep], 0))
+
+
+def test_samples_follow_the_distribution():
+    scores, siblings, lengths = random_inputs(13, [3], 1.0)
+    crf = Dependency2oCRF(scores, siblings, lengths, True)
+    log_z, _, _, tree_scores, trees = brute_force(scores[0], siblings[0], 3, True)
+    samples = crf.sample(2000, generator=torch.Generator().manual_seed(0))[:, 0]  # [2000, 3]
+    listed = [tuple(t) for t in trees.tolist()]
+    counts = torch.zeros(len(listed), dtype=torch.float64)
+    for s in samples.tolist():
+        counts[listed.index(tuple(s))] += 1
+    assert (counts / 2000 - (tree_scores - log_z).exp()).abs().max() < 0.04
+
+
+def test_masks_forbid_arcs_and_sibling_pairs():
+    scores, siblings, lengths = random_inputs(17, [3], 1.0)
+    siblings[0, 0, 1, 2] = -float("inf")  # words 1 and 2 may not both be ROOT's adjacent children
+    crf = Dependency2oCRF(scores, siblings, lengths, True)
+    assert crf.score(torch.tensor([[0, 0, 2]]))[0] == -float("inf")
+    assert crf.sibling_marginals[0, 0, 1, 2] == 0
+    finite = siblings.clone()
+    finite[0, 0, 1, 2] = 0.0
+    _, _, _, tree_scores, trees = brute_force(scores[0], finite[0], 3, True)
+    allowed = [(0, 1, 2) not in sibling_pairs(tuple(t)) for t in trees.tolist()]
+    assert torch.allclose(crf.log_partition[0], torch.logsumexp(tree_scores[allowed], 0))
+
+
+@pytest.mark.parametrize("multiroot", [True, False])
+def test_matches_supar(multiroot):
+    supar = pytest.importorskip("supar.structs")
+    scores, siblings, lengths = random_inputs(19, [6, 3, 5], 1.5)
+    ours = Dependency2oCRF(scores, siblings, lengths, multiroot)
+    theirs = supar.Dependency2oCRF((arcs_to_supar(scores).requires_grad_(),
+                                    siblings_to_supar(siblings).requires_grad_()), lengths,
+                                   multiroot=multiroot)
+    assert torch.allclose(ours.log_partition, theirs.log_partition.detach(), atol=1e-10)
+    assert torch.allclose(ours.marginals, arcs_from_supar(theirs.marginals.detach()), atol=1e-10)
+    assert torch.allclose(ours.max, theirs.max.detach(), atol=1e-10)
+    assert torch.equal(ours.argmax.clamp_min(0), theirs.argmax[:, 1:])
+    assert siblings_from_supar(siblings_to_supar(siblings)).equal(siblings)

@@ -1,0 +1,271 @@
+"""Every dynamic program of ``synattn.structs`` under any semiring: the one user API.
+
+    from synattn.structs.semiring_programs import run, marginals
+    run(crf, semiring, other=None)        # the semiring's value of the whole sum (e.g. [B])
+    marginals(crf, semiring, other=None)  # its gradient, in the layout of crf.marginals
+
+or the same as methods: ``crf.run(semiring)``, ``crf.semiring_marginals(semiring)``. ``crf`` is a
+:class:`~synattn.structs.LinearChainCRF`, :class:`~synattn.structs.SemiMarkovCRF`,
+:class:`~synattn.structs.DependencyCRF` or :class:`~synattn.structs.TreeCRF`; the semirings
+are those of :mod:`synattn.structs.semirings` and :mod:`synattn.structs.semiring_sampling`, or
+a user's (a subclass of :class:`~synattn.structs.semirings.Semiring`). ``other``: the second
+distribution (same class and shapes) of :class:`~synattn.structs.semirings.CrossEntropySemiring`
+and :class:`~synattn.structs.semirings.KLSemiring`.
+
+:class:`~synattn.structs.semirings.LogSemiring` and
+:class:`~synattn.structs.semirings.MaxSemiring` values go to the classes' own ``log_partition``
+and ``max`` (compiled kernels on CPU, the explicit-outside PyTorch code elsewhere) and the log
+semiring's marginals to ``crf.marginals``; ``compiled=False`` runs the generic program instead.
+Everything else runs the generic program below, written once per structure after the plain
+recursions of :mod:`synattn.structs.reference` with ``⊕``/``⊗`` taken from the semiring and the
+batch vectorised: a Python step per position (chains) or per span (trees), so it is meant for
+what the compiled paths do not offer, not for speed. Values are ``[S, B, ...]`` tensors
+(``S``: the semiring's size); gradients of the value by autograd are the semiring's
+"marginals" (argmax for max, samples for the sampled semirings, k-best for k-max).
+
+:class:`~synattn.structs.NonProjectiveDependencyCRF` has no dynamic program (its ``log Z`` is a
+determinant): only the log and max semirings apply to it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import semiring as _kernel_semirings
+from .semirings import LogSemiring, MaxSemiring, Semiring
+from .semiring import fp32_inside
+
+__all__ = ["chain", "cky", "count", "eisner", "marginals", "run", "semi_markov"]
+
+LOG = (LogSemiring, _kernel_semirings.LogSemiring)
+MAX = (MaxSemiring, _kernel_semirings.MaxSemiring)
+
+
+# ---------------------------------------------------------------------------------------------
+# The programs: values [S, B, ...] in, [S, B] out.
+# ---------------------------------------------------------------------------------------------
+
+def chain(sr: type[Semiring], unary: torch.Tensor, edge: torch.Tensor,
+          lengths: torch.Tensor) -> torch.Tensor:
+    """Forward algorithm: ``unary [S, B, n, C]``, ``edge [S, B, n-1, C, C]`` (``[p, c]``)."""
+    n = unary.shape[2]
+    valid = torch.arange(n, device=lengths.device) < lengths[:, None]  # [B, n]
+    # alpha_0(c) = u_0(c)
+    alpha = unary[:, :, 0]
+    for i in range(1, n):
+        # alpha_i(c) = (⊕_p alpha_{i-1}(p) ⊗ e_{i-1}(p, c)) ⊗ u_i(c)
+        step = sr.mul(sr.sum_product(alpha.unsqueeze(-2), edge[:, :, i - 1].transpose(-1, -2)),
+                      unary[:, :, i])
+        alpha = torch.where(valid[:, i, None], step, alpha)  # (an ended chain keeps its alpha)
+    # Z = ⊕_c alpha_{n-1}(c)
+    return sr.sum(alpha, -1)
+
+
+def semi_markov(sr: type[Semiring], edge: torch.Tensor, lengths: torch.Tensor,
+                init: torch.Tensor | None = None) -> torch.Tensor:
+    """Forward recursion over segment ends: ``edge [S, B, n-1, K, C, C]`` (``[s, k, p, c]``),
+    ``init [S, B, C]`` (None: one)."""
+    S, B, m, K, C, _ = edge.shape
+    alpha = [sr.ones(edge.new_zeros(S, B, C)) if init is None else init]  # [S, B, C]
+    for t in range(1, m + 1):
+        # alpha_t(c) = ⊕_{k, p} alpha_{t-k}(p) ⊗ edge(t-k, k, p, c)
+        ks = range(1, min(K - 1, t) + 1)
+        prev = torch.cat([alpha[t - k] for k in ks], -1)  # [S, B, k*p]
+        terms = torch.cat([edge[:, :, t - k, k] for k in ks], -2)  # [S, B, k*p, C]
+        alpha.append(sr.sum_product(prev.unsqueeze(-2), terms.transpose(-1, -2)))
+    # Z = ⊕_c alpha_{L-1}(c)
+    chart = torch.stack(alpha, 2)  # [S, B, n, C]
+    last = chart.gather(2, (lengths - 1).view(1, B, 1, 1).expand(S, B, 1, C)).squeeze(2)
+    return sr.sum(last, -1)
+
+
+def _at_length(chart: dict, lengths: torch.Tensor, first: int) -> torch.Tensor:
+    """``[S, B]``: ``chart[0, lengths[b] - 1 + first]`` of each sentence ``b``."""
+    ends = range(first, first + int(lengths.max()))
+    stacked = torch.stack([chart[0, j] for j in ends], -1)  # [S, B, J]
+    index = (lengths - 1).view(1, -1, 1).expand(stacked.shape[0], -1, 1)
+    return stacked.gather(-1, index).squeeze(-1)
+
+
+def _split(sr, left: list[torch.Tensor], right: list[torch.Tensor]) -> torch.Tensor:
+    """``⊕_r left[r] ⊗ right[r]`` over ``[S, B]`` values."""
+    return sr.sum_product(torch.stack(left, -1), torch.stack(right, -1))
+
+
+def eisner(sr: type[Semiring], scores: torch.Tensor, lengths: torch.Tensor,
+           multiroot: bool = True) -> torch.Tensor:
+    """Eisner's algorithm over ``scores [S, B, N+1, N+1]`` (``[h, d]``, ROOT = 0); the spans
+    and recursions of :func:`synattn.structs.reference.eisner_log_partition`."""
+    L = scores.shape[-1]
+    one = sr.ones(scores[:, :, 0, 0])
+    CR = {(i, i): one for i in range(L)}
+    CL = dict(CR)
+    IR, IL = {}, {}
+    for w in range(1, L):
+        for i in range(L - w):
+            j = i + w
+            # S(i, j) = ⊕_r C→(i, r) ⊗ C←(r+1, j); I→(i, j) = s(i → j) ⊗ S; I←(i, j) = s(j → i) ⊗ S
+            shared = _split(sr, [CR[i, r] for r in range(i, j)], [CL[r + 1, j] for r in range(i, j)])
+            IR[i, j] = sr.mul(scores[:, :, i, j], shared)
+            IL[i, j] = sr.mul(scores[:, :, j, i], shared)
+            # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j); C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
+            CR[i, j] = _split(sr, [IR[i, r] for r in range(i + 1, j + 1)],
+                              [CR[r, j] for r in range(i + 1, j + 1)])
+            CL[i, j] = _split(sr, [CL[i, r] for r in range(i, j)], [IL[r, j] for r in range(i, j)])
+            if i == 0 and not multiroot:  # one root: C→(0, j) only at the sentence's end
+                CR[0, j] = sr.mask(CR[0, j], lengths == j)
+    # Z = C→(0, n)
+    return _at_length(CR, lengths, 1)
+
+
+def cky(sr: type[Semiring], scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """CKY over span scores ``[S, B, N, N]`` (words ``i..j`` inclusive)."""
+    N = scores.shape[-1]
+    # beta(i, i) = s(i, i)
+    beta = {(i, i): scores[:, :, i, i] for i in range(N)}
+    for w in range(1, N):
+        for i in range(N - w):
+            j = i + w
+            # beta(i, j) = s(i, j) ⊗ ⊕_k beta(i, k) ⊗ beta(k+1, j)
+            inner = _split(sr, [beta[i, k] for k in range(i, j)], [beta[k + 1, j] for k in range(i, j)])
+            beta[i, j] = sr.mul(scores[:, :, i, j], inner)
+    return _at_length(beta, lengths, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The classes' potentials, and the API.
+# ---------------------------------------------------------------------------------------------
+
+def _program(crf):
+    """``(program, potentials, extra, to_marginals)`` of a CRF: its generic program, its
+    potential tensors ``[B, ...]`` (those ``convert`` maps), the program's other arguments,
+    and the map from the gradients of the potentials to the layout of ``crf.marginals``."""
+    from .chain import LinearChainCRF
+    from .cky import TreeCRF
+    from .eisner import DependencyCRF
+    from .semimarkov import SemiMarkovCRF
+
+    if isinstance(crf, LinearChainCRF):
+        return chain, [crf.unary, crf.edge], (crf.lengths,), lambda grads: grads[0]
+    if isinstance(crf, SemiMarkovCRF):
+        if crf.init is not None:
+            return (lambda sr, e, i, lengths: semi_markov(sr, e, lengths, i),
+                    [crf.edge, crf.init], (crf.lengths,), lambda grads: grads[0])
+        return semi_markov, [crf.edge], (crf.lengths,), lambda grads: grads[0]
+    if isinstance(crf, DependencyCRF):
+        return (eisner, [crf.scores], (crf.lengths, crf.multiroot), lambda grads: grads[0])
+    if isinstance(crf, TreeCRF):
+        return cky, [crf.scores], (crf.lengths,), lambda grads: grads[0]
+    raise TypeError(f"semiring programs: {type(crf).__name__} has no dynamic program (only "
+                    f"LogSemiring and MaxSemiring apply to it: log_partition and max); the "
+                    f"programs are LinearChainCRF, SemiMarkovCRF, DependencyCRF and TreeCRF")
+
+
+def _check(crf, sr, other) -> type[Semiring]:
+    """``sr`` (synattn.structs' kernel log/max semirings as these), or TypeError/ValueError."""
+    sr = {_kernel_semirings.LogSemiring: LogSemiring,
+          _kernel_semirings.MaxSemiring: MaxSemiring}.get(sr, sr)
+    if not (isinstance(sr, type) and issubclass(sr, Semiring)):
+        raise TypeError(f"{type(crf).__name__}.run: the semiring must be a Semiring class from "
+                        f"synattn.structs.semirings (or a subclass), got {sr!r}")
+    pair = getattr(sr, "kl", None) is not None
+    if pair != (other is not None):
+        raise ValueError(f"{type(crf).__name__}.run: {sr.__name__} "
+                         + ("needs other= (the distribution q)" if pair else "takes no other="))
+    if other is not None:
+        mine, theirs = _program(crf)[1], (_program(other)[1] if type(other) is type(crf) else [])
+        if (type(other) is not type(crf) or [p.shape for p in mine] != [q.shape for q in theirs]
+                or not torch.equal(crf.lengths, other.lengths)
+                or getattr(crf, "multiroot", None) != getattr(other, "multiroot", None)):
+            raise ValueError(f"{type(crf).__name__}.run: other= must be a {type(crf).__name__} "
+                             f"of the same shapes, lengths and multiroot")
+    return sr
+
+
+@fp32_inside
+def _value(crf, sr, other, potentials: list[torch.Tensor]) -> torch.Tensor:
+    program, _, extra, _ = _program(crf)
+    if other is not None:
+        values = [sr.convert((p, q)) for p, q in zip(potentials, _program(other)[1])]
+    else:
+        values = [sr.convert(p) for p in potentials]
+    return sr.finalize(program(sr, *values, *extra))
+
+
+def run(crf, semiring: type[Semiring], other=None, *, compiled: bool = True) -> torch.Tensor:
+    """The value of ``semiring``'s sum over all structures of ``crf`` (e.g. ``[B]``; ``[k, B]``
+    for ``KMaxSemiring(k)``), differentiable.
+
+    Args:
+        crf: a CRF of ``synattn.structs``.
+        semiring: a :class:`~synattn.structs.semirings.Semiring` class.
+        other: ``q`` of the cross-entropy and KL semirings (same class, shapes and lengths).
+        compiled: log and max semirings run the class's own ``log_partition``/``max`` (True)
+            or the generic program (False).
+    """
+    semiring = _check(crf, semiring, other)
+    if compiled and semiring in LOG:
+        return crf.log_partition
+    if compiled and semiring in MAX:
+        return crf.max
+    if getattr(crf, "structure", None) == "nonprojective":
+        _program(crf)  # (raises)
+    value = semiring.unconvert(_value(crf, semiring, other, _program(crf)[1]))
+    if semiring.expectation:  # (entropies, divergences: 0 where no structure exists)
+        feasible = crf.log_partition.detach() > -float("inf")  # 0 without a structure
+        value = torch.where(feasible, value, value.new_zeros(()))
+    return value
+
+
+def marginals(crf, semiring: type[Semiring], other=None, *, compiled: bool = True,
+              create_graph: bool | None = None) -> torch.Tensor:
+    """The gradient of :func:`run`'s value with respect to ``crf``'s potentials, in the layout of
+    ``crf.marginals`` (``[k, B, ...]`` for ``KMaxSemiring(k)``: one gradient per entry).
+
+    Log: the marginals; max: the best structure's 0/1 parts; sampled semirings: a sample's 0/1
+    parts; sparse max: sparse marginals. ``create_graph`` (default: when gradients are enabled
+    and the potentials require them) keeps the result differentiable, as
+    :func:`~synattn.structs.semiring_sampling.GumbelCRFSemiring` needs.
+    """
+    semiring = _check(crf, semiring, other)
+    if compiled and semiring in LOG:
+        return crf.marginals
+    _, potentials, _, to_marginals = _program(crf)
+    if create_graph is None:
+        create_graph = torch.is_grad_enabled() and any(p.requires_grad for p in potentials)
+    with torch.enable_grad():
+        leaves = [p if p.requires_grad and create_graph else p.detach().requires_grad_()
+                  for p in potentials]
+        value = semiring.unconvert(_value(crf, semiring, other, leaves))
+        value = torch.where(torch.isfinite(value), value, value.new_zeros(()))
+        rows = value.reshape(-1, value.shape[-1])  # [R, B]
+        out = []
+        for r in range(rows.shape[0]):
+            grads = torch.autograd.grad(rows[r].sum(), leaves, create_graph=create_graph,
+                                        retain_graph=True, allow_unused=True)
+            grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
+            out.append(to_marginals(grads))
+    return out[0] if value.dim() == 1 else torch.stack(out).view(*value.shape[:-1], *out[0].shape)
+
+
+def count(crf) -> torch.Tensor:
+    """``[B]`` the number of structures that avoid every masked part (float64; ``inf`` beyond
+    float64's range): ``log Z`` of the CRF with every unmasked score set to 0, exponentiated and
+    rounded (exact below ``2^53``). torch-struct's ``count`` ignores the potentials (the same
+    without masks)."""
+    from .arc_scores import ArcCRF
+    from .cky import TreeCRF
+    from .constants import NEG
+
+    def zero(x):
+        return torch.where(x > NEG, 0.0, -float("inf")).double().detach()
+
+    if isinstance(crf, ArcCRF):  # (the class's own kernels)
+        log_n = type(crf)(zero(crf.scores), crf.lengths, crf.multiroot).log_partition
+    elif isinstance(crf, TreeCRF):
+        log_n = TreeCRF(zero(crf.scores), crf.lengths).log_partition
+    else:
+        _, potentials, _, _ = _program(crf)
+        zeros = [torch.where(p > NEG, 0.0, NEG).double().detach() for p in potentials]
+        log_n = _value(crf, LogSemiring, None, zeros).squeeze(0)
+    return log_n.detach().double().exp().round()

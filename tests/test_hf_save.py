@@ -75,6 +75,27 @@ def test_auto_class_and_plain_checkpoint(tmp_path):
     assert sorted(again.synattn.sites()) == ["encoder_0", "encoder_1"]
 
 
+@pytest.mark.parametrize("damage", ["pickle", "truncated"])
+def test_a_damaged_weight_file_is_named(tmp_path, damage):
+    """A pickle saved as model.safetensors said "header too large" without naming the file."""
+    import pickle
+
+    from synattn.errors import InputError
+
+    torch.manual_seed(0)
+    model = bert()
+    sh.attach(model, FEATURES["bert"])
+    model.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    if damage == "pickle":
+        weights.write_bytes(pickle.dumps({"w": torch.zeros(2)}))
+    else:
+        weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(InputError, match=r"model\.safetensors: not a safetensors file") as error:
+        sh.from_pretrained(transformers.AutoModelForTokenClassification, tmp_path)
+    assert str(tmp_path) in str(error.value)
+
+
 def conll_trees():
     return [DependencyTree("the cat sat on the mat".split(), np.array([2, 3, 0, 6, 6, 3])),
             DependencyTree("she reads old books".split(), np.array([2, 0, 4, 2])),

@@ -314,10 +314,13 @@ def from_pretrained(cls: type, path: str, **kwargs: Any) -> Any:
         **kwargs: passed to ``from_pretrained`` (``output_loading_info=True`` reports missing and
             unexpected keys, the synattn weights included).
 
-    A checkpoint without ``synattn`` in its config loads as the plain model.
+    A checkpoint without ``synattn`` in its config loads as the plain model. A local folder's
+    safetensors files are checked first: one that is not safetensors (a pickle under the name) or
+    is damaged is an ``InputError`` naming the file.
     """
     from transformers import AutoConfig
 
+    check_weight_files(path)
     config = kwargs.pop("config", None) or AutoConfig.from_pretrained(path)
     if hasattr(cls, "_model_mapping"):  # an auto class: the concrete class of this config
         cls = cls._model_mapping[type(config)]
@@ -325,3 +328,24 @@ def from_pretrained(cls: type, path: str, **kwargs: Any) -> Any:
         return cls.from_pretrained(path, config=config, **kwargs)
     kwargs.setdefault("attn_implementation", IMPLEMENTATION)
     return with_features(cls).from_pretrained(path, config=config, **kwargs)
+
+
+def check_weight_files(path: object) -> None:
+    """Every ``*.safetensors`` file of a local folder ``path`` opens as safetensors (its header is
+    read, not its tensors), else ``InputError`` naming the file; hub names and other paths pass."""
+    from pathlib import Path
+
+    from safetensors import SafetensorError, safe_open
+
+    from synattn.errors import InputError
+
+    folder = Path(str(path))
+    if not folder.is_dir():
+        return
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as error:  # a pickle under the name, or a damaged file
+            raise InputError(f"not a safetensors file ({' '.join(str(error).split())[:200]})",
+                             str(file)) from None

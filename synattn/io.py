@@ -27,10 +27,21 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     no half-written file under ``path``. An operating-system error of the writing itself (a full
     disk, a folder that cannot be written, ``path`` being a folder) is raised as an ``OSError``
     naming ``path``, not the temporary file.
+
+    A ``path`` that exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe)
+    is written into directly: renaming a file onto it would replace the device (as root) or fail.
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder, a file name is expected", str(path))
+    if path.exists() and not path.is_file():  # a device or a pipe: stream into it, never replace it
+        try:
+            f = open(path, mode, encoding=None if "b" in mode else encoding)
+        except OSError as err:
+            raise _naming(err, path) from None
+        with f:
+            yield f
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -26,3 +26,24 @@ def test_atomic_write_gives_usual_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_atomic_write_streams_into_a_device_or_pipe(tmp_path):
+    """-o /dev/null as root replaced the device with a regular file (the temporary file renamed onto it)."""
+    import os
+    import stat
+    import threading
+
+    with atomic_write("/dev/null") as f:
+        f.write("gone\n")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # still the device
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    with atomic_write(fifo) as f:
+        f.write("through the pipe\n")
+    reader.join(10)
+    assert got == ["through the pipe\n"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file left

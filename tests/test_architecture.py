@@ -40,8 +40,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("synattn.hf.task", "synattn.evaluate.runner"): "the HF evaluation is in hf/",
     ("synattn.hf.task", "synattn.evaluate.translation"): "the HF evaluation is in hf/",
     ("synattn.models.pretrained", "synattn.train.checkpoint"): "checkpoint resolution is in train/",
-    ("synattn.reproduce.tree_transformer", "synattn.cli.common"): "Sentences is in cli/",
-    ("synattn.reproduce.tree_transformer", "synattn.cli.induce_cmd"): "tree induction is in cli/",
 }
 """Known back-arrows still to remove, ``(importer, imported)`` → why it is still there. Only ever
 shrinks: a new back-arrow fails the test."""

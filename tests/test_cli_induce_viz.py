@@ -102,7 +102,7 @@ def run(tmp_path_factory):
 
 def _split_words(data, split="dev") -> list[list[str]]:
     """The words of each sentence of a split, as ``induce`` sees them (parser tokens)."""
-    from synattn.cli.common import Sentences
+    from synattn.data.sentences import Sentences
 
     return Sentences.from_split(data, split).words
 
@@ -159,7 +159,7 @@ def test_induce_writes_one_tree_per_sentence_and_scores_it(run, tmp_path, capsys
 def test_flat_trees_are_explained_when_no_link_allows_a_split(run, tmp_path, capsys):
     """Trees with no split (every link above the threshold, as after too little training) come
     with a note saying so, instead of flat trees with no hint why."""
-    from synattn.cli.induce_cmd import flat_note
+    from synattn.evaluate.induction import flat_note
     from synattn.trees.induce import no_split
 
     links = [np.array([[0.5, 0.95], [0.99, 0.97]]), np.array([[0.9, 0.95], [0.99, 0.97]]), np.array([[0.99]])]
@@ -201,7 +201,7 @@ def test_raw_text_is_split_into_words_as_the_dataset_was(run, tmp_path, monkeypa
     same sentence pre-tokenised ("... yesterday ."): the text is split by the dataset's parser, as
     ``prepare`` split the training text, not at whitespace only."""
     from synattn.cli import viz_cmd
-    from synattn.cli.common import Sentences
+    from synattn.data.sentences import Sentences
     from synattn.data.prepared import PreparedData
 
     run_dir, data = run
@@ -243,8 +243,8 @@ def test_attention_maps_of_decoders_align_positions_with_the_tree():
 def test_a_model_reading_bos_first_gives_the_links_between_words(run):
     """``src_bos``: the encoder reads ``<s> x`` (the public Tree Transformer code's framing); the
     links decoded into trees are those between the words, not the one from ``<s>``."""
-    from synattn.cli.common import Sentences
-    from synattn.cli.induce_cmd import constituent_links, encoder_outputs, source_request
+    from synattn.data.sentences import Sentences
+    from synattn.evaluate.induction import constituent_links, encoder_outputs, source_request
     from synattn.data.batching import collate_examples
     from synattn.errors import ConfigError
     from synattn.models import MaskedLMConfig, MaskedLM

@@ -162,7 +162,7 @@ def test_word_model_keeps_one_piece_per_word_and_unknown_words_as_unk(tmp_path):
     assert sp.encode("zyzzyva") == [1]  # a word never seen is <unk> (id 1), whole
     assert sp.id_to_piece(ids[0].tolist()) == ["▁" + w for w in trees[0].words]
     # the sentences of a split, as induce/viz read them: the words themselves, not <unk> (⁇)
-    from synattn.cli.common import Sentences
+    from synattn.data.sentences import Sentences
 
     small = prepare(PrepareConfig(out=str(tmp_path / "small"), src_trees={"train": str(tmp_path / "train.conllu")},
                                   tgt_lang=None, vocab_size=8, subword_model="word"))

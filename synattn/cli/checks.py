@@ -81,7 +81,7 @@ def require_model(model, kinds: tuple[type, ...], run: str, command: str) -> Non
 def check_lengths(sentences, max_len: int, on_error: str | None, source: str) -> None:
     """Leave out (``on_error="skip"``, with a warning) or refuse sentences longer than ``max_len``
     pieces (``None``: a command without ``--on-error``, whose error does not advise it);
-    ``sentences`` (:class:`synattn.cli.common.Sentences`) is changed in place."""
+    ``sentences`` (:class:`synattn.data.sentences.Sentences`) is changed in place."""
     keep = []
     for k, example in enumerate(sentences.examples):
         pieces = len(example["src_ids"])

@@ -29,23 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
-
-import numpy as np
-import torch
-
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import (Sentences, add_pretokenized_argument, add_run_arguments, load, run_inputs,
-                                write_aligned)
+from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, load, run_inputs, split_sentences,
+                                text_sentences, write_aligned)
 from synattn.cli.options import float_in, nonnegative_int, positive_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_file
-from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.sentences import Sentences
 from synattn.errors import InputError
+from synattn.evaluate.induction import check_constituent, flat_note, induce_sentences, sentence_links, source_request
 from synattn.io import atomic_write
-from synattn.models import EncoderDecoderTransformer, MaskedLM
-from synattn.train.tasks import syntax_request_for
 from synattn.trees.constituency import read_brackets, to_brackets
-from synattn.trees.induce import BASELINES, induce_tree, no_split, score_induced, word_links
+from synattn.trees.induce import BASELINES, score_induced
 from synattn.trees.metrics import BracketScores
 
 
@@ -82,69 +76,14 @@ def add_decoding_arguments(p: argparse.ArgumentParser, skippable: bool = True) -
     add_max_len_argument(p, skippable)
 
 
-def source_request(model) -> SyntaxRequest:
-    """The source-side syntax the model's encoder reads."""
-    request = syntax_request_for(model.config)
-    return replace(request, tgt=frozenset())
-
-
-def encoder_outputs(model, batch, need_weights: bool = False):
-    """The encoder's extras (losses, attentions, constituent links) on a batch's sources."""
-    if isinstance(model, MaskedLM):
-        return model(batch.src, syntax=batch.src_syntax, need_weights=need_weights)
-    if isinstance(model, EncoderDecoderTransformer):
-        return model.encode(batch.src, batch.src_syntax, need_weights)[2]
-    raise InputError(f"{type(model).__name__} has no encoder; induce and viz read an encoder's attention")
-
-
-def check_constituent(model, run: str) -> None:
-    """Raises ``InputError`` unless the model's encoder has constituent attention."""
-    encoder = getattr(model.config, "encoder", None)
-    if encoder is None or not encoder.constituent:
-        raise InputError("the model's encoder has no constituent attention (train a config with "
-                         "model.encoder.constituent: true, e.g. configs/tree_transformer_mlm.yaml)", run)
-
-
-@torch.no_grad()
-def constituent_links(model, sentences: Sentences, batch_size: int = 32) -> list[np.ndarray]:
-    """Per sentence, the encoder's link probabilities between adjacent pieces ``[layers, pieces − 1]``."""
-    request = source_request(model)
-    device = next(model.parameters()).device
-    order = np.argsort([len(e["src_ids"]) for e in sentences.examples], kind="stable")
-    out: list[np.ndarray] = [np.zeros(0)] * len(order)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        batch = collate_examples([sentences.examples[i] for i in chunk], request).to(device)
-        links = encoder_outputs(model, batch).constituent_links["encoder"].float().cpu().numpy()  # [B, L, n − 1]
-        for row, i in enumerate(chunk):
-            pieces = len(sentences.examples[i]["src_ids"])
-            out[i] = links[row, :, batch.src_offset:batch.src_offset + pieces - 1]  # not the <s> link
-    return out
-
-
-def induce_sentences(model, sentences: Sentences, threshold: float = 0.8, min_layer: int = 3,
-                     batch_size: int = 32, descend_above: float | None = None, explain_flat: bool = False) -> list:
-    """The induced word-level tree of every sentence (``descend_above``: see ``induced_spans``);
-    ``explain_flat`` says on stderr why trees are flat when no link allowed a split."""
-    links = [word_links(a, e["src_word"]) for a, e in zip(constituent_links(model, sentences, batch_size),
-                                                          sentences.examples)]
-    if explain_flat and (note := flat_note(links, threshold, min_layer)):
+def induced_trees(model, sentences: Sentences, args: argparse.Namespace, min_layer: int) -> list:
+    """The trees of :func:`add_decoding_arguments`' decoding, saying on stderr why trees are flat
+    when no link allowed a split (``synattn induce`` and ``viz``)."""
+    links = sentence_links(model, sentences, args.batch_size)
+    if note := flat_note(links, args.threshold, min_layer):
         print(note, file=sys.stderr)
-    return [induce_tree(a, words, threshold, min_layer, descend_above=descend_above)
-            for a, words in zip(links, sentences.words)]
-
-
-def flat_note(links: list[np.ndarray], threshold: float, min_layer: int) -> str | None:
-    """A note for the sentences of three or more words decoded without any split (every word link
-    ``[layers, words − 1]`` from ``min_layer`` up above ``threshold``), or None when there are none."""
-    long = [a for a in links if a.shape[1] >= 2]
-    flat = [a for a in long if no_split(a, threshold, min_layer)]
-    if not flat:
-        return None
-    lowest = min(float(a[min(min_layer, a.shape[0]) - 1:].min()) for a in flat)
-    return (f"note: {len(flat)} of {len(long)} sentences of three or more words are flat trees: every link from "
-            f"layer {min_layer} up is above --threshold {threshold:g} (the lowest {lowest:.3f}), so no split was "
-            "made; the model's links do not separate words yet (too little training?)")
+    return induce_sentences(model, sentences, args.threshold, min_layer,
+                            descend_above=0.7 if args.original_rule else None, links=links)
 
 
 def format_scores(scores: dict[str, BracketScores]) -> str:
@@ -171,18 +110,17 @@ def run(args: argparse.Namespace) -> int:
     min_layer = resolve_min_layer(model, args.min_layer)
     check_vocabulary(model, exp.data, data, args.split)
     if args.split:
-        sentences = Sentences.from_split(data, args.split)
+        sentences = split_sentences(data, args.split)
     else:
-        sentences = Sentences.from_text(data, args.input, bool(source_request(model).src), args.on_error,
-                                        pretokenized=args.pretokenized or None)
+        sentences = text_sentences(data, args.input, bool(source_request(model).src), args.on_error,
+                                   pretokenized=args.pretokenized or None)
         if not sentences.total:  # as translate: an empty output would look like the trees of nothing
             raise InputError("no sentences to induce trees for (the input is empty)", args.input)
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")
     gold = read_brackets(args.gold) if args.gold else None  # a bad gold file stops before the work
     if gold is not None and len(gold) != sentences.total:
         raise InputError(f"{len(gold)} gold trees for {sentences.total} sentences", args.gold)
-    trees = induce_sentences(model, sentences, args.threshold, min_layer, args.batch_size,
-                             descend_above=0.7 if args.original_rule else None, explain_flat=True)
+    trees = induced_trees(model, sentences, args, min_layer)
     write_aligned(args.output, sentences.total, sentences.numbers, [to_brackets(t) for t in trees])
     if gold is not None:
         scores = score_induced(trees, [gold[number - 1] for number in sentences.numbers], args.seed, args.gold)

@@ -17,8 +17,8 @@ import argparse
 import sys
 
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, require_model
-from synattn.cli.common import (Sentences, add_pretokenized_argument, add_run_arguments, load, run_inputs,
-                                write_aligned)
+from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, load, run_inputs, split_sentences,
+                                text_sentences, write_aligned)
 from synattn.cli.options import finite_float, positive_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.errors import InputError
@@ -61,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
                             ev.length_penalty if args.length_penalty is None else args.length_penalty,
                             ev.max_len_a, ev.max_len_b, args.batch_size or ev.batch_size, detokenize=not args.tokens)
     if args.split:
-        sentences = Sentences.from_split(data, args.split)
+        sentences = split_sentences(data, args.split)
     else:
-        sentences = Sentences.from_text(data, args.input, translator.needs_trees, args.on_error,
-                                        pretokenized=args.pretokenized or None)
+        sentences = text_sentences(data, args.input, translator.needs_trees, args.on_error,
+                                   pretokenized=args.pretokenized or None)
         if not sentences.total:  # as synattn parse: an empty output would look like a translation of nothing
             raise InputError("no sentences to translate (the input is empty)", args.input or "<stdin>")
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")

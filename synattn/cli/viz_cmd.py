@@ -28,14 +28,16 @@ import sentencepiece as spm
 import torch
 
 from synattn.cli.checks import check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import Sentences, add_pretokenized_argument, add_run_arguments, load, run_inputs
-from synattn.cli.induce_cmd import add_decoding_arguments, encoder_outputs, induce_sentences
+from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, load, run_inputs, split_sentences,
+                                text_sentences)
+from synattn.cli.induce_cmd import add_decoding_arguments, induced_trees
 from synattn.cli.options import nonnegative_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_folder
 from synattn.data.batching import collate_examples
 from synattn.data.prepared import PreparedData
 from synattn.data.subwords import BOS
 from synattn.errors import InputError
+from synattn.evaluate.induction import encoder_outputs
 from synattn.folders import FolderKind, check_own_folder
 from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
 from synattn.train.tasks import syntax_request_for
@@ -122,10 +124,10 @@ def run(args: argparse.Namespace) -> int:
     min_layer = resolve_min_layer(model, args.min_layer)
     check_vocabulary(model, exp.data, data, args.split)
     if args.split:
-        sentences = Sentences.from_split(data, args.split, [args.index])
+        sentences = split_sentences(data, args.split, [args.index])
     else:
-        sentences = Sentences.from_text(data, args.input, reads_trees or args.parse, line=args.index,
-                                        pretokenized=args.pretokenized or None)
+        sentences = text_sentences(data, args.input, reads_trees or args.parse, line=args.index,
+                                   pretokenized=args.pretokenized or None)
     check_lengths(sentences, args.max_len, None, args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
     manifest = PreparedData(data).manifest
@@ -144,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
             written.append(plot_attention(layers[layer], labels, out_dir / f"{stack}_layer{layer}.png",
                                           heads=heads, title=f"{stack} layer {layer} ({exp.task})"))
     if getattr(getattr(model.config, "encoder", None), "constituent", False):
-        (tree,) = induce_sentences(model, sentences, args.threshold, min_layer,
-                                   descend_above=0.7 if args.original_rule else None, explain_flat=True)
+        (tree,) = induced_trees(model, sentences, args, min_layer)
         written.append(plot_constituency(tree, out_dir / "tree.png", title="Tree Transformer induced tree"))
     for path in written:
         print(path)

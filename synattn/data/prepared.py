@@ -68,7 +68,7 @@ class PreparedData:
         """The spaCy pipeline whose tokenizer made ``side``'s words (``prepare`` parsed raw text),
         or None when the words are the whitespace-separated tokens of the input (pre-tokenised
         text, given CoNLL-U, no parse). New text for a run of this dataset is split the same way
-        (:meth:`synattn.cli.common.Sentences.from_text`)."""
+        (:meth:`synattn.data.sentences.Sentences.from_text`)."""
         config, source = self.manifest.get("config", {}), self.manifest.get("tree_source", {}).get(side)
         if source in (None, "given CoNLL-U") or config.get("pretokenized") or config.get("corpus") == "ptb":
             return None

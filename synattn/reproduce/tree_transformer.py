@@ -297,7 +297,7 @@ def f1_by_update(run_dir: Path, dev, seed: int) -> dict[str, float]:
 def gold_sentences(ctx: Context, data: Path, split: str):
     """``(sentences, gold trees, left out)`` for scoring: the split's sentences with the yields of
     their projective gold trees, or the sentences of ``--gold``."""
-    from synattn.cli.common import Sentences
+    from synattn.data.sentences import Sentences
     from synattn.evaluate.runner import gold_word_heads
     from synattn.trees.branching import tree_from_dependency
     from synattn.trees.constituency import leaves
@@ -341,7 +341,7 @@ def words_as_sentences(data: Path, words: list[list[str]]):
     """Encodes given word lists with the dataset's sentencepiece model (no trees needed); with whole
     words as tokens, a word outside the vocabulary is sentencepiece's ``<unk>``, the piece that the
     PTB text's own ``<unk>`` is encoded as."""
-    from synattn.cli.common import Sentences
+    from synattn.data.sentences import Sentences
     from synattn.data.prepare import encode_sentence
 
     sp = PreparedData(data).tokenizer("src")
@@ -351,7 +351,7 @@ def words_as_sentences(data: Path, words: list[list[str]]):
 
 def induced_scores(model, sentences, gold, seed: int, descend_above: float | None) -> dict:
     """Bracket F1 of the induced trees and the baselines: all sentences (``""``) and ≤10 words (``"_10"``)."""
-    from synattn.cli.induce_cmd import induce_sentences
+    from synattn.evaluate.induction import induce_sentences
 
     pred = induce_sentences(model, sentences, THRESHOLD, MIN_LAYER, 32, descend_above=descend_above)
     return scores_by_subset(pred, gold, seed)

@@ -3,7 +3,7 @@
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
 torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
 the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``[B, N+1, N+1,
-R]`` (torch-struct only; ``--only labelled``).
+R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``).
 For every case the same random scores go to all three libraries (converted to each one's layout
 by ``synattn.structs.convert``); the script checks that the values agree, then prints median
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
@@ -26,7 +26,7 @@ The peer libraries are installed only for this script (never for the package or 
 Run (``--quick`` takes fewer repetitions)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]
-        [--only cky|decoding|semimarkov|labelled]
+        [--only cky|decoding|semimarkov|labelled|alignment]
         [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -365,6 +365,42 @@ def labelled_rows(peers: list[str], reps: int, small: bool) -> None:
             times["marg"], diffs["marg"])
 
 
+def alignment_rows(peers: list[str], reps: int, small: bool) -> None:
+    """AlignmentCRF (global) log Z and marginals against torch-struct's ``AlignmentCRF`` (which
+    needs genbmm: ``n/a`` where it is not installed)."""
+    from synattn.structs import AlignmentCRF
+    for batch, n, m in [(8, 10, 12)] if small else [(16, 20, 24), (8, 40, 48)]:
+        gen = torch.Generator().manual_seed(19 * 1000 + n)
+        s = torch.randn(batch, n, m, 3, generator=gen).to(DEVICE)
+
+        def part():
+            with torch.no_grad():
+                return AlignmentCRF(s).log_partition
+
+        def marg():
+            return AlignmentCRF(s).marginals
+        fns = {"synattn": (part, marg)}
+        times, notes = {"part": {}, "marg": {}}, {}
+        if "torch-struct" in peers:
+            import torch_struct
+
+            def peer_part():
+                return torch_struct.AlignmentCRF(s.clone().requires_grad_()).partition.detach()
+
+            def peer_marg():
+                return torch_struct.AlignmentCRF(s.clone().requires_grad_()).marginals.detach()
+            try:
+                peer_part()
+                fns["torch-struct"] = (peer_part, peer_marg)
+            except Exception as error:  # torch-struct 0.5's Alignment needs genbmm
+                notes["torch-struct"] = "n/a"
+                print(f"# torch-struct AlignmentCRF: {type(error).__name__}: {error}")
+        for which, index in (("part", 0), ("marg", 1)):
+            times[which] = {**median_ms({lib: pair[index] for lib, pair in fns.items()}, reps), **notes}
+        row(f"alignment log Z B={batch} N={n} M={m}", times["part"].pop("synattn"), times["part"], {})
+        row(f"alignment marg B={batch} N={n} M={m}", times["marg"].pop("synattn"), times["marg"], {})
+
+
 # ---------------------------------------------------------------------------------------------
 # Peers that may hang: run in a child process.
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +587,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
-    parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled"),
+    parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled",
+                                            "alignment"),
                         help="only the constituency (CKY) rows, only sampling and k-best, or only "
                              "the semi-Markov rows")
     add_device_argument(parser)
@@ -574,6 +611,9 @@ def main() -> None:
         return
     if args.only == "labelled":
         labelled_rows(peers, reps, args.small)
+        return
+    if args.only == "alignment":
+        alignment_rows(peers, reps, args.small)
         return
     semi_sizes = SMALL["semi_markov"] if args.small else SEMI_MARKOV_SIZES
     if args.only == "semimarkov":

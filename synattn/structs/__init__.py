@@ -12,6 +12,8 @@
   (:mod:`synattn.structs.labelled_arcs`: labelled marginals, argmax ``[B, N, 2]`` heads and labels).
 - :class:`SemiMarkovCRF`: labelled segmentations (segments of ``1..K-1`` positions) by the
   forward recursion over segment ends, torch-struct's ``SemiMarkovCRF`` in synattn's layout.
+- :class:`AlignmentCRF`: monotonic alignments of two sequences (torch-struct's; global or local)
+  by the forward recursion over anti-diagonals.
 - :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
   inside-outside; :mod:`synattn.structs.convert` maps score layouts to and from torch-struct
   and supar.
@@ -27,6 +29,7 @@ dynamic program in float32 or float64 (also under autocast): as compiled numba k
 tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers).
 """
 
+from .alignment import AlignmentCRF
 from .chain import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
 from .eisner import DependencyCRF
@@ -36,6 +39,7 @@ from .semimarkov import SemiMarkovCRF
 from .semiring import NEG, LogSemiring, MaxSemiring
 
 __all__ = [
+    "AlignmentCRF",
     "CKYMarginals",
     "ChainMarginals",
     "Dependency2oCRF",

@@ -5,7 +5,8 @@
   conditional expectations (the same gradient) in the compiled kernels.
 - :class:`DependencyCRF`: projective trees by Eisner's algorithm with an explicit outside pass.
 - :class:`Dependency2oCRF`: projective trees with adjacent-sibling scores (second-order Eisner,
-  McDonald and Pereira 2006).
+  McDonald and Pereira 2006); :class:`DependencyMFVI`, :class:`DependencyLBP`: its approximate
+  arc marginals by mean field and loopy belief propagation (supar's modules).
 - :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
   Chu-Liu-Edmonds.
 - Both dependency classes take labelled arc scores ``[B, N+1, N+1, R]`` too
@@ -34,6 +35,7 @@ from .chain import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
 from .eisner import DependencyCRF
 from .eisner2o import Dependency2oCRF
+from .second_order_vi import DependencyLBP, DependencyMFVI
 from .matrix_tree import NonProjectiveDependencyCRF
 from .semimarkov import SemiMarkovCRF
 from .semiring import NEG, LogSemiring, MaxSemiring
@@ -44,6 +46,8 @@ __all__ = [
     "ChainMarginals",
     "Dependency2oCRF",
     "DependencyCRF",
+    "DependencyLBP",
+    "DependencyMFVI",
     "LinearChainCRF",
     "LogSemiring",
     "MaxSemiring",

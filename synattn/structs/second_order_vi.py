@@ -1,0 +1,161 @@
+"""Approximate arc marginals for arc + sibling scores: mean-field variational inference
+(:class:`DependencyMFVI`; Wang and Tu 2020) and loopy belief propagation (:class:`DependencyLBP`;
+Smith and Eisner 2008), supar 1.1.4's modules of the same names in synattn's layouts.
+
+Both treat the head of every word as its own variable (no tree constraint: heads are chosen
+per word, cycles allowed), with the arc scores ``scores[b, h, d]`` as unary factors and one
+pairwise factor per pair of arcs ``h → m``, ``h → s`` sharing a head: ``siblings[b, h, s, m]``
+(layout of :class:`~synattn.structs.Dependency2oCRF`; here *any* two dependents of ``h``, not
+only adjacent ones on one side, as in supar). After ``max_iter`` rounds of updates the approximate
+marginals are ``softmax_h`` of the logits ``q[b, h, d]``:
+
+- **MFVI**: ``q ← s[h, m] + Σ_s softmax_h(q)[h, s] · sib[h, s, m]`` (``max_iter`` updates from
+  ``q = s``);
+- **LBP**: log-space messages ``μ[h, m, s]`` from the factor of ``(h → m, h → s)`` to ``m``'s head,
+  ``q ← s[h, m] + Σ_s μ[h, m, s]``, with supar's message update (it adds the factor's "off" mass
+  ``logsumexp`` over all heads, the matching head included).
+
+With all sibling scores 0 MFVI returns ``softmax_h(s)``, the first-order head-selection
+marginals, after any number of iterations; LBP does not (supar's message update counts the
+matching head's mass twice; tested).
+
+Differences from supar, each checked in the tests: lengths instead of a mask; ROOT (index 0) is
+never a dependent or a sibling here, where supar also has a "head" distribution for ROOT and
+factors pairing it with the words (the same numbers as supar's when those factors are 0 for MFVI
+or masked for LBP, tested); LBP's messages are normalised so that a uniform message is 0 (supar:
+sum 1), so that a missing factor and a factor with nothing to say agree (supar's count of factors
+per head then differs between ROOT and the words; equal beliefs on equal factors); heads past a
+length and self-loops are masked here (supar's parsers mask padding in the scores before calling
+the module); results are in synattn's arc layout ``[b, h, d]``, 0 in the columns of ROOT and of
+padding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .arc_scores import check_arc_scores, usable_arcs
+from .arguments import score_tensor
+from .constants import NEG
+from .semiring import check_scores, fp32_inside, mask_impossible
+
+
+def _checked(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor | None, who: str
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Arc logits ``[B, L, L]`` (unusable heads at :data:`NEG`), siblings in the internal layout
+    ``[B, h, m, s]`` (0 where no pair of arcs is), the pair mask ``[B, h, m, s]`` and lengths."""
+    scores, lengths = check_arc_scores(scores, lengths)
+    score_tensor(siblings, "siblings", who)
+    batch, L, _ = scores.shape
+    if siblings.shape != (batch, L, L, L):
+        raise ValueError(f"{who}: siblings must be [B, n+1, n+1, n+1] = {[batch, L, L, L]} like "
+                         f"the arc scores, got {list(siblings.shape)}")
+    arcs = usable_arcs(lengths, L)  # [B, h, d]
+    scores = torch.where(arcs, scores, scores.new_full((), NEG))
+    # the factor of (h -> m, h -> s): both arcs usable and s != m
+    pairs = arcs.unsqueeze(3) & arcs.unsqueeze(2)  # [B, h, m, s]
+    pairs = pairs & ~torch.eye(L, dtype=torch.bool, device=scores.device)
+    siblings = mask_impossible(siblings.to(scores.device, scores.dtype), siblings.dtype).transpose(2, 3)
+    siblings = torch.where(pairs, siblings, siblings.new_zeros(()))  # [B, h, m, s]
+    check_scores([(siblings, None)], L - 1, "siblings")
+    return scores, siblings, pairs, lengths
+
+
+class _SiblingInference(nn.Module):
+    """What MFVI and LBP share: ``forward(scores, lengths=None, target=None)`` as supar's."""
+
+    def __init__(self, max_iter: int = 3):
+        super().__init__()
+        if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+            raise ValueError(f"{type(self).__name__}: max_iter must be a whole number >= 1, got {max_iter!r}")
+        self.max_iter = max_iter
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_iter={self.max_iter})"
+
+    def logits(self, scores: torch.Tensor, siblings: torch.Tensor,
+               lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, n+1, n+1]`` logits ``q[b, h, d]`` whose ``softmax`` over ``h`` are the marginals."""
+        raise NotImplementedError
+
+    @fp32_inside
+    def forward(self, scores: tuple[torch.Tensor, torch.Tensor], lengths: torch.Tensor | None = None,
+                target: torch.Tensor | None = None):
+        """Approximate arc marginals (and the loss against gold heads).
+
+        Args:
+            scores: ``(arcs [B, n+1, n+1], siblings [B, n+1, n+1, n+1])``: arc scores ``[b, h, d]``
+                and sibling scores ``[b, h, s, m]``.
+            lengths: ``[B]`` words per sentence (default all ``n``).
+            target: ``[B, n]`` gold heads (``-1`` padding), or None.
+
+        Returns:
+            ``marginals [B, n+1, n+1]`` ``p(h -> d)`` (each word's column sums to 1; 0 for ROOT's
+            column and padding), preceded by the cross-entropy of ``target`` averaged over
+            words (supar's loss) when ``target`` is given.
+        """
+        arcs, siblings = scores
+        q = self.logits(arcs, siblings, lengths)
+        lengths = check_arc_scores(arcs.detach(), lengths)[1]
+        words = usable_arcs(lengths, q.shape[-1]).any(1, keepdim=True)  # [B, 1, d]
+        marginals = torch.where(words, q.softmax(1), q.new_zeros(()))
+        if target is None:
+            return marginals
+        n = q.shape[-1] - 1
+        if target.shape != (q.shape[0], n):
+            raise ValueError(f"{type(self).__name__}: target must be [{q.shape[0]}, {n}] heads, "
+                             f"got {tuple(target.shape)}")
+        within = words[:, 0, 1:]  # [B, n]
+        loss = F.cross_entropy(q.transpose(1, 2)[:, 1:][within], target.to(q.device).long()[within])
+        return loss, marginals
+
+
+class DependencyMFVI(_SiblingInference):
+    """Mean-field variational inference over per-word heads with pairwise sibling factors
+    (Wang and Tu 2020; supar's ``DependencyMFVI``), ``max_iter`` updates (default 3).
+
+    Example:
+        >>> mu = DependencyMFVI()((torch.randn(2, 6, 6), torch.randn(2, 6, 6, 6)), torch.tensor([5, 3]))
+        >>> mu.shape, bool(torch.allclose(mu[0, :, 1:].sum(0), torch.ones(5)))  # words' columns sum to 1
+        (torch.Size([2, 6, 6]), True)
+    """
+
+    def logits(self, scores, siblings, lengths=None):
+        s, sib, pairs, _ = _checked(scores, siblings, lengths, type(self).__name__)
+        q = s
+        for _ in range(self.max_iter):
+            # q(h, m) = s(h, m) + Σ_s p(h -> s) sib(h, s, m)
+            q = s + (q.softmax(1).unsqueeze(2) * sib).sum(3)
+        return q
+
+
+class DependencyLBP(_SiblingInference):
+    """Loopy belief propagation over per-word heads with pairwise sibling factors (Smith and Eisner
+    2008; supar's ``DependencyLBP``, whose message update it reproduces), ``max_iter`` rounds.
+
+    Example:
+        >>> mu = DependencyLBP(max_iter=5)((torch.randn(2, 6, 6), torch.randn(2, 6, 6, 6)))
+        >>> mu.shape
+        torch.Size([2, 6, 6])
+    """
+
+    def logits(self, scores, siblings, lengths=None):
+        s, sib, pairs, _ = _checked(scores, siblings, lengths, type(self).__name__)
+        sib = torch.where(pairs, sib, sib.new_full((), NEG))
+        q = s
+        messages = torch.zeros_like(sib)  # [B, h, m, s]: factor (h->m, h->s) to the head of m
+        for _ in range(self.max_iter):
+            q = q.log_softmax(1)
+            # m(h->s => h->m) = logsumexp(q(h, s) - m(h->m => h->s) ⊕ ... + sib), normalised over h
+            out = q.unsqueeze(3) - messages  # [B, h, m, s]
+            messages = torch.logaddexp(out.logsumexp(1, keepdim=True), out + sib).transpose(2, 3)
+            # normalised so that a uniform message is 0: a pair without a factor (ROOT, padding)
+            # is then the same as no message at all
+            messages = messages.log_softmax(1) + math.log(messages.shape[1])
+            # q(h, m) = s(h, m) + Σ_s m(h->s => h->m)
+            q = s + torch.where(pairs, messages, messages.new_zeros(())).sum(3)
+        return q

@@ -1,0 +1,109 @@
+"""Mean-field and loopy-BP approximate marginals for arc + sibling scores, against supar's
+``DependencyMFVI`` and ``DependencyLBP`` on the same inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from synattn.structs.convert import arcs_from_supar, arcs_to_supar, siblings_to_supar
+from synattn.structs.second_order_vi import DependencyLBP, DependencyMFVI
+
+MIN = -1e32  # supar's mask value
+
+
+def inputs(seed=0, lengths=(5, 3, 4), scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    B, n = len(lengths), max(lengths)
+    scores = torch.randn(B, n + 1, n + 1, generator=gen, dtype=torch.float64) * scale
+    siblings = torch.randn(B, n + 1, n + 1, n + 1, generator=gen, dtype=torch.float64) * scale
+    return scores, siblings, torch.tensor(lengths)
+
+
+def supar_inputs(scores, siblings, lengths, root_sibling):
+    """The same factors as supar's parsers feed them: padding heads, self-loops and arcs into ROOT
+    masked; ROOT as a sibling or dependent given ``root_sibling`` (0 for MFVI, whose update
+    multiplies it by p(h -> ROOT); MIN for LBP, whose messages it then leaves uniform)."""
+    B, L, _ = scores.shape
+    pos = torch.arange(L)
+    usable = ((pos[None, :, None] <= lengths[:, None, None]) & (pos[None, None, :] <= lengths[:, None, None])
+              & (pos[None, None, :] >= 1) & (pos[:, None] != pos[None, :]))  # [B, h, d]
+    s_arc = arcs_to_supar(torch.where(usable, scores, torch.full_like(scores, MIN)))
+    s_sib = siblings_to_supar(siblings).clone()  # [b, m, h, s]
+    s_sib[:, :, :, 0] = root_sibling
+    s_sib[:, 0] = root_sibling
+    mask = (pos[None, :] <= lengths[:, None]) & (pos[None, :] >= 1)
+    return (s_arc, s_sib), mask
+
+
+@pytest.mark.parametrize("max_iter", [1, 3, 5])
+@pytest.mark.parametrize("cls, root_sibling", [(DependencyMFVI, 0.0), (DependencyLBP, MIN)])
+def test_matches_supar(cls, root_sibling, max_iter):
+    structs = pytest.importorskip("supar.structs")
+    scores, siblings, lengths = inputs(max_iter)
+    ours = cls(max_iter)((scores, siblings), lengths)
+    theirs = getattr(structs, cls.__name__)(max_iter)(*supar_inputs(scores, siblings, lengths, root_sibling))
+    theirs = arcs_from_supar(theirs.detach())
+    words = ours.sum(1, keepdim=True) > 0  # [B, 1, d]: the columns of words
+    assert torch.allclose(ours, torch.where(words, theirs, torch.zeros_like(theirs)), atol=1e-10)
+    assert torch.allclose(ours[:, :, 1:].sum(1), (torch.arange(1, 6) <= lengths[:, None]).double())
+
+
+def test_loss_matches_supar():
+    structs = pytest.importorskip("supar.structs")
+    scores, siblings, lengths = inputs(4)
+    target = torch.tensor([[2, 0, 2, 3, 4], [0, 1, 1, -1, -1], [0, 1, 2, 3, -1]])
+    loss, mu = DependencyMFVI()((scores, siblings), lengths, target)
+    args, mask = supar_inputs(scores, siblings, lengths, 0.0)
+    gold = torch.cat([torch.zeros(3, 1, dtype=torch.long), target.clamp_min(0)], 1)
+    their_loss, _ = structs.DependencyMFVI()(args, mask, gold)
+    assert torch.allclose(loss, their_loss.detach())
+
+
+@pytest.mark.parametrize("max_iter", [1, 4])
+def test_zero_siblings_mfvi_is_head_selection(max_iter):
+    """With no sibling factors mean field never moves: the marginals are softmax_h(scores)."""
+    scores, siblings, lengths = inputs(7)
+    mu = DependencyMFVI(max_iter)((scores, torch.zeros_like(siblings)), lengths)
+    L = scores.shape[-1]
+    pos = torch.arange(L)
+    heads = (pos[None, :, None] <= lengths[:, None, None]) & (pos[:, None] != pos[None, :])
+    expected = torch.where(heads, scores, torch.full_like(scores, -float("inf"))).softmax(1)
+    words = (pos >= 1) & (pos[None, :] <= lengths[:, None])  # [B, d]
+    expected = torch.where(words[:, None, :], expected, torch.zeros_like(expected))
+    assert torch.allclose(mu, expected, atol=1e-12)
+
+
+def test_zero_siblings_lbp_is_not_head_selection_in_supar_either():
+    """supar's LBP message adds the factor's total mass to the matching head's: with zero sibling
+    scores its marginals still move away from softmax_h(scores) (documented), and ours equal supar's."""
+    structs = pytest.importorskip("supar.structs")
+    scores, siblings, lengths = inputs(8)
+    zero = torch.zeros_like(siblings)
+    ours = DependencyLBP()((scores, zero), lengths)
+    mfvi = DependencyMFVI()((scores, zero), lengths)
+    assert (ours - mfvi).abs().max() > 1e-3
+    theirs = structs.DependencyLBP()(*supar_inputs(scores, zero, lengths, MIN))
+    words = ours.sum(1, keepdim=True) > 0
+    assert torch.allclose(ours, torch.where(words, arcs_from_supar(theirs.detach()), 0.0), atol=1e-10)
+
+
+def test_padding_is_ignored_and_gradients_flow():
+    scores, siblings, lengths = inputs(9, lengths=(4, 2))
+    dirty_s, dirty_sib = scores.clone(), siblings.clone()
+    dirty_s[1, 3:] = float("nan")
+    dirty_sib[1, 3:] = float("nan")
+    dirty_sib[:, :, 2, 2] = float("nan")  # s = m: no factor
+    for cls in (DependencyMFVI, DependencyLBP):
+        clean = cls()((scores, siblings), lengths)
+        assert torch.allclose(cls()((dirty_s, dirty_sib), lengths), clean)
+        x = scores.clone().requires_grad_()
+        y = siblings.clone().requires_grad_()
+        (cls()((x, y), lengths)[:, :, 1:] * torch.randn(2, 5, 4, dtype=torch.float64)).sum().backward()
+        assert torch.isfinite(x.grad).all() and y.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_max_iter_must_be_positive(bad):
+    with pytest.raises(ValueError, match="max_iter"):
+        DependencyMFVI(bad)

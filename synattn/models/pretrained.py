@@ -26,6 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from synattn.checkpoints import resolve_checkpoint
 from synattn.errors import InputError
 from synattn.models.config import ModelConfig
 
@@ -87,8 +88,6 @@ class PretrainedModel(nn.Module):
         """
         directory = Path(directory)
         if not (directory / CONFIG_NAME).exists() and (directory / "checkpoints").is_dir():
-            from synattn.train.checkpoint import resolve_checkpoint
-
             directory = resolve_checkpoint(directory, "best") or resolve_checkpoint(directory, "last") or directory
         config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
         for path in (config_path, weights_path):
@@ -111,8 +110,6 @@ class PretrainedModel(nn.Module):
         try:
             load_model(model, str(weights_path), strict=True)
         except RuntimeError as error:
-            from synattn.train.checkpoint import mismatch_summary
-
             raise InputError(f"weights do not fit the config: {mismatch_summary(error)}",
                              str(weights_path)) from None
         except SafetensorError as error:  # another file under the name (a pickle), or a damaged one
@@ -121,3 +118,13 @@ class PretrainedModel(nn.Module):
         if device is not None or dtype is not None:
             model.to(device=device, dtype=dtype)
         return model.eval()
+
+
+def mismatch_summary(error: BaseException) -> str:
+    """The first problem of a (long, multi-line) state-dict loading error, and how many there are."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    problems = [line for line in lines if line.lower().startswith(("size mismatch", "missing key", "unexpected key"))]
+    if not problems:
+        return " ".join(lines)[:300]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return problems[0].rstrip(".") + more + "; was the model built from another config than the checkpoint's?"

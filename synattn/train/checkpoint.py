@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 from pathlib import Path
 
@@ -40,66 +39,11 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from synattn.checkpoints import (CHECKPOINTS, NAME, POINTERS, SNAPSHOTS, STATE, WEIGHTS, read_pointer,
+                                 checkpoint_name, checkpoint_step, list_checkpoints, resolve_checkpoint)
 from synattn.errors import InputError
 from synattn.io import atomic_write
-
-CHECKPOINTS = "checkpoints"
-SNAPSHOTS = "snapshots"
-WEIGHTS = "model.safetensors"
-STATE = "state.pt"
-POINTERS = ("last", "best")
-_NAME = re.compile(r"ckpt_(\d+)")
-
-
-def checkpoint_name(step: int) -> str:
-    """``ckpt_000123`` for update 123."""
-    return f"ckpt_{step:06d}"
-
-
-def checkpoint_step(path: str | Path) -> int:
-    """The update of a checkpoint or snapshot directory: 123 for ``ckpt_000123``."""
-    return int(_NAME.fullmatch(Path(path).name).group(1))
-
-
-def list_checkpoints(folder: str | Path) -> list[Path]:
-    """The complete checkpoint directories of ``folder``, oldest (fewest updates) first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if p.is_dir() and (m := _NAME.fullmatch(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def _read_pointer(folder: Path, which: str) -> Path | None:
-    try:
-        name = (folder / which).read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, UnicodeDecodeError):  # a damaged pointer is no pointer
-        return None
-    target = folder / name
-    return target if _NAME.fullmatch(name) and target.is_dir() else None
-
-
-def resolve_checkpoint(path: str | Path, which: str = "last") -> Path | None:
-    """The checkpoint directory that ``path`` designates, or None when there is none.
-
-    Args:
-        path: a run directory, its ``checkpoints`` folder, or a checkpoint directory.
-        which: ``"last"`` or ``"best"``. Without a readable ``last`` pointer (a run killed
-            before its first pointer was written), the newest complete directory is taken.
-    """
-    if which not in POINTERS:
-        raise ValueError(f"which={which!r}: use 'last' or 'best'")
-    path = Path(path)
-    if (path / STATE).is_file():
-        return path
-    folder = path / CHECKPOINTS if (path / CHECKPOINTS).is_dir() else path
-    target = _read_pointer(folder, which)
-    if target is None and which == "last":
-        complete = list_checkpoints(folder)
-        target = complete[-1] if complete else None
-    return target
-
+from synattn.models.pretrained import mismatch_summary
 
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -215,7 +159,7 @@ def prune_checkpoints(folder: str | Path, keep_last_n: int | None) -> list[Path]
     folder = Path(folder)
     if keep_last_n is None:
         return []
-    protected = {_read_pointer(folder, which) for which in POINTERS}
+    protected = {read_pointer(folder, which) for which in POINTERS}
     doomed = [p for p in list_checkpoints(folder)[:-keep_last_n] if p not in protected]
     for path in doomed:
         _discard(path)
@@ -265,16 +209,6 @@ def check_no_nan(model: nn.Module, weights: str | Path) -> None:
         more = f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else ""
         raise InputError(f"tensor {bad[0]} holds NaN{more}: the weights are damaged (did training "
                          "diverge?); use another checkpoint", str(weights))
-
-
-def mismatch_summary(error: BaseException) -> str:
-    """The first problem of a (long, multi-line) state-dict loading error, and how many there are."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    problems = [line for line in lines if line.lower().startswith(("size mismatch", "missing key", "unexpected key"))]
-    if not problems:
-        return " ".join(lines)[:300]
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return problems[0].rstrip(".") + more + "; was the model built from another config than the checkpoint's?"
 
 
 def rng_state() -> dict:

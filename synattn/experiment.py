@@ -29,7 +29,7 @@ import yaml
 
 from synattn.data.prepared import MANIFEST, PreparedData
 from synattn.errors import ConfigError, brief
-from synattn.models.config_io import (ConfigFileError, StrictConfig, config_error, from_dict, parse_yaml,
+from synattn.config_io import (ConfigFileError, StrictConfig, config_error, from_dict, parse_yaml,
                                       read_yaml)
 from synattn.train import TrainConfig
 from synattn.train.kinds import TASK_KINDS, TaskKind

@@ -177,7 +177,7 @@ def dataset_of(run: str | Path, data: str | Path | None = None) -> Path:
         if saved is not None:
             data = saved["path"]
         else:
-            from synattn.models.config_io import parse_yaml
+            from synattn.config_io import parse_yaml
 
             data = parse_yaml((Path(run) / "config.yaml").read_text(encoding="utf-8"))["experiment"]["data"]
     folder = Path(data)

@@ -263,6 +263,6 @@ def test_loading_rejects_mismatches(tmp_path):
 
 
 def test_yaml_reads_exponent_floats(tmp_path):
-    from synattn.models.config_io import parse_yaml
+    from synattn.config_io import parse_yaml
 
     assert parse_yaml("lr: 5e-4\nsteps: 1e4\nname: e5\nx: 1.5\n") == {"lr": 5e-4, "steps": 1e4, "name": "e5", "x": 1.5}

@@ -30,7 +30,7 @@ from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, build_model
 from synattn.folders import check_own_folder
 from synattn.locks import FolderLock
-from synattn.models.config_io import read_yaml
+from synattn.config_io import read_yaml
 from synattn.runs import RUN, check_dataset as check_run_dataset, run_vocab, save_run_vocab
 from synattn.train import Trainer, resolve_checkpoint, task_for
 from synattn.train.distributed import check_device

@@ -46,7 +46,7 @@ from synattn.errors import ConfigError, DataError, UsageError
 from synattn.io import atomic_write, file_digest
 from synattn.folders import mark, remove_if_untouched
 from synattn.locks import FolderLock
-from synattn.models.config_io import StrictConfig
+from synattn.config_io import StrictConfig
 from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
 from synattn.trees.dependency import DependencyTree
@@ -86,7 +86,7 @@ class PrepareConfig(StrictConfig):
     of those splits (their words must equal the source lines' tokens) instead of parsing.
     ``subword_model`` is sentencepiece's model type (``unigram``, ``bpe``, ``char``, or ``word``:
     whole words, one piece each, rare words ``<unk>``).
-    Strict (:class:`~synattn.models.config_io.StrictConfig`): wrong types and choices are errors
+    Strict (:class:`~synattn.config_io.StrictConfig`): wrong types and choices are errors
     naming the key; ``from_yaml``/``from_dict`` also refuse unknown keys, naming file and key.
     """
 

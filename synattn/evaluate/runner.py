@@ -24,7 +24,7 @@ from synattn.errors import InputError, SynattnError, UsageError
 from synattn.evaluate.translation import perplexity, translation_scores
 from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
-from synattn.models.config_io import config_error, parse_yaml
+from synattn.config_io import config_error, parse_yaml
 from synattn.progress import progress
 from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, WEIGHTS, check_no_nan, list_checkpoints,
                                      resolve_checkpoint)

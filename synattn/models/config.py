@@ -34,7 +34,7 @@ from synattn.methods.specialized import SpecializedHeadsConfig
 from synattn.methods.supervised import SupervisedHeadConfig
 from synattn.methods.syntactic import SyntacticAttentionConfig
 from synattn.models.config_checks import StackChecks
-from synattn.models.config_io import StrictConfig
+from synattn.config_io import StrictConfig
 
 __all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "EncoderDecoderConfig",
            "LanguageModelConfig", "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig",

@@ -1,7 +1,7 @@
 """``TrainConfig``: every setting of a training run, strictly validated, loadable from YAML.
 
 Unknown keys and values of the wrong type are errors naming the key (the same strict conversion
-as the model configs, :mod:`synattn.models.config_io`). Example ``train:`` section::
+as the model configs, :mod:`synattn.config_io`). Example ``train:`` section::
 
     max_tokens: 4096
     max_epochs: 20
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from synattn.errors import ConfigError
-from synattn.models.config_io import StrictConfig
+from synattn.config_io import StrictConfig
 
 BATCH_ORDER_KEYS = ("max_tokens", "max_sentences", "seed")
 SCHEDULES = ("inverse_sqrt", "cosine", "linear")

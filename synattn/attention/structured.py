@@ -26,7 +26,9 @@ single- or multi-root) or the non-projective one (Matrix-Tree theorem). The chos
 attention becomes the soft parent: query j attends to key i with weight p(i → j) (the ROOT has no
 key, so a row sums to 1 − p(ROOT → j)); optionally a second head attends to the soft children,
 weight p(j → i). Choices we made: U and u start at 0 (every tree equally likely); padding gets
-zero weight in both directions.
+zero weight in both directions. ``tree="projective2o"`` takes the marginals of the second-order
+projective CRF instead (arcs and adjacent siblings, McDonald and Pereira 2006), with sibling scores
+from a trilinear :class:`~synattn.attention.sibling_scores.SiblingScorer` over the same input.
 
 Both layers need gradients through the marginals; :mod:`synattn.structs` provides them.
 """
@@ -39,12 +41,14 @@ from torch import Tensor, nn
 from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import bidirectional_keys, padding_keys, upcast
+from synattn.attention.sibling_scores import SiblingScorer
 from synattn.structs.chain import LinearChainCRF
 from synattn.structs.eisner import DependencyCRF
+from synattn.structs.eisner2o import Dependency2oCRF
 from synattn.structs.matrix_tree import NonProjectiveDependencyCRF
 
 SEGMENTATION_MODES = ("structured", "sigmoid")
-TREE_KINDS = ("projective", "nonprojective")
+TREE_KINDS = ("projective", "nonprojective", "projective2o")
 
 
 def suffix_lengths(keys: Tensor | None, batch_size: int, key_length: int, who: str) -> Tensor:
@@ -174,7 +178,9 @@ class SyntacticAttention(AttentionFeature):
         d_model: model width d (input of the arc scorer).
         head: the head whose attention becomes the soft parent p(i → j).
         children_head: a head whose attention becomes the soft children p(j → i) (None: none).
-        tree: ``"projective"`` (Eisner) or ``"nonprojective"`` (Matrix-Tree).
+        tree: ``"projective"`` (Eisner), ``"nonprojective"`` (Matrix-Tree) or ``"projective2o"``
+            (second-order Eisner with adjacent-sibling scores from a
+            :class:`~synattn.attention.sibling_scores.SiblingScorer` of width ``arc_dim``).
         multiroot: allow several words to hang from ROOT.
         arc_dim: width of the scorer's projections.
 
@@ -200,6 +206,7 @@ class SyntacticAttention(AttentionFeature):
         self.head, self.children_head = head, children_head
         self.tree, self.multiroot = tree, multiroot
         self.scorer = ArcScorer(d_model, arc_dim)
+        self.siblings = SiblingScorer(d_model, arc_dim) if tree == "projective2o" else None
 
     @property
     def replaced_heads(self) -> list[int]:
@@ -209,8 +216,11 @@ class SyntacticAttention(AttentionFeature):
     def claims(self) -> list[Claim]:
         return [self.claim(self.replaced_heads)]
 
-    def arc_marginals(self, scores: Tensor, lengths: Tensor) -> Tensor:
-        """p(i → j) ``[batch_size, n + 1, n + 1]`` of arc scores of the same shape (0 = ROOT)."""
+    def arc_marginals(self, scores: Tensor, lengths: Tensor, siblings: Tensor | None = None) -> Tensor:
+        """p(i → j) ``[batch_size, n + 1, n + 1]`` of arc scores of the same shape (0 = ROOT) and,
+        for ``tree="projective2o"``, sibling scores ``[batch_size, n + 1, n + 1, n + 1]``."""
+        if self.tree == "projective2o":
+            return Dependency2oCRF(scores, siblings, lengths, multiroot=self.multiroot).marginals
         crf = DependencyCRF if self.tree == "projective" else NonProjectiveDependencyCRF
         return crf(scores, lengths, multiroot=self.multiroot).marginals
 
@@ -219,7 +229,8 @@ class SyntacticAttention(AttentionFeature):
         b, _, n, _ = probs.shape
         lengths = suffix_lengths(bidirectional_keys(ctx, who), b, n, who).to(probs.device)
         scores = self.scorer(upcast(ctx.x))  # [B, n+1, n+1]
-        arcs = self.arc_marginals(scores, lengths)[:, 1:, 1:]  # [B, n, n] (head i, dependent j)
+        siblings = None if self.siblings is None else self.siblings(upcast(ctx.x))  # [B, n+1, n+1, n+1]
+        arcs = self.arc_marginals(scores, lengths, siblings)[:, 1:, 1:]  # [B, n, n] (head i, dependent j)
         valid = torch.arange(n, device=probs.device)[None, :] < lengths[:, None]  # [B, n]
         pairs = valid[:, :, None] & valid[:, None, :]  # [B, n, n]
         parents = arcs.transpose(1, 2) * pairs  # [B, n, n] row j: p(i → j)

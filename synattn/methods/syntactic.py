@@ -27,7 +27,9 @@ class SyntacticAttentionConfig:
         layer: 0-based layer index.
         head: the head that attends to each position's soft parent.
         children_head: a head that attends to the soft children (None: none).
-        tree: ``projective`` (Eisner inside-outside) or ``nonprojective`` (Matrix-Tree).
+        tree: ``projective`` (Eisner inside-outside), ``nonprojective`` (Matrix-Tree) or
+            ``projective2o`` (second-order Eisner: arcs and adjacent siblings; McDonald and
+            Pereira 2006).
         multiroot: allow several words under ROOT.
         arc_dim: width of the arc scorer's head/dependent projections.
     """

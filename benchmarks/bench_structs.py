@@ -3,7 +3,7 @@
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
 torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
 the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``[B, N+1, N+1,
-R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``).
+R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG`` (``--only cfg``).
 For every case the same random scores go to all three libraries (converted to each one's layout
 by ``synattn.structs.convert``); the script checks that the values agree, then prints median
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
@@ -26,7 +26,7 @@ The peer libraries are installed only for this script (never for the package or 
 Run (``--quick`` takes fewer repetitions)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]
-        [--only cky|decoding|semimarkov|labelled|alignment]
+        [--only cky|decoding|semimarkov|labelled|alignment|cfg]
         [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -401,6 +401,47 @@ def alignment_rows(peers: list[str], reps: int, small: bool) -> None:
         row(f"alignment marg B={batch} N={n} M={m}", times["marg"].pop("synattn"), times["marg"], {})
 
 
+def cfg_rows(peers: list[str], reps: int, small: bool) -> None:
+    """SentCFG log Z and marginals against torch-struct's ``SentCFG`` (ragged lengths)."""
+    from synattn.structs import SentCFG
+    for batch, n, NT, T in [(4, 10, 4, 4)] if small else [(8, 20, 8, 8), (4, 30, 10, 10)]:
+        gen = torch.Generator().manual_seed(23 * 1000 + n)
+        S = NT + T
+        terms = torch.randn(batch, n, T, generator=gen).to(DEVICE)
+        rules = torch.randn(batch, NT, S, S, generator=gen).to(DEVICE)
+        roots = torch.randn(batch, NT, generator=gen).to(DEVICE)
+        lengths = torch.randint(max(2, n // 2), n + 1, (batch,), generator=gen).to(DEVICE)
+        lengths[0] = n
+
+        def part():
+            with torch.no_grad():
+                return SentCFG(terms, rules, roots, lengths).log_partition
+
+        def marg():
+            return SentCFG(terms, rules, roots, lengths).marginals[1]
+        fns = {"synattn": (part, marg)}
+        if "torch-struct" in peers:
+            import torch_struct
+
+            def peer_part():
+                return torch_struct.SentCFG((terms, rules, roots), lengths).partition.detach()
+
+            def peer_marg():
+                return torch_struct.SentCFG((terms, rules, roots), lengths).marginals[1].detach()
+            fns["torch-struct"] = (peer_part, peer_marg)
+        values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
+        times, diffs = {}, {"part": {}, "marg": {}}
+        for lib in list(fns)[1:]:
+            diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
+            diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1])
+        for which, index in (("part", 0), ("marg", 1)):
+            times[which] = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+        row(f"SentCFG log Z B={batch} N={n} NT={NT} T={T}", times["part"].pop("synattn"),
+            times["part"], diffs["part"])
+        row(f"SentCFG marg B={batch} N={n} NT={NT} T={T}", times["marg"].pop("synattn"),
+            times["marg"], diffs["marg"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Peers that may hang: run in a child process.
 # ---------------------------------------------------------------------------------------------
@@ -588,7 +629,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
     parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled",
-                                            "alignment"),
+                                            "alignment", "cfg"),
                         help="only the constituency (CKY) rows, only sampling and k-best, or only "
                              "the semi-Markov rows")
     add_device_argument(parser)
@@ -614,6 +655,9 @@ def main() -> None:
         return
     if args.only == "alignment":
         alignment_rows(peers, reps, args.small)
+        return
+    if args.only == "cfg":
+        cfg_rows(peers, reps, args.small)
         return
     semi_sizes = SMALL["semi_markov"] if args.small else SEMI_MARKOV_SIZES
     if args.only == "semimarkov":

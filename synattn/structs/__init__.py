@@ -15,6 +15,8 @@
   forward recursion over segment ends, torch-struct's ``SemiMarkovCRF`` in synattn's layout.
 - :class:`AlignmentCRF`: monotonic alignments of two sequences (torch-struct's; global or local)
   by the forward recursion over anti-diagonals.
+- :class:`SentCFG`: parses of a PCFG in Chomsky normal form (torch-struct's terms/rules/roots)
+  by the inside recursion.
 - :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
   inside-outside; :mod:`synattn.structs.convert` maps score layouts to and from torch-struct
   and supar.
@@ -31,6 +33,7 @@ tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers
 """
 
 from .alignment import AlignmentCRF
+from .cfg import SentCFG
 from .chain import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
 from .eisner import DependencyCRF
@@ -54,5 +57,6 @@ __all__ = [
     "NEG",
     "NonProjectiveDependencyCRF",
     "SemiMarkovCRF",
+    "SentCFG",
     "TreeCRF",
 ]

@@ -95,11 +95,12 @@ class MultiSampledSemiring(LogSemiring):
 
     @staticmethod
     def to_discrete(grad: torch.Tensor, j: int) -> torch.Tensor:
-        """Sample ``j`` (``0..15``) as 0/1 parts from the coded gradient ``grad``."""
+        """Sample ``j`` (``0..15``) as 0/1 parts from the coded gradient ``grad`` (an odd code:
+        a part above the first ``⊕``, in every sample)."""
         if not 0 <= j < BITS:
             raise ValueError(f"MultiSampledSemiring.to_discrete: j must be in 0..{BITS - 1}, got {j}")
         code = grad.double().round().long()
-        return ((code >> (j + 1)) & 1).to(grad.dtype)
+        return (((code >> (j + 1)) | code) & 1).to(grad.dtype)
 
 
 def GumbelCRFSemiring(temperature: float) -> type[LogSemiring]:

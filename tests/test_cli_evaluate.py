@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from synattn.cli.main import main
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.evaluate import translation_scores
-from synattn.evaluate.runner import gold_word_heads
-from synattn.trees.subword import project_to_subwords, word_index_of_pieces
+from synattn.trees.subword import project_to_subwords, word_heads_of_pieces, word_index_of_pieces
 
 EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
       "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
@@ -79,4 +78,4 @@ def test_word_heads_read_back_from_subword_trees(data):
     for k, word in enumerate(order[1:], start=1):
         heads[word] = order[data.draw(st.integers(0, k - 1))] + 1
     pieces = np.array(data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)))
-    assert np.array_equal(gold_word_heads(project_to_subwords(heads, pieces), word_index_of_pieces(pieces)), heads)
+    assert np.array_equal(word_heads_of_pieces(project_to_subwords(heads, pieces), word_index_of_pieces(pieces)), heads)

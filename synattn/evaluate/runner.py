@@ -30,7 +30,7 @@ from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, WEIGHTS, check_no_
                                      resolve_checkpoint)
 from synattn.train.tasks import task_for
 from synattn.trees.metrics import attachment_scores
-from synattn.trees.subword import last_piece_index
+from synattn.trees.subword import word_heads_of_pieces
 
 
 def named_checkpoint(run: Path, which: str) -> Path:
@@ -125,13 +125,6 @@ def _names_transformers(checkpoint: Path) -> bool:
         return "architectures" in json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-
-
-def gold_word_heads(piece_heads: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
-    """Word-level heads (1-based, 0 = ROOT) read back from a projected subword tree: a word's arc is
-    carried by its final piece, which points at the first piece of the head word."""
-    h = piece_heads[last_piece_index(word_of_piece)]
-    return np.where(h == 0, 0, word_of_piece[np.maximum(h - 1, 0)] + 1)
 
 
 @dataclass
@@ -232,7 +225,7 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
                 scores = log_probs[b, offset:offset + p, offset:offset + p].float().numpy()
                 pred[key].append(word_predictions(scores, ex[f"{side}_word"]))
                 arcs[key].append(word_arc_scores(scores, ex[f"{side}_word"]))
-                gold[key].append(gold_word_heads(ex[f"{side}_heads"], ex[f"{side}_word"]))
+                gold[key].append(word_heads_of_pieces(ex[f"{side}_heads"], ex[f"{side}_word"]))
         for name, layers in out.attentions.items():
             if not name.endswith(".self"):
                 continue

@@ -26,8 +26,7 @@ import torch
 
 from synattn.data.batching import Batch, PreparedDataset, SyntaxRequest, _pad, _syntax
 from synattn.errors import DataError
-from synattn.evaluate.runner import gold_word_heads
-from synattn.trees.subword import project_to_subwords
+from synattn.trees.subword import project_to_subwords, word_heads_of_pieces
 
 
 class TokenIds:
@@ -86,7 +85,7 @@ class RetokenizedDataset:
         word_of_piece = np.repeat(np.arange(len(words)), per_word)
         out = {"src_ids": np.array([t for p in pieces for t in p], dtype=np.int32), "src_word": word_of_piece}
         if "src_heads" in stored:
-            heads = gold_word_heads(stored["src_heads"], stored["src_word"])  # [words], 1-based
+            heads = word_heads_of_pieces(stored["src_heads"], stored["src_word"])  # [words], 1-based
             out["src_heads"] = project_to_subwords(heads, per_word)
             first = np.searchsorted(stored["src_word"], np.arange(len(words)))  # each word's first stored piece
             for name in ("src_upos", "src_deprel"):

@@ -407,7 +407,8 @@ def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
     head agreement on ``dataset`` (through the model's own tokenizer for a pretrained model)."""
     from synattn.data.batching import token_batches
     from synattn.evaluate.attachment import word_predictions
-    from synattn.evaluate.runner import Evaluation, gold_word_heads
+    from synattn.evaluate.runner import Evaluation
+    from synattn.trees.subword import word_heads_of_pieces
     from synattn.evaluate.translation import perplexity
     from synattn.progress import progress
     from synattn.trees.metrics import attachment_scores
@@ -438,7 +439,7 @@ def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
             for b, ex in enumerate(examples):
                 p = len(ex["src_ids"])
                 pred[key].append(word_predictions(log_probs[b, at:at + p, at:at + p].float().numpy(), ex["src_word"]))
-                gold[key].append(gold_word_heads(ex["src_heads"], ex["src_word"]))
+                gold[key].append(word_heads_of_pieces(ex["src_heads"], ex["src_word"]))
         targets = None if batch.src_syntax is None else batch.src_syntax.head_targets
         if targets is not None and out.attentions is not None:
             valid = targets >= 0  # [B, n]

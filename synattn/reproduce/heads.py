@@ -12,9 +12,8 @@ import torch
 from synattn.data.batching import PreparedDataset, collate, token_batches
 from synattn.data.prepared import PreparedData
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
-from synattn.evaluate.runner import gold_word_heads
 from synattn.train.tasks import task_for
-from synattn.trees.subword import last_piece_index
+from synattn.trees.subword import last_piece_index, word_heads_of_pieces
 
 
 @torch.no_grad()
@@ -106,7 +105,7 @@ def _score(outputs, labels: dict[str, list[str]], probe: bool = False) -> dict:
             counts = ProbeCounts(stack.shape[1:3])
         for b, ex in enumerate(examples):
             p, word = len(ex["src_ids"]), ex["src_word"]
-            gold = gold_word_heads(ex["src_heads"], word)  # [n]
+            gold = word_heads_of_pieces(ex["src_heads"], word)  # [n]
             last = last_piece_index(word)
             keep = ex["src_upos"][last] != punct_id  # [n]
             words += (len(gold), int(keep.sum()))

@@ -41,7 +41,7 @@ from synattn.errors import InputError, UsageError
 from synattn.reproduce.study import Arm, Context, Study, budget_train
 from synattn.reproduce.treebank_data import TEXTS, add_treebank_argument, lm_gold, prepare_ptb_text, prepare_treebank
 from synattn.trees.induce import BASELINES
-from synattn.trees.subword import last_piece_index
+from synattn.trees.subword import last_piece_index, word_heads_of_pieces
 
 
 SUBWORD_MODEL = "word"
@@ -298,7 +298,6 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     """``(sentences, gold trees, left out)`` for scoring: the split's sentences with the yields of
     their projective gold trees, or the sentences of ``--gold``."""
     from synattn.data.sentences import Sentences
-    from synattn.evaluate.runner import gold_word_heads
     from synattn.trees.branching import tree_from_dependency
     from synattn.trees.constituency import leaves
 
@@ -311,7 +310,7 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     upos = labels.get("src_upos", [])
     keep, trees = [], []
     for k, (example, words) in enumerate(zip(all_sentences.examples, all_sentences.words)):
-        heads = gold_word_heads(example["src_heads"], example["src_word"])
+        heads = word_heads_of_pieces(example["src_heads"], example["src_word"])
         last = last_piece_index(example["src_word"])
         punct = [upos[i] == "PUNCT" if i < len(upos) else False for i in example["src_upos"][last]]
         try:

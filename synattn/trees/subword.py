@@ -105,3 +105,11 @@ def project_to_subwords(heads: Any, pieces_per_word: Any) -> np.ndarray:
     out = np.arange(2, pieces.sum() + 2)  # [m] 1-based index of the next piece
     out[last] = np.where(heads > 0, first[np.maximum(heads - 1, 0)] + 1, 0)
     return out
+
+
+def word_heads_of_pieces(piece_heads: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
+    """Word-level heads ``[n]`` (1-based, 0 = ROOT) read back from a projected subword tree
+    (:func:`project_to_subwords`'s inverse): a word's arc is carried by its final piece, which points
+    at the first piece of the head word. ``piece_heads``, ``word_of_piece``: ``[m]``."""
+    h = piece_heads[last_piece_index(word_of_piece)]
+    return np.where(h == 0, 0, word_of_piece[np.maximum(h - 1, 0)] + 1)

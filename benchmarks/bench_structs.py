@@ -3,7 +3,7 @@
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
 torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
 the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``[B, N+1, N+1,
-R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG`` (``--only cfg``).
+R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG`` (``--only cfg``), ``Autoregressive`` greedy and beam search (``--only autoregressive``).
 For every case the same random scores go to all three libraries (converted to each one's layout
 by ``synattn.structs.convert``); the script checks that the values agree, then prints median
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
@@ -26,7 +26,7 @@ The peer libraries are installed only for this script (never for the package or 
 Run (``--quick`` takes fewer repetitions)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]
-        [--only cky|decoding|semimarkov|labelled|alignment|cfg]
+        [--only cky|decoding|semimarkov|labelled|alignment|cfg|autoregressive]
         [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -442,6 +442,37 @@ def cfg_rows(peers: list[str], reps: int, small: bool) -> None:
             times["marg"], diffs["marg"])
 
 
+def autoregressive_rows(peers: list[str], reps: int, small: bool) -> None:
+    """Greedy decoding and beam search (``K = 8``) of a small GRU through ``Autoregressive``
+    against torch-struct's ``greedy_max`` / ``beam_topk`` (the same model calls in both)."""
+    from synattn.structs import Autoregressive
+    torch.manual_seed(0)
+    C, H = 50, 32
+    emb, cell, out = torch.nn.Embedding(C, H), torch.nn.GRUCell(H, H), torch.nn.Linear(H, C)
+
+    def model(tokens, state):
+        h, logits = state[0], []
+        for t in range(tokens.shape[1]):
+            h = cell(emb(tokens[:, t]), h)
+            logits.append(out(h))
+        return torch.stack(logits, 1), (h,)
+    for batch, n in [(4, 10)] if small else [(16, 20)]:
+        init = (torch.randn(batch, H),)
+        ours = Autoregressive(model, init, C, n)
+        fns = {"synattn": (lambda: ours.greedy()[0], lambda: ours.beam_search(8)[0])}
+        if "torch-struct" in peers:
+            import torch_struct
+            peer = torch_struct.Autoregressive(model, init, C, n)
+            fns["torch-struct"] = (lambda: peer.greedy_max()[1].detach(),
+                                   lambda: peer._beam_max(8).detach())
+        for index, what in ((0, "greedy"), (1, "beam K=8")):
+            values = {lib: pair[index]() for lib, pair in fns.items()}
+            diffs = {lib: max_diff(values["synattn"].double(), v.double().reshape(values["synattn"].shape))
+                     for lib, v in values.items() if lib != "synattn" and index == 0}
+            times = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+            row(f"autoregressive {what} B={batch} N={n} C={C}", times.pop("synattn"), times, diffs)
+
+
 # ---------------------------------------------------------------------------------------------
 # Peers that may hang: run in a child process.
 # ---------------------------------------------------------------------------------------------
@@ -629,7 +660,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
     parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled",
-                                            "alignment", "cfg"),
+                                            "alignment", "cfg", "autoregressive"),
                         help="only the constituency (CKY) rows, only sampling and k-best, or only "
                              "the semi-Markov rows")
     add_device_argument(parser)
@@ -658,6 +689,9 @@ def main() -> None:
         return
     if args.only == "cfg":
         cfg_rows(peers, reps, args.small)
+        return
+    if args.only == "autoregressive":
+        autoregressive_rows(peers, reps, args.small)
         return
     semi_sizes = SMALL["semi_markov"] if args.small else SEMI_MARKOV_SIZES
     if args.only == "semimarkov":

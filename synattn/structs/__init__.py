@@ -17,6 +17,8 @@
   by the forward recursion over anti-diagonals.
 - :class:`SentCFG`: parses of a PCFG in Chomsky normal form (torch-struct's terms/rules/roots)
   by the inside recursion.
+- :class:`Autoregressive`: a user's autoregressive model as a distribution over sequences
+  (torch-struct's): beam search, greedy decoding, ancestral samples, ``log_prob``.
 - :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
   inside-outside; :mod:`synattn.structs.convert` maps score layouts to and from torch-struct
   and supar.
@@ -33,6 +35,7 @@ tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers
 """
 
 from .alignment import AlignmentCRF
+from .autoregressive import Autoregressive
 from .cfg import SentCFG
 from .chain import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
@@ -45,6 +48,7 @@ from .semiring import NEG, LogSemiring, MaxSemiring
 
 __all__ = [
     "AlignmentCRF",
+    "Autoregressive",
     "CKYMarginals",
     "ChainMarginals",
     "Dependency2oCRF",

@@ -1,0 +1,162 @@
+"""An autoregressive sequence model as a distribution over sequences: torch-struct's
+``Autoregressive`` (greedy and beam search, ancestral sampling, ``log_prob``).
+
+The model is any callable ``model(tokens, state) -> (logits, state)`` (torch-struct's
+``AutoregressiveModel`` protocol): ``tokens [b, t]`` (long) are the inputs, ``state`` a tuple of
+tensors ``[b, ...]`` (everything the model conditions on: an encoder's output, an RNN's hidden
+state), ``logits [b, t, C]`` the scores of the next token after each input. A sequence ``y_1..y_N``
+is scored by feeding ``start_class, y_1, ..., y_{N-1}``; with ``normalize=True`` (default) the
+logits are log-softmaxed, so that ``log p(y) = Σ_t log softmax(logits_t)[y_t]``.
+
+- ``log_prob(tokens)``: one teacher-forced call over the whole sequence;
+- ``greedy()``: the best next token at each step (``beam_search(1)``);
+- ``beam_search(K)``: the ``K`` best sequences that beam search keeps (exact once ``K >= C^{N-1}``,
+  as every prefix then stays on the beam), best first; ``kbest(k)``/``topk(k)`` are its names in
+  the other classes' API;
+- ``sample(count, generator)``: exact ancestral samples.
+
+Sequences are token indices ``[..., B, N]`` (torch-struct uses one-hot ``[..., B, N, C]``:
+``log_prob(..., one_hot=True)`` takes those). Fixed length ``N`` (torch-struct's ``end_class``
+is unused there too).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from .arguments import count as whole_count
+from .distribution import _gumbel_argmax, check_count
+
+State = tuple[torch.Tensor, ...]
+
+
+class Autoregressive:
+    """Sequences of an autoregressive model (see the module docstring).
+
+    Args:
+        model: ``(tokens [b, t], state) -> (logits [b, t, C], state)``.
+        initial_state: tuple of ``[B, ...]`` tensors, the batch's conditioning.
+        n_classes: ``C``, the vocabulary size.
+        n_length: ``N``, the sequence length.
+        normalize: log-softmax the logits (False: they are log-probabilities or scores already).
+        start_class: the token fed before the first one.
+
+    Example:
+        >>> emb = torch.randn(5, 5)
+        >>> def model(tokens, state):
+        ...     return emb[tokens] + state[0].unsqueeze(1), state
+        >>> dist = Autoregressive(model, (torch.randn(2, 5),), n_classes=5, n_length=3)
+        >>> scores, seqs = dist.beam_search(4)
+        >>> seqs.shape, torch.allclose(dist.log_prob(seqs[:, 0]), scores[:, 0])
+        (torch.Size([2, 4, 3]), True)
+    """
+
+    def __init__(self, model: Callable[[torch.Tensor, State], tuple[torch.Tensor, State]],
+                 initial_state: State, n_classes: int, n_length: int, normalize: bool = True,
+                 start_class: int = 0):
+        if not isinstance(initial_state, tuple) or not initial_state or not all(
+                isinstance(s, torch.Tensor) for s in initial_state):
+            raise ValueError("Autoregressive: initial_state must be a non-empty tuple of tensors [B, ...]")
+        self.model, self.state = model, initial_state
+        self.n_classes = whole_count(n_classes, "Autoregressive: n_classes")
+        self.n_length = whole_count(n_length, "Autoregressive: n_length")
+        if not 0 <= int(start_class) < self.n_classes:
+            raise ValueError(f"Autoregressive: start_class must be in 0..{self.n_classes - 1}, got {start_class}")
+        self.start_class, self.normalize = int(start_class), bool(normalize)
+        self.batch = initial_state[0].shape[0]
+        self.device = initial_state[0].device
+
+    def _call(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        logits, state = self.model(tokens, state)
+        b, t = tokens.shape
+        if logits.shape != (b, t, self.n_classes):
+            raise ValueError(f"Autoregressive: the model must return logits [{b}, {t}, "
+                             f"{self.n_classes}], got {tuple(logits.shape)}")
+        if any(s.shape[0] != b for s in state):
+            raise ValueError(f"Autoregressive: the model must return a state of tensors [{b}, ...]")
+        return (logits.log_softmax(-1) if self.normalize else logits), state
+
+    def _repeat(self, k: int) -> State:
+        """The initial state repeated ``k`` times per batch element, ``[B * k, ...]`` (b-major)."""
+        return tuple(s.repeat_interleave(k, 0) for s in self.state)
+
+    def log_prob(self, tokens: torch.Tensor, one_hot: bool = False) -> torch.Tensor:
+        """``[..., B]`` ``log p(tokens)`` of sequences ``[..., B, N]`` (``one_hot``: ``[..., B, N,
+        C]``, torch-struct's layout); differentiable through the model."""
+        tokens = torch.as_tensor(tokens, device=self.device)
+        if one_hot:
+            tokens = tokens.argmax(-1)
+        if tokens.shape[-2:] != (self.batch, self.n_length) or tokens.is_floating_point():
+            raise ValueError(f"Autoregressive.log_prob: tokens must be integers [..., {self.batch}, "
+                             f"{self.n_length}], got {tokens.dtype} {tuple(tokens.shape)}")
+        if bool(((tokens < 0) | (tokens >= self.n_classes)).any()):
+            raise ValueError(f"Autoregressive.log_prob: tokens must be in 0..{self.n_classes - 1}")
+        lead = tokens.shape[:-2]
+        S = math.prod(lead)
+        flat = tokens.reshape(S, self.batch, self.n_length).transpose(0, 1).reshape(-1, self.n_length)
+        inputs = torch.cat((torch.full_like(flat[:, :1], self.start_class), flat[:, :-1]), 1)
+        logp, _ = self._call(inputs, self._repeat(S))  # [B*S, N, C]
+        out = logp.gather(-1, flat.unsqueeze(-1)).squeeze(-1).sum(-1)  # [B*S]
+        return out.view(self.batch, S).transpose(0, 1).reshape(*lead, self.batch)
+
+    @torch.no_grad()
+    def beam_search(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` sequences left on the beam: ``scores [B, k]`` (float64, their ``log p``, ``-inf``
+        where fewer than ``k`` sequences exist) and tokens ``[B, k, N]`` (``-1`` for missing
+        ones), best first. Exact (the ``k`` best sequences) once ``k >= C^(N-1)``."""
+        k = whole_count(k, "Autoregressive.beam_search: k")
+        B, C = self.batch, self.n_classes
+        state = self._repeat(k)
+        scores = torch.full((B, k), -float("inf"), dtype=torch.float64, device=self.device)
+        scores[:, 0] = 0.0  # one live beam at the start: no duplicates
+        tokens = torch.full((B * k, 1), self.start_class, dtype=torch.long, device=self.device)
+        history = torch.zeros(B, k, 0, dtype=torch.long, device=self.device)
+        rows = torch.arange(B, device=self.device).unsqueeze(1) * k
+        for _ in range(self.n_length):
+            logp, state = self._call(tokens, state)  # [B*k, 1, C]
+            total = scores.unsqueeze(-1) + logp.view(B, k, C).to(scores.dtype)  # [B, k, C]
+            best, index = total.flatten(1).topk(k, -1)  # [B, k]
+            beam, token = index.div(C, rounding_mode="floor"), index % C
+            keep = (rows + beam).view(-1)
+            state = tuple(s[keep] for s in state)
+            history = torch.cat((history.gather(1, beam.unsqueeze(-1).expand_as(history)),
+                                 token.unsqueeze(-1)), -1)
+            scores, tokens = best, token.view(-1, 1)
+        history = history.masked_fill((scores == -float("inf")).unsqueeze(-1), -1)
+        return scores, history
+
+    def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``scores [B]`` and tokens ``[B, N]`` of greedy decoding (``beam_search(1)``)."""
+        scores, tokens = self.beam_search(1)
+        return scores[:, 0], tokens[:, 0]
+
+    def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`beam_search` under the other classes' name (exact only for ``k >= C^(N-1)``)."""
+        return self.beam_search(k)
+
+    def topk(self, k: int) -> torch.Tensor:
+        """``[k, B, N]`` the beam's sequences with ``k`` first (torch-struct's ``beam_topk``
+        layout, token indices instead of one-hot)."""
+        return self.beam_search(k)[1].transpose(0, 1)
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """``[B, N]`` the greedy sequence (torch-struct's ``greedy_max``; not the exact mode)."""
+        return self.greedy()[1]
+
+    @torch.no_grad()
+    def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, B, N]`` exact ancestral samples, token by token."""
+        count = check_count(count)
+        state = self._repeat(count)
+        tokens = torch.full((self.batch * count, 1), self.start_class, dtype=torch.long,
+                            device=self.device)
+        out = []
+        for _ in range(self.n_length):
+            logp, state = self._call(tokens, state)
+            tokens = _gumbel_argmax(logp[:, -1].double(), generator).view(-1, 1)
+            out.append(tokens)
+        return torch.cat(out, 1).view(self.batch, count, self.n_length).transpose(0, 1)

@@ -1,0 +1,114 @@
+"""Autoregressive (torch-struct's beam search / sampling wrapper) against every sequence of a
+tiny vocabulary and length."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from synattn.structs import Autoregressive
+
+C, N, B = 3, 3, 2
+
+
+class TinyRNN(torch.nn.Module):
+    """A GRU over token embeddings whose hidden state is the model's state."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.cell = torch.nn.Embedding(C, 4), torch.nn.GRUCell(4, 4)
+        self.out = torch.nn.Linear(4, C)
+        for p in self.parameters():
+            p.data.mul_(3).double()
+        self.double()
+
+    def forward(self, tokens, state):
+        h, logits = state[0], []
+        for t in range(tokens.shape[1]):
+            h = self.cell(self.emb(tokens[:, t]), h)
+            logits.append(self.out(h))
+        return torch.stack(logits, 1), (h,)
+
+
+def make():
+    init = (torch.randn(B, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),)
+    return Autoregressive(TinyRNN(), init, n_classes=C, n_length=N)
+
+
+def all_sequences() -> torch.Tensor:
+    return torch.tensor(list(itertools.product(range(C), repeat=N)))  # [C^N, N]
+
+
+def test_log_prob_normalises_and_beam_search_is_exact_with_a_wide_beam():
+    dist = make()
+    seqs = all_sequences()
+    lp = dist.log_prob(seqs.unsqueeze(1).expand(-1, B, -1))  # [C^N, B]
+    assert torch.allclose(lp.logsumexp(0), torch.zeros(B, dtype=torch.float64), atol=1e-9)
+    k = C ** (N - 1)
+    scores, tokens = dist.beam_search(k)
+    exact = lp.sort(0, descending=True)
+    assert torch.allclose(scores, exact.values[:k].T.to(scores.dtype), atol=1e-6)
+    for b in range(B):
+        assert torch.equal(tokens[b], seqs[exact.indices[:k, b]])
+    # every sequence on the beam is scored by its true log-probability, best first
+    narrow, seq = dist.beam_search(2)
+    assert torch.allclose(narrow[:, 0], dist.log_prob(seq[:, 0]).to(narrow.dtype), atol=1e-6)
+    assert (narrow[:, 0] >= narrow[:, 1]).all()
+    assert torch.equal(dist.topk(2), seq.transpose(0, 1))
+    # one-hot values (torch-struct's layout) give the same log_prob
+    assert torch.allclose(dist.log_prob(torch.nn.functional.one_hot(seq[:, 0], C), one_hot=True),
+                          dist.log_prob(seq[:, 0]))
+
+
+def test_greedy_takes_the_best_next_token_each_step():
+    dist = make()
+    score, greedy = dist.greedy()
+    seqs = all_sequences()
+    for b in range(B):
+        prefix = []
+        for t in range(N):
+            cands = [tuple(prefix) + (c,) + (0,) * (N - t - 1) for c in range(C)]
+            # the log-probability of a prefix: the sum over its continuations
+            lp = dist.log_prob(seqs.unsqueeze(1).expand(-1, B, -1))[:, b]
+            pre = torch.stack([lp[(seqs[:, :t + 1] == torch.tensor(c[:t + 1])).all(1)].logsumexp(0)
+                               for c in cands])
+            prefix.append(int(pre.argmax()))
+        assert greedy[b].tolist() == prefix
+    assert torch.allclose(score, dist.log_prob(greedy).to(score.dtype), atol=1e-6)
+
+
+def test_samples_follow_the_sequence_distribution():
+    dist = make()
+    draws = dist.sample(4000, generator=torch.Generator().manual_seed(0))  # [4000, B, N]
+    assert draws.shape == (4000, B, N)
+    seqs = all_sequences()
+    lp = dist.log_prob(seqs.unsqueeze(1).expand(-1, B, -1))
+    freq = (draws.unsqueeze(1) == seqs.view(1, -1, 1, N)).all(-1).double().mean(0)  # [C^N, B]
+    assert torch.allclose(freq, lp.exp(), atol=0.03)
+
+
+def test_log_prob_is_differentiable_and_errors():
+    dist = make()
+    lp = dist.log_prob(torch.zeros(B, N, dtype=torch.long))
+    lp.sum().backward()
+    assert dist.model.out.weight.grad is not None
+    with pytest.raises(ValueError, match="tokens must be"):
+        dist.log_prob(torch.zeros(B, N + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="logits"):
+        Autoregressive(lambda t, s: (torch.zeros(t.shape[0], t.shape[1], C + 1), s),
+                       (torch.zeros(B, 1),), C, N).greedy()
+
+
+def test_matches_torch_struct_on_its_model_protocol():
+    torch_struct = pytest.importorskip("torch_struct")
+    dist = make()
+    peer = torch_struct.Autoregressive(dist.model, dist.state, C, N)
+    seq = dist.sample(3, generator=torch.Generator().manual_seed(2))
+    one_hot = torch.nn.functional.one_hot(seq, C)
+    assert torch.allclose(dist.log_prob(seq), peer.log_prob(one_hot).detach())
+    path, score, _ = peer.greedy_max()  # one-hot [B, N, C], [B]
+    ours_score, ours = dist.greedy()
+    assert torch.equal(ours, path.argmax(-1)) and torch.allclose(ours_score.double(), score.detach())

@@ -327,13 +327,25 @@ def test_eisner_fourth_derivative_of_log_partition(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_matrix_tree_third_derivative_raises(backend):
+@pytest.mark.parametrize("multiroot", [True, False])
+def test_matrix_tree_third_derivative(backend, multiroot):
+    """Matrix-Tree's third derivative is exact (it was an error, and before that silently 0),
+    and gradcheck/gradgradcheck hold for the marginals in float64, masked arcs included."""
     with on(backend):
-        x = torch.randn(1, 4, 4, dtype=torch.float64, requires_grad=True)
-        mu = NonProjectiveDependencyCRF(x).marginals
-        torch.autograd.grad(mu.sum(), x, retain_graph=True)  # the second order works
-        with pytest.raises(RuntimeError, match="order 3 and higher"):  # a graph for the third
-            torch.autograd.grad(mu.sum(), x, create_graph=True)
+        third_derivative_check(
+            lambda x: NonProjectiveDependencyCRF(x, multiroot=multiroot).marginals, (1, 4, 4))
+        gen = torch.Generator().manual_seed(3)
+        x = torch.randn(2, 4, 4, generator=gen, dtype=torch.float64)
+        x[1, 0, 2] = -float("inf")
+        lengths = torch.tensor([3, 3])
+
+        def marginals(y):
+            return NonProjectiveDependencyCRF(torch.where(x > -1e9, y, x), lengths,
+                                              multiroot=multiroot).marginals
+
+        y = x.masked_fill(x == -float("inf"), 0.0).requires_grad_()
+        assert torch.autograd.gradcheck(marginals, (y,))
+        assert torch.autograd.gradgradcheck(marginals, (y,))
 
 
 # ---------------------------------------------------------------------------------------------

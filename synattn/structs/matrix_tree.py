@@ -65,7 +65,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from .arc_scores import ArcCRF
+from .arc_scores import ArcCRF, usable_arcs
 from .backend import use_numba
 from .chu_liu_edmonds import best_tree
 from .distribution import check_count
@@ -73,7 +73,7 @@ from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY,
                               _compiled_closed_form_tangent, _compiled_marginals,
                               _compiled_marginals_tangent, _factorize, _gth_marginals,
                               _lapack_marginals)
-from .matrix_tree_log import (_has_tree, _log_space_marginals, _log_space_marginals_tangent,
+from .matrix_tree_log import (_has_tree, _log_space_log_z, _log_space_marginals, _log_space_marginals_tangent,
                               _wide_columns)
 from .matrix_tree_sample import matrix_tree_sample
 from .registry import Implementation, numba_applies, register
@@ -207,11 +207,13 @@ class MatrixTreeMarginals(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        if torch.is_grad_enabled():
-            raise RuntimeError("NonProjectiveDependencyCRF: derivatives of order 3 and higher of "
-                               "log_partition (the backward of marginals' backward) are not "
-                               "supported; orders 1 and 2 are")
         scores, lengths, log_space, swap = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a third derivative is coming: autograd throughout, on
+            # ``scores`` itself, through the log-space elimination (exact at any scale)
+            log_z = _log_space_log_z(scores, lengths, ctx.multiroot)
+            (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
+            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
+            return torch.autograd.grad(mu, scores, g.to(mu.dtype), create_graph=True)[0], None, None, None
         if not ctx.compiled:  # the forward may have used LAPACK: route for the GTH tangent
             log_space, swap = _gth_route(scores, lengths, ctx.multiroot, log_space)
         swapped = bool((swap != 1).any())

@@ -119,9 +119,18 @@ class SentCFG(StructDistribution):
                 out.append(contract(pairs(terms[:, :n], beta[w - 1][:, 1:1 + n]), blocks[(1, 0)]))
                 out.append(contract(pairs(beta[w - 1][:, :n], terms[:, w - 1:w - 1 + n]), blocks[(0, 1)]))
             if w >= 4:  # both children nonterminals: combine over the split points first
-                p = torch.stack([pairs(beta[a][:, :n], beta[w - a][:, a:a + n])
-                                 for a in range(2, w - 1)], -1)
-                out.append(contract(reduce(p, -1), blocks[(0, 0)]))
+                if viterbi:
+                    p = torch.stack([pairs(beta[a][:, :n], beta[w - a][:, a:a + n])
+                                     for a in range(2, w - 1)], -1).max(-1).values
+                else:  # Σ_a exp(left_a[Y] + right_a[Z]): a matrix product over the splits
+                    left = torch.stack([beta[a][:, :n] for a in range(2, w - 1)], 2)  # [B, n, A, NT]
+                    right = torch.stack([beta[w - a][:, a:a + n] for a in range(2, w - 1)], 2)
+                    ml, mr = left.amax(-1, keepdim=True).detach(), right.amax(-1, keepdim=True).detach()
+                    m = (ml + mr).amax(-2, keepdim=True)  # [B, n, 1, 1]
+                    scale = (ml + mr - m).exp()  # [B, n, A, 1]
+                    prod = torch.matmul(((left - ml).exp() * scale).transpose(-1, -2), (right - mr).exp())
+                    p = (prod.clamp_min(1e-300).log() + m).flatten(2)  # [B, n, NT*NT]
+                out.append(contract(p, blocks[(0, 0)]))
             beta[w] = reduce(torch.stack(out, -1), -1).clamp_min(NEG)
             top.append(beta[w][:, 0])  # [B, NT]: the span from word 0
         whole = torch.stack(top, 1)[torch.arange(batch, device=terms.device), self.lengths - 2]

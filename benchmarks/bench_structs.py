@@ -3,7 +3,9 @@
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
 torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
 the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``[B, N+1, N+1,
-R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG`` (``--only cfg``), ``Autoregressive`` greedy and beam search (``--only autoregressive``).
+R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG`` (``--only cfg``), ``Autoregressive`` greedy and beam search (``--only autoregressive``),
+the second-order ``Dependency2oCRF`` and ``DependencyMFVI``/``DependencyLBP`` against supar
+(``--only secondorder``).
 For every case the same random scores go to all three libraries (converted to each one's layout
 by ``synattn.structs.convert``); the script checks that the values agree, then prints median
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
@@ -26,7 +28,7 @@ The peer libraries are installed only for this script (never for the package or 
 Run (``--quick`` takes fewer repetitions)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]
-        [--only cky|decoding|semimarkov|labelled|alignment|cfg|autoregressive]
+        [--only cky|decoding|semimarkov|labelled|alignment|cfg|autoregressive|secondorder]
         [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -365,6 +367,73 @@ def labelled_rows(peers: list[str], reps: int, small: bool) -> None:
             times["marg"], diffs["marg"])
 
 
+def second_order_rows(peers: list[str], reps: int, small: bool) -> None:
+    """:class:`Dependency2oCRF` (log Z, arc marginals) against supar's ``Dependency2oCRF``, and
+    :class:`DependencyMFVI` / :class:`DependencyLBP` (3 iterations) against supar's modules, on
+    the same arc and sibling scores (equal lengths, multiroot)."""
+    from synattn.structs import Dependency2oCRF, DependencyLBP, DependencyMFVI
+
+    for batch, n in [(8, 20)] if small else [(16, 20), (8, 40)]:
+        gen = torch.Generator().manual_seed(19 * 1000 + n)
+        scores = torch.randn(batch, n + 1, n + 1, generator=gen).to(DEVICE)
+        siblings = torch.randn(batch, n + 1, n + 1, n + 1, generator=gen).to(DEVICE)
+        lengths = torch.full((batch,), n, device=DEVICE)
+        s_arc, s_sib = convert.arcs_to_supar(scores), convert.siblings_to_supar(siblings)
+
+        def ours(torch_path=False):
+            def part():
+                with torch.no_grad():
+                    return Dependency2oCRF(scores, siblings, lengths).log_partition
+
+            def marg():
+                with torch.no_grad():
+                    return Dependency2oCRF(scores, siblings, lengths).marginals
+            return on_torch_path((part, marg)) if torch_path else (part, marg)
+
+        def peer():
+            from supar.structs import Dependency2oCRF as Supar2o
+
+            def part():
+                with torch.no_grad():
+                    return Supar2o((s_arc, s_sib), lengths, multiroot=True).log_partition
+
+            def marg():
+                x = s_arc.clone().requires_grad_()
+                return convert.arcs_from_supar(Supar2o((x, s_sib), lengths, multiroot=True).marginals.detach())
+            return part, marg
+        fns = {"synattn": ours(), "torch path": ours(True)}
+        if "supar" in peers:
+            fns["supar"] = peer()
+        values = {lib: tuple(fn() for fn in pair) for lib, pair in fns.items()}
+        times, diffs = {}, {"part": {}, "marg": {}}
+        for lib in list(fns)[1:]:
+            diffs["part"][lib] = max_diff(values["synattn"][0], values[lib][0])
+            diffs["marg"][lib] = max_diff(values["synattn"][1], values[lib][1])
+        for which, index in (("part", 0), ("marg", 1)):
+            times[which] = median_ms({lib: pair[index] for lib, pair in fns.items()}, reps)
+        row(f"2nd-order Eisner log Z B={batch} N={n}", times["part"].pop("synattn"), times["part"],
+            diffs["part"])
+        row(f"2nd-order Eisner marg B={batch} N={n}", times["marg"].pop("synattn"), times["marg"],
+            diffs["marg"])
+        for cls in (DependencyMFVI, DependencyLBP):
+            fns = {"synattn": lambda: cls()((scores, siblings), lengths).detach()}
+            if "supar" in peers:
+                import supar.structs
+
+                pos = torch.arange(n + 1, device=DEVICE)
+                arc = s_arc.masked_fill(pos[:, None] == pos[None, :], -1e32)  # no self-loops
+                sib = s_sib.clone()
+                root = 0.0 if cls is DependencyMFVI else -1e32  # no factor with ROOT as a sibling
+                sib[:, 0], sib[..., 0] = root, root
+                mask = (pos >= 1).expand(batch, n + 1)
+                module = getattr(supar.structs, cls.__name__)()
+                fns["supar"] = lambda: convert.arcs_from_supar(module((arc, sib), mask).detach())
+            diff = {lib: max_diff(fns["synattn"]()[:, :, 1:], fn()[:, :, 1:]) for lib, fn in fns.items()
+                    if lib != "synattn"}
+            times = median_ms(fns, reps)
+            row(f"{cls.__name__[10:]} B={batch} N={n}", times.pop("synattn"), times, diff)
+
+
 def alignment_rows(peers: list[str], reps: int, small: bool) -> None:
     """AlignmentCRF (global) log Z and marginals against torch-struct's ``AlignmentCRF`` (which
     needs genbmm: ``n/a`` where it is not installed)."""
@@ -660,7 +729,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
     parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled",
-                                            "alignment", "cfg", "autoregressive"),
+                                            "alignment", "cfg", "autoregressive", "secondorder"),
                         help="only the constituency (CKY) rows, only sampling and k-best, or only "
                              "the semi-Markov rows")
     add_device_argument(parser)
@@ -686,6 +755,9 @@ def main() -> None:
         return
     if args.only == "alignment":
         alignment_rows(peers, reps, args.small)
+        return
+    if args.only == "secondorder":
+        second_order_rows(peers, reps, args.small)
         return
     if args.only == "cfg":
         cfg_rows(peers, reps, args.small)

@@ -46,7 +46,7 @@ import torch
 
 from .arc_scores import ArcCRF, heads_from_arcs, tree_score
 from .arguments import score_tensor
-from .backend import requested_backend
+from .backend import kernels, requested_backend, use_numba
 from .constants import IMPOSSIBLE, NEG
 from .eisner import DependencyCRF
 from .semiring import check_scores, fp32_inside, mask_impossible
@@ -62,8 +62,8 @@ def usable_siblings(lengths: torch.Tensor, L: int) -> torch.Tensor:
     inside = pos <= lengths.unsqueeze(-1)  # [B, L]
     h, s, m = pos.view(L, 1, 1), pos.view(1, L, 1), pos.view(1, 1, L)
     between = ((h < s) & (s < m)) | ((m < s) & (s < h))  # [L, L, L]
-    return (between & inside[:, :, None, None] & inside[:, None, :, None]
-            & inside[:, None, None, :])
+    # (s lies between h and m, so h and m inside the sentence put s inside too)
+    return between & (inside[:, :, None, None] & inside[:, None, None, :])
 
 
 def check_sibling_scores(siblings: torch.Tensor, scores: torch.Tensor,
@@ -235,6 +235,53 @@ def _gradients(fn, scores: torch.Tensor, siblings: torch.Tensor) -> tuple[torch.
     return value if graph else value.detach(), gx, gy
 
 
+class _LogPartition2o(torch.autograd.Function):
+    """``log Z`` by the compiled kernels; backward: their marginals (explicit outside pass), or
+    :class:`_Marginals2o` when a second derivative is being built."""
+
+    @staticmethod
+    def forward(ctx, scores, siblings, lengths, multiroot):
+        ctx.multiroot = multiroot
+        if not any(ctx.needs_input_grad[:2]):
+            return kernels("_eisner2o_kernels").log_partition(scores, siblings, lengths, multiroot)
+        log_z, mu, mu_sib = kernels("_eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)
+        ctx.save_for_backward(scores, siblings, lengths, mu, mu_sib)
+        return log_z
+
+    @staticmethod
+    def backward(ctx, g):
+        scores, siblings, lengths, mu, mu_sib = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            mu, mu_sib = _Marginals2o.apply(scores, siblings, lengths, ctx.multiroot)
+        return mu * g[:, None, None], mu_sib * g[:, None, None, None], None, None
+
+
+class _Marginals2o(torch.autograd.Function):
+    """Arc and sibling marginals by the compiled inside-outside pass; their backward (the Hessian
+    of ``log Z`` times the incoming gradients) by autograd's double backward of
+    :func:`eisner2o_inside` (PyTorch path)."""
+
+    @staticmethod
+    def forward(ctx, scores, siblings, lengths, multiroot):
+        ctx.multiroot = multiroot
+        ctx.save_for_backward(scores, siblings, lengths)
+        return kernels("_eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)[1:]
+
+    @staticmethod
+    def backward(ctx, g, g_sib):
+        scores, siblings, lengths = ctx.saved_tensors
+        graph = torch.is_grad_enabled()
+        with torch.enable_grad():
+            x = scores if graph and scores.requires_grad else scores.detach().requires_grad_()
+            y = siblings if graph and siblings.requires_grad else siblings.detach().requires_grad_()
+            log_z = eisner2o_inside(x, y, lengths, ctx.multiroot)
+            mu = torch.autograd.grad(log_z.sum(), (x, y), create_graph=True)
+            hx, hy = torch.autograd.grad(mu, (x, y), (g, g_sib), create_graph=graph, allow_unused=True)
+        hx = torch.zeros_like(scores) if hx is None else hx
+        hy = torch.zeros_like(siblings) if hy is None else hy
+        return hx, hy, None, None
+
+
 class Dependency2oCRF(ArcCRF):
     """Projective dependency trees scored by arcs and adjacent siblings (second-order Eisner).
 
@@ -295,14 +342,32 @@ class Dependency2oCRF(ArcCRF):
     @cached_property
     @fp32_inside
     def _inside(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``log Z [B]``, arc and sibling marginals: compiled kernels on CPU (explicit outside
+        pass; autograd's double backward for the marginals' own backward), else autograd of the
+        PyTorch inside pass (or of the plain reference under ``use_backend("reference")``)."""
         fn = lambda s, sib: eisner2o_log_partition(s, sib, self.lengths, self.multiroot)  # noqa: E731
         return _gradients(fn, self.scores, self.siblings)
+
+    @property
+    def _compiled(self) -> bool:
+        return use_numba(self.scores)
+
+    @cached_property
+    @fp32_inside
+    def _mus(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._compiled:
+            return _Marginals2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
+        return self._inside[1:]
 
     @cached_property
     def log_partition(self) -> torch.Tensor:
         """``[batch_size]`` log-sum of the scores of all trees; differentiable. ``-inf`` (with a
         zero gradient) for a sentence whose masks leave no tree."""
-        log_z = self._inside[0]
+        if self._compiled:
+            with torch.autocast("cpu", enabled=False):
+                log_z = _LogPartition2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
+        else:
+            log_z = self._inside[0]
         if not self.masked:
             return log_z
         return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
@@ -317,25 +382,27 @@ class Dependency2oCRF(ArcCRF):
     def marginals(self) -> torch.Tensor:
         """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable (autograd of
         ``log Z``). All 0 for a sentence whose masks leave no tree."""
-        return self._feasible_only(self._inside[1])
+        return self._feasible_only(self._mus[0])
 
     @cached_property
     def sibling_marginals(self) -> torch.Tensor:
         """``[batch_size, n+1, n+1, n+1]`` ``p(s, m adjacent siblings under h)``, layout of
         ``siblings``; differentiable."""
-        return self._feasible_only(self._inside[2])
+        return self._feasible_only(self._mus[1])
 
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(self.scores, self.marginals), (self.siblings, self.sibling_marginals)]
 
     @staticmethod
     def _choice_marginals(crf, i: int) -> torch.Tensor:
-        return crf._inside[1][:, :, i + 1]
+        return crf._mus[0][:, :, i + 1]
 
     @cached_property
     @fp32_inside
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
+            if self._compiled:
+                return kernels("_eisner2o_kernels").best(self.scores, self.siblings, self.lengths, self.multiroot)
             fn = lambda s, sib: eisner2o_inside(s, sib, self.lengths, self.multiroot, viterbi=True)  # noqa: E731
             return _gradients(fn, self.scores, self.siblings)[:2]
 

@@ -46,8 +46,8 @@ from .semiring import check_scores, fp32_inside, mask_impossible
 
 def _checked(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor | None, who: str
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Arc logits ``[B, L, L]`` (unusable heads at :data:`NEG`), siblings in the internal layout
-    ``[B, h, m, s]`` (0 where no pair of arcs is), the pair mask ``[B, h, m, s]`` and lengths."""
+    """Arc logits ``[B, L, L]`` (unusable heads at :data:`NEG`), siblings ``[B, h, s, m]`` (0 where
+    no pair of arcs is), the pair mask (symmetric in ``s``, ``m``) and lengths."""
     scores, lengths = check_arc_scores(scores, lengths)
     score_tensor(siblings, "siblings", who)
     batch, L, _ = scores.shape
@@ -57,10 +57,10 @@ def _checked(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor
     arcs = usable_arcs(lengths, L)  # [B, h, d]
     scores = torch.where(arcs, scores, scores.new_full((), NEG))
     # the factor of (h -> m, h -> s): both arcs usable and s != m
-    pairs = arcs.unsqueeze(3) & arcs.unsqueeze(2)  # [B, h, m, s]
-    pairs = pairs & ~torch.eye(L, dtype=torch.bool, device=scores.device)
-    siblings = mask_impossible(siblings.to(scores.device, scores.dtype), siblings.dtype).transpose(2, 3)
-    siblings = torch.where(pairs, siblings, siblings.new_zeros(()))  # [B, h, m, s]
+    pairs = (arcs.unsqueeze(3) & arcs.unsqueeze(2)) & ~torch.eye(L, dtype=torch.bool, device=scores.device)
+    source = siblings.dtype
+    siblings = torch.where(pairs, siblings.to(scores.device, scores.dtype), scores.new_zeros(()))
+    siblings = mask_impossible(siblings, source)  # [B, h, s, m]
     check_scores([(siblings, None)], L - 1, "siblings")
     return scores, siblings, pairs, lengths
 
@@ -129,7 +129,7 @@ class DependencyMFVI(_SiblingInference):
         q = s
         for _ in range(self.max_iter):
             # q(h, m) = s(h, m) + Σ_s p(h -> s) sib(h, s, m)
-            q = s + (q.softmax(1).unsqueeze(2) * sib).sum(3)
+            q = s + torch.matmul(q.softmax(1).unsqueeze(2), sib).squeeze(2)  # [B, h, 1, s] @ [B, h, s, m]
         return q
 
 
@@ -145,7 +145,7 @@ class DependencyLBP(_SiblingInference):
 
     def logits(self, scores, siblings, lengths=None):
         s, sib, pairs, _ = _checked(scores, siblings, lengths, type(self).__name__)
-        sib = torch.where(pairs, sib, sib.new_full((), NEG))
+        sib = torch.where(pairs, sib, sib.new_full((), NEG)).transpose(2, 3).contiguous()  # [B, h, m, s]
         q = s
         messages = torch.zeros_like(sib)  # [B, h, m, s]: factor (h->m, h->s) to the head of m
         for _ in range(self.max_iter):

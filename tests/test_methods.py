@@ -24,17 +24,18 @@ def test_the_built_in_methods_and_their_settings():
     assert names[:7] == ["relations", "specialized_heads", "supervised_head", "constituent", "bird_eye",
                          "cross_attention", "syntactic_attention"]
     fields = [f.name for f in dataclasses.fields(StackConfig)]
-    assert fields[:15] == ["layers", "relations", "relation_layers", "max_relative_position", "max_distance",
+    assert fields[:16] == ["layers", "relations", "relation_layers", "max_relative_position", "max_distance",
                            "max_traversal", "relative_values", "specialized_heads", "supervised_head",
                            "constituent", "constituent_diagonal", "bird_eye", "cross_attention",
-                           "cross_attention_normalize", "syntactic_attention"]
-    assert set(fields[15:]) == {o.name for m in methods()[7:] for o in m.options()}
+                           "cross_attention_normalize", "cross_attention_max_segment",
+                           "syntactic_attention"]
+    assert set(fields[16:]) == {o.name for m in methods()[7:] for o in m.options()}
 
 
 def test_hugging_face_features_come_from_the_registry():
-    assert list(FEATURES)[:9] == ["tree_relations", "relative_positions", "specialized_heads",
-                                  "supervised_head", "constituent", "pointer", "bird_eye_reweighting",
-                                  "segmentation", "syntactic"]
+    assert list(FEATURES)[:10] == ["tree_relations", "relative_positions", "specialized_heads",
+                                   "supervised_head", "constituent", "pointer", "bird_eye_reweighting",
+                                   "segmentation", "span_segmentation", "syntactic"]
     assert set(FEATURES) == {name for m in methods() for name in m.hf_features()}
     assert FEATURES["pointer"].sides == ("decoder",) and FEATURES["segmentation"].sides == ("cross",)
 

@@ -7,8 +7,9 @@ head (:class:`SupervisedHead`). Features of docs/methods.md §3–§5 (docs/meth
 constituent attention (:class:`ConstituentAttention`, a-values threaded through a stack in each
 forward's carry, read back by :func:`recorded_links`), Bird-Eye attention (:class:`SyntaxGuidedPointer` for BET(SG),
 :class:`BirdEyeReweighting` for BET(SF)) and structured attention
-(:class:`SegmentationAttention`, :class:`SyntacticAttention`, and :class:`SpanAttention` over a
-constituency tree CRF).
+(:class:`SegmentationAttention`, :class:`SpanSegmentationAttention` over labelled segments of a
+semi-Markov CRF, :class:`SyntacticAttention`, and :class:`SpanAttention` over a constituency tree
+CRF).
 """
 
 from synattn.attention.adapter import SyntaxMultiheadAttention, bind_syntax
@@ -24,6 +25,7 @@ from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
 from synattn.attention.relative import (RelativeEmbedding, RelativePositions, TreeRelations,
                                         label_logits, label_values, sequential_labels)
+from synattn.attention.segments import SpanSegmentationAttention
 from synattn.attention.span import SpanAttention
 from synattn.attention.specialized import SpecializedHeads
 from synattn.attention.structured import (SEGMENTATION_MODES, TREE_KINDS, ArcScorer,
@@ -34,7 +36,7 @@ __all__ = [
     "IGNORE_INDEX", "SEGMENTATION_MODES", "TREE_KINDS", "ArcScorer", "AttentionContext",
     "AttentionExtras", "AttentionFeature", "BirdEyeReweighting", "Claim", "ConstituentAttention",
     "ConstituentState", "KVCache", "MultiheadAttention", "RelativeEmbedding", "RelativePositions",
-    "SegmentationAttention", "SpanAttention", "SpecializedHeads", "SupervisedHead",
+    "SegmentationAttention", "SpanAttention", "SpanSegmentationAttention", "SpecializedHeads", "SupervisedHead",
     "SyntacticAttention", "SyntaxField", "SyntaxGuidedPointer", "SyntaxInputs", "SyntaxMultiheadAttention",
     "TreeBatch", "TreeRelations", "attend_features", "attention_mask", "bidirectional_keys", "bind_syntax",
     "check_compatible", "constituent_prior", "find_conflict", "label_logits", "label_values", "padding_keys",

@@ -1,27 +1,34 @@
 """Structured encoder-decoder attention: segmentation attention (Kim, Denton, Hoang, Rush 2017,
-sec. 3.1; docs/methods.md §5) or its sigmoid baseline, in every layer of a translation decoder.
+sec. 3.1; docs/methods.md §5), its sigmoid baseline, or its semi-Markov version over labelled
+segments (docs/methods_structured.md), in every layer of a translation decoder.
 
 Settings (flat keys of a stack config)::
 
-    cross_attention: segmentation     # or sigmoid; null: softmax
-    cross_attention_normalize: false  # the public code's 2 p_i / Σ_j p_j
+    cross_attention: segmentation     # or sigmoid, or segments; null: softmax
+    cross_attention_normalize: false  # the public code's 2 p_i / Σ_j p_j (segmentation, sigmoid)
+    cross_attention_max_segment: 4    # segments: the longest segment, in source pieces
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from synattn.attention import SegmentationAttention
+from synattn.attention import SegmentationAttention, SpanSegmentationAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
 from synattn.methods.base import HFFeature, Method, Option, Site, register
 
-CROSS_ATTENTION = ("segmentation", "sigmoid")
-"""Structured encoder-decoder attention (docs/methods.md §5): the chain CRF, or its sigmoid baseline."""
+CROSS_ATTENTION = ("segmentation", "sigmoid", "segments")
+"""Structured encoder-decoder attention (docs/methods.md §5): the chain CRF, its sigmoid baseline,
+or the semi-Markov CRF over labelled segments."""
 
 
 def _segmentation(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
     return SegmentationAttention(site.heads, o["mode"], o["normalize"])
+
+
+def _segments(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
+    return SpanSegmentationAttention(site.heads, o["max_segment"])
 
 
 @register
@@ -33,7 +40,8 @@ class CrossAttention(Method):
     order = 0
 
     def options(self):
-        return [Option("cross_attention", str | None, None), Option("cross_attention_normalize", bool, False)]
+        return [Option("cross_attention", str | None, None), Option("cross_attention_normalize", bool, False),
+                Option("cross_attention_max_segment", int, 4)]
 
     def misplaced(self, model: Any, side: str, stack: Any) -> str:
         return (f"{side}.cross_attention={stack.cross_attention!r}, but the {side} of this {model.model_type} "
@@ -44,17 +52,25 @@ class CrossAttention(Method):
         if kind is not None and kind not in CROSS_ATTENTION:
             raise ConfigError(f"{side}.cross_attention={kind!r}: use one of {', '.join(CROSS_ATTENTION)} "
                               "(or null for softmax attention)")
-        if stack.cross_attention_normalize and kind is None:
+        if stack.cross_attention_normalize and kind not in ("segmentation", "sigmoid"):
             raise ConfigError(f"{side}.cross_attention_normalize=true, but {side}.cross_attention is "
-                              "not set (segmentation or sigmoid)")
+                              + ("not set" if kind is None else f"{kind!r}")
+                              + " (normalize applies to segmentation or sigmoid)")
+        if stack.cross_attention_max_segment < 1:
+            raise ConfigError(f"{side}.cross_attention_max_segment={stack.cross_attention_max_segment}: "
+                              "the longest segment must be >= 1 source piece")
 
     def cross_features(self, model: Any, stack: Any, site: Site) -> list[AttentionFeature]:
         if stack.cross_attention is None:
             return []
+        if stack.cross_attention == "segments":
+            return [SpanSegmentationAttention(model.heads, stack.cross_attention_max_segment)]
         mode = "structured" if stack.cross_attention == "segmentation" else "sigmoid"
         return [SegmentationAttention(model.heads, mode, stack.cross_attention_normalize)]
 
     def hf_features(self) -> dict[str, HFFeature]:
         # segmentation attention (Kim et al. 2017, sec. 3.1) on the decoder's cross-attention
+        # and its semi-Markov version over labelled segments
         return {"segmentation": HFFeature({"mode": "structured", "normalize": False}, ("cross",),
-                                          _segmentation)}
+                                          _segmentation),
+                "span_segmentation": HFFeature({"max_segment": 4}, ("cross",), _segments)}

@@ -33,6 +33,7 @@ from synattn.config_io import (ConfigFileError, StrictConfig, config_error, from
                                       read_yaml)
 from synattn.train import TrainConfig
 from synattn.train.kinds import TASK_KINDS, TaskKind
+from synattn.train.libraries import library_of_section
 
 TASKS = {name: (kind.config, kind.model) for name, kind in TASK_KINDS.items()}
 """``(model config class, model class)`` by task name (the registered kinds, ``synattn.train.kinds``)."""
@@ -165,8 +166,8 @@ class ExperimentConfig(StrictConfig):
     def model_config(self, manifest: dict, labels: dict[str, list[str]]):
         """The model config with vocabulary and label sizes filled in from the dataset's
         ``manifest`` and ``labels``; errors name the ``model.`` key."""
-        if HF_KEY in self.model:  # a transformers model (synattn/hf/task.py)
-            return _hf_task().model_config(self, manifest, labels, manifest is _PLACEHOLDER[0])
+        if (library := library_of_section(self.model)) is not None:  # another library's model
+            return library.model_config(self, manifest, labels, manifest is _PLACEHOLDER[0])
         config_cls = self.kind.config
         data = copy.deepcopy(self.model)
         sizes = manifest["vocab_size"]
@@ -222,26 +223,14 @@ class ExperimentConfig(StrictConfig):
                               "prepare it with --joint-vocab")
         config = self.model_config(manifest, labels)
         trees = manifest.get("trees", {})
-        request = _hf_task().syntax_request(config) if HF_KEY in self.model else syntax_request_for(config)
+        library = library_of_section(self.model)
+        request = syntax_request_for(config) if library is None else library.syntax_request(config)
         for side, wanted in self.kind.data_sides(request):
             if wanted and not trees.get(side):
                 how = "--parse-target" if side == "tgt" else "the source parsed (without --no-parse-source)"
                 raise ConfigError(f"the model needs {', '.join(sorted(wanted))} from {side} trees, but data "
                                   f"{folder} has no {side} trees (prepare it with {how})")
         return manifest, labels
-
-
-HF_KEY = "transformers"
-"""A model section with this key names a ``transformers`` model (synattn/hf/task.py)."""
-
-
-def _hf_task():
-    try:
-        from synattn.hf import task
-    except ImportError:
-        raise ConfigError("model.transformers needs the transformers package "
-                          "(pip install 'synattn[hf]')") from None
-    return task
 
 
 def _culprit(cls, raw: Any, where: str, overrides: list[str], data: str | None, err: Exception) -> str:
@@ -293,7 +282,7 @@ def model_config(exp: ExperimentConfig, manifest: dict, labels: dict[str, list[s
 
 def build_model(exp: ExperimentConfig):
     """A new model for ``exp`` (sizes from the dataset's manifest and labels, checked first)."""
-    if HF_KEY in exp.model:
-        return _hf_task().build_model(exp)
+    if (library := library_of_section(exp.model)) is not None:
+        return library.build_model(exp)
     manifest, labels = exp.check_data()
     return exp.kind.model(exp.model_config(manifest, labels))

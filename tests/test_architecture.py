@@ -33,11 +33,6 @@ TOP_LEVEL_STEPS = {"synattn.experiment": "train", "synattn.runs": "train"}
 ALLOWED: dict[tuple[str, str], str] = {
     ("synattn.data.batching", "synattn.attention.fields"): "the syntax-field registry is in attention/",
     ("synattn.data.batching", "synattn.attention.inputs"): "SyntaxInputs is in attention/",
-    ("synattn.experiment", "synattn.hf.task"): "transformers models are special-cased",
-    ("synattn.train.tasks", "synattn.hf.task"): "transformers models are special-cased",
-    ("synattn.hf.task", "synattn.evaluate.attachment"): "the HF evaluation is in hf/",
-    ("synattn.hf.task", "synattn.evaluate.runner"): "the HF evaluation is in hf/",
-    ("synattn.hf.task", "synattn.evaluate.translation"): "the HF evaluation is in hf/",
 }
 """Known back-arrows still to remove, ``(importer, imported)`` → why it is still there. Only ever
 shrinks: a new back-arrow fails the test."""
@@ -46,8 +41,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
     frozenset({"synattn.trees.branching", "synattn.trees.constituency"}): "old names of constituency",
     frozenset({"synattn.data.batching", "synattn.data.prepared", "synattn.data.validate"}): "spacing learned",
     frozenset({"synattn.reproduce.report", "synattn.reproduce.study"}): "default table and plots",
-    frozenset({"synattn.evaluate.runner", "synattn.experiment", "synattn.generate.translate", "synattn.hf.task", "synattn.train", "synattn.train.kinds", "synattn.train.tasks",
-               "synattn.train.trainer", "synattn.train.validation"}): "transformers special cases, syntax request",
 }
 """Known circles still to break, the modules of each → why it is still there (only ever shrinks)."""
 
@@ -216,3 +209,29 @@ def test_the_checker_sees_a_back_arrow_and_a_cycle(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "MODULES", {module_name(p): p for p in sorted(pkg.rglob("*.py"))})
     assert back_arrows() == [("synattn/trees/a.py:2", "synattn.trees.a", "synattn.cli.b")]
     assert cycles() == [["synattn.cli.b", "synattn.cli.c"]]
+
+
+NAMES_TRANSFORMERS = {"synattn.train.libraries": "the one table of other libraries, read by the core",
+                      "synattn.reproduce.pretrained_syntax": "the study of a pretrained transformers model"}
+"""The modules outside ``hf/`` whose code spells the string "transformers", → why."""
+
+
+def test_only_hf_and_the_library_table_name_transformers():
+    """A transformers model is reached through :mod:`synattn.train.libraries` (docstrings aside)."""
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith("synattn.hf") or module in NAMES_TRANSFORMERS:
+            continue
+        tree = parse(path)
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                  and re.search(r"\btransformers\b", node.value)]
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, (ast.Import, ast.ImportFrom))
+                  and any(name.split(".")[0] == "transformers"
+                          for name in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                       else [node.module or ""]))]
+    assert not found, "outside hf/, code names transformers: " + ", ".join(found)

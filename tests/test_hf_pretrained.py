@@ -230,7 +230,7 @@ def test_train_fine_tunes_a_pretrained_model_in_its_own_pieces_and_resumes(data,
 
 def test_a_frozen_pretrained_model_trains_only_the_added_weights(data, tmp_path):
     from synattn.experiment import ExperimentConfig, build_model
-    from synattn.train.tasks import task_for
+    from synattn.train.kinds import task_for
 
     exp = ExperimentConfig.from_dict(_experiment(data, pretrained_folder(tmp_path / "m"), mlm=False, freeze=True))
     model = build_model(exp)
@@ -308,7 +308,7 @@ def test_features_off_are_minilm_bit_for_bit_and_a_round_trip_keeps_the_features
 
 def test_a_few_fine_tuning_steps_of_minilm_lower_the_supervised_heads_loss(data):
     from synattn.experiment import ExperimentConfig, build_model
-    from synattn.train.tasks import task_for
+    from synattn.train.kinds import task_for
 
     real_minilm()
     torch.manual_seed(0)

@@ -64,7 +64,8 @@ def test_uas_is_the_heads_word_level_attachment(data):
     """evaluate_hf's UAS = the word holding the piece that each word's final piece attends to most
     (itself: the root), against the gold word heads, counted over the split's words."""
     from synattn.data.batching import PreparedDataset, collate
-    from synattn.hf.task import HFMaskedLMTask, evaluate_hf, from_pretrained_config
+    from synattn.evaluate.hf_model import evaluate_hf
+    from synattn.hf.task import HFMaskedLMTask, from_pretrained_config
 
     exp = ExperimentConfig.from_dict(experiment(data))
     torch.manual_seed(0)

@@ -72,3 +72,29 @@ def test_prepared_data_reads_the_manifest_and_labels_once(tmp_path):
     assert data.manifest["vocab_size"] == {"src": 5}
     (tmp_path / LABELS).write_text(json.dumps({"src_upos": ["NOUN"]}))
     assert PreparedData(tmp_path).labels == {"src_upos": ["NOUN"]}
+
+
+def test_another_library_is_found_by_its_section_key_model_class_and_checkpoint(tmp_path, monkeypatch):
+    """synattn.train.libraries: the core reaches a transformers model through the hooks its module
+    registers; a library that is not installed is a config error saying what to install."""
+    from synattn.errors import ConfigError
+    from synattn.train import libraries
+    from synattn.train.libraries import (LIBRARIES, LibraryEntry, library_of_checkpoint, library_of_model,
+                                         library_of_section)
+
+    assert library_of_section({"d_model": 16}) is None
+    assert library_of_model(MaskedLM(MaskedLMConfig(vocab_size=9, **TINY))) is None
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mlm"}))
+    assert library_of_checkpoint(tmp_path) is None  # synattn's own checkpoint
+    transformers = pytest.importorskip("transformers")
+    hf = library_of_section({"transformers": "some/folder"})
+    assert hf.name == "transformers" and hf.task.__name__ == "HFMaskedLMTask"
+    model = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=9, hidden_size=8, num_hidden_layers=1,
+                                                                 num_attention_heads=2, intermediate_size=8))
+    assert library_of_model(model) is hf
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"]}))
+    assert library_of_checkpoint(tmp_path) is hf
+    monkeypatch.setitem(LIBRARIES, "nolib", LibraryEntry("synattn_no_such_module", "nolib-pkg", "nolib"))
+    monkeypatch.setattr(libraries, "_REGISTERED", dict(libraries._REGISTERED))
+    with pytest.raises(ConfigError, match=re.escape("model.nolib needs the nolib package (pip install 'nolib-pkg')")):
+        library_of_section({"nolib": {}})

@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 
 from synattn.data.batching import PreparedDataset, collate, token_batches
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
+from synattn.evaluate.result import Evaluation
 from synattn.errors import InputError, SynattnError, UsageError
 from synattn.evaluate.translation import perplexity, translation_scores
 from synattn.experiment import ExperimentConfig
@@ -28,7 +28,8 @@ from synattn.config_io import config_error, parse_yaml
 from synattn.progress import progress
 from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, WEIGHTS, check_no_nan, list_checkpoints,
                                      resolve_checkpoint)
-from synattn.train.tasks import task_for
+from synattn.train.kinds import task_for
+from synattn.train.libraries import library_of_checkpoint, library_of_section
 from synattn.trees.metrics import attachment_scores
 from synattn.trees.subword import word_heads_of_pieces
 
@@ -92,10 +93,8 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
     if checkpoint is None:
         raise InputError(f"has no {which} checkpoint (--checkpoint)", str(run))
     try:
-        if _names_transformers(checkpoint):
-            from synattn.hf.task import load_checkpoint  # a transformers model (synattn/hf/task.py)
-
-            model = load_checkpoint(checkpoint)
+        if (library := library_of_checkpoint(checkpoint)) is not None:  # another library's model
+            model = library.load_checkpoint(checkpoint)
         else:
             model = PretrainedModel.from_pretrained(checkpoint)
     except (SynattnError, MemoryError):
@@ -117,54 +116,6 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
                          f"{' '.join(str(err).split())[:200]})", str(config_path)) from None
     exp.run = run
     return model, exp, checkpoint
-
-
-def _names_transformers(checkpoint: Path) -> bool:
-    """Whether a checkpoint's ``config.json`` is that of a ``transformers`` model."""
-    try:
-        return "architectures" in json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-
-
-@dataclass
-class Evaluation:
-    """What :func:`evaluate_run` measured."""
-
-    split: str
-    sentences: int
-    perplexity: float | None
-    """None for a model without a language-model loss (a pretrained encoder trained with ``mlm: false``)."""
-    translation: dict | None = None
-    attachment: dict[str, float] = field(default_factory=dict)
-    """UAS of each supervised head, each word's head read as its attention's argmax."""
-    tree_attachment: dict[str, float] = field(default_factory=dict)
-    """UAS of each supervised head's best projective single-root tree (Eisner decoding)."""
-    head_agreement: dict[str, list[list[float]]] = field(default_factory=dict)
-    hypotheses: list[str] | None = None
-
-    def format(self) -> str:
-        lines = [f"split {self.split}: {self.sentences} sentences"]
-        if self.perplexity is not None:
-            lines.append(f"perplexity {self.perplexity:.2f}")
-        if self.translation:
-            lines += [f"BLEU {self.translation['bleu']:.2f}  {self.translation['bleu_signature']}",
-                      f"chrF {self.translation['chrf']:.2f}  {self.translation['chrf_signature']}"]
-        if self.attachment:
-            lines.append("supervised heads against the split's trees (its gold trees, or the parser's where the "
-                         "dataset was parsed), word-level UAS:")
-        lines += [f"supervised head {k}: UAS {v:.1%}"
-                  + (f" (decoded tree: {self.tree_attachment[k]:.1%})" if k in self.tree_attachment else "")
-                  for k, v in self.attachment.items()]
-        for stack, table in self.head_agreement.items():
-            best = max(((v, layer, head) for layer, row in enumerate(table) for head, v in enumerate(row)))
-            lines.append(f"{stack}: best tree-following head layer {best[1]} head {best[2]} "
-                         f"({best[0]:.1%} of pieces attend most to their subword head; piece-level, not the "
-                         "word-level UAS of the studies)")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "hypotheses"}
 
 
 @torch.no_grad()
@@ -192,8 +143,8 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         dataset = PreparedDataset(data or exp.data, split)
     except (FileNotFoundError, KeyError) as err:
         raise InputError(str(err).strip('"'), str(data or exp.data)) from None
-    if "transformers" in exp.model:  # a transformers model (synattn/hf/task.py)
-        from synattn.hf.task import evaluate_hf
+    if library_of_section(exp.model) is not None:  # a transformers model, the one other library
+        from synattn.evaluate.hf_model import evaluate_hf
 
         return evaluate_hf(model, dataset, split, max_tokens, show_progress)
     model.eval()

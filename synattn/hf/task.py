@@ -22,18 +22,17 @@ fields the features read as ``syntax_*``; the loss is BERT's masked-LM cross-ent
 features' auxiliary losses (:class:`HFMaskedLMTask`). Checkpoints are ``save_pretrained``
 directories (``synattn.hf.from_pretrained`` loads one); ``synattn evaluate`` reports the masked
 perplexity, each supervised head's word-level UAS against the split's trees and every head's
-agreement with the subword tree (:func:`evaluate_hf`).
+agreement with the subword tree (:func:`synattn.evaluate.hf_model.evaluate_hf`).
 
-The few lines that call this module from the core: ``ExperimentConfig.model_config``,
-``ExperimentConfig.check_data`` and ``build_model`` (synattn/experiment.py), ``task_for``
-(synattn/train/tasks.py), ``load_run`` and ``evaluate_run`` (synattn/evaluate/runner.py).
+The core calls this module through the hooks it registers (:mod:`synattn.train.libraries`):
+``ExperimentConfig`` and ``build_model`` (synattn/experiment.py), ``task_for`` (synattn/train/kinds.py),
+``load_run`` (synattn/evaluate/runner.py); ``evaluate_run`` evaluates with synattn/evaluate/hf_model.py.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from synattn.data.subwords import BOS, EOS, MASK, PAD
 from synattn.errors import ConfigError
 from synattn.hf.features import FEATURES, normalize_specs
 from synattn.hf.model import from_pretrained
+from synattn.train.libraries import ModelLibrary, register_library
 
 KEY = "transformers"
 SECTION = ("transformers", "features", "mlm", "freeze")
@@ -400,55 +400,4 @@ def load_checkpoint(folder: str | Path) -> nn.Module:
     return model
 
 
-@torch.no_grad()
-def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
-                show_progress: bool = True):
-    """Masked perplexity (None without the masked-LM loss), supervised heads' word-level UAS and
-    head agreement on ``dataset`` (through the model's own tokenizer for a pretrained model)."""
-    from synattn.data.batching import token_batches
-    from synattn.evaluate.attachment import word_predictions
-    from synattn.evaluate.runner import Evaluation
-    from synattn.trees.subword import word_heads_of_pieces
-    from synattn.evaluate.translation import perplexity
-    from synattn.progress import progress
-    from synattn.trees.metrics import attachment_scores
-
-    model.eval()
-    task = HFMaskedLMTask(model)
-    has_trees = dataset.has("src_heads")
-    dataset = task.wrap_dataset(dataset)
-    request = task.request
-    probe = SyntaxRequest(src=request.src | ({"head_targets"} if has_trees else set()),
-                          max_distance=request.max_distance, max_traversal=request.max_traversal)
-    nll, tokens = 0.0, 0
-    pred: dict[str, list] = defaultdict(list)
-    gold: dict[str, list] = defaultdict(list)
-    hits, count = None, 0.0
-    masked_lm = task.text is None or task.text.get("mlm", True)
-    torch.manual_seed(0)  # the same masked positions on every evaluation
-    batches = token_batches(dataset.lengths(), max_tokens, shuffle=False)
-    for indices in progress(batches, desc=f"evaluate {split}", unit="batch", enabled=show_progress):
-        batch = task.collate(dataset, indices, probe)
-        if masked_lm:
-            _, logs = task.loss(model, batch)
-            nll, tokens = nll + float(logs["nll_loss"]), tokens + int(logs["ntokens"])
-        out = task.forward(model, batch.src, batch, output_attentions=True)
-        examples = [dataset[int(i)] for i in indices]
-        at = batch.src_offset  # piece k sits at position k + at
-        for key, log_probs in out.synattn_head_log_probs.items():
-            for b, ex in enumerate(examples):
-                p = len(ex["src_ids"])
-                pred[key].append(word_predictions(log_probs[b, at:at + p, at:at + p].float().numpy(), ex["src_word"]))
-                gold[key].append(word_heads_of_pieces(ex["src_heads"], ex["src_word"]))
-        targets = None if batch.src_syntax is None else batch.src_syntax.head_targets
-        if targets is not None and out.attentions is not None:
-            valid = targets >= 0  # [B, n]
-            stacked = torch.stack([a.float() for a in out.attentions], 1)  # [B, L, H, n, n]
-            hit = (stacked.argmax(-1) == targets[:, None, None, :]) & valid[:, None, None, :]
-            hits = hit.sum((0, 3)).numpy() + (0 if hits is None else hits)
-            count += float(valid.sum())
-    result = Evaluation(split, len(dataset), perplexity(nll, max(tokens, 1)) if masked_lm else None)
-    result.attachment = {key: attachment_scores(pred[key], gold[key]).uas for key in pred}
-    if hits is not None:
-        result.head_agreement = {"encoder": (hits / max(count, 1)).round(4).tolist()}
-    return result
+register_library(ModelLibrary(KEY, model_config, syntax_request, build_model, HFMaskedLMTask, load_checkpoint))

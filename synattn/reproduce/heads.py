@@ -12,7 +12,7 @@ import torch
 from synattn.data.batching import PreparedDataset, collate, token_batches
 from synattn.data.prepared import PreparedData
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
-from synattn.train.tasks import task_for
+from synattn.train.kinds import task_for
 from synattn.trees.subword import last_piece_index, word_heads_of_pieces
 
 

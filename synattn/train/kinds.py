@@ -21,7 +21,9 @@ from torch import nn
 from synattn.data.batching import Batch, SyntaxRequest
 from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, MaskedLM,
                             MaskedLMConfig, TransformerLM)
-from synattn.train.tasks import LanguageModelTask, MaskedLMTask, Task, TranslationTask
+from synattn.data.subwords import PAD
+from synattn.train.libraries import library_of_model
+from synattn.train.tasks import LanguageModelTask, MaskedLMTask, Task, TranslationTask, syntax_request_for
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,22 @@ def kind_of(model_or_config: Any) -> TaskKind:
         if isinstance(config, kind.config):
             return kind
     raise TypeError(f"no task for {type(obj).__name__}; build one by hand (see synattn.train.tasks)")
+
+
+def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
+    """The task that trains a ``synattn.models`` model, with the syntax its config needs (or another
+    library's model, with that library's task: :mod:`synattn.train.libraries`).
+
+    ``label_smoothing`` applies to translation; the language-model tasks train on plain
+    cross-entropy (their perplexity is the usual measure) unless a task is built by hand.
+    """
+    if (library := library_of_model(model)) is not None:  # another library's model
+        return library.task(model)
+    kind = kind_of(model)  # TypeError for a model of no registered kind
+    config = model.config
+    if config.pad_id != PAD:
+        raise ValueError(f"model pad_id={config.pad_id}, but prepared data pads with {PAD}")
+    return kind.training(model, label_smoothing, syntax_request_for(config))
 
 
 register_task(TaskKind(

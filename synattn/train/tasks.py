@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from synattn.attention.fields import syntax_field, syntax_fields
 from synattn.attention.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch, SyntaxRequest
-from synattn.data.subwords import BOS, EOS, PAD
+from synattn.data.subwords import BOS, EOS
 from synattn.methods import methods
 
 FIRST_REGULAR_ID = EOS + 1
@@ -245,22 +245,3 @@ class MaskedLMTask:
         chosen = target != IGNORE_INDEX  # [B, n]
         loss, nll = label_smoothed_nll(out.logits[chosen], target[chosen], self.label_smoothing)  # over [K, V]
         return _result(loss, nll, chosen.sum(), tokens.shape[0], out)
-
-
-def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
-    """The task that trains a ``synattn.models`` model, with the syntax its config needs.
-
-    ``label_smoothing`` applies to translation; the language-model tasks train on plain
-    cross-entropy (their perplexity is the usual measure) unless a task is built by hand.
-    """
-    from synattn.train.kinds import kind_of
-
-    if any(c.__module__.startswith("transformers.") for c in type(model).__mro__):
-        from synattn.hf.task import HFMaskedLMTask  # a transformers model (synattn/hf/task.py)
-
-        return HFMaskedLMTask(model)
-    kind = kind_of(model)  # TypeError for a model of no registered kind
-    config = model.config
-    if config.pad_id != PAD:
-        raise ValueError(f"model pad_id={config.pad_id}, but prepared data pads with {PAD}")
-    return kind.training(model, label_smoothing, syntax_request_for(config))

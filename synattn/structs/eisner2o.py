@@ -30,12 +30,15 @@ inner halves meet):
 and ``log Z = C→(0, n)`` (the first term of each ``I`` is the head's nearest dependent, whose
 inner complete span is empty). ``O(n³)`` time and ``O(n²)`` chart per sentence.
 
-:func:`eisner2o_reference` is the recursion written plainly (a Python loop over spans); the class
-runs :func:`eisner2o_inside`, the same recursion vectorised over the spans of one width and the
-batch (one Python step per width, gathers by index from charts ``[5, N+1, N+1, B]``). Marginals
-of arcs and of sibling pairs are the gradient of ``log Z`` by autograd (``create_graph`` when the
-scores require gradients: the marginals are differentiable); the best tree is the gradient of
-the max-semiring inside pass (one arc indicator per word).
+:func:`eisner2o_reference` is the recursion written plainly (a Python loop over spans;
+``use_backend("reference")``). On CPU tensors the class runs compiled kernels
+(:mod:`synattn.structs._eisner2o_kernels`: inside pass, explicit outside pass for the arc and
+sibling marginals, the max semiring for the best tree); elsewhere (CUDA, ``use_backend("torch")``)
+:func:`eisner2o_inside`, the same recursion vectorised over the spans of one width and the batch
+(one Python step per width, gathers by index from charts ``[5, N+1, N+1, B]``), whose marginals
+are autograd's gradient of ``log Z`` and whose best tree is the gradient of the max-semiring pass.
+The marginals are differentiable on both paths; their backward (the Hessian of ``log Z`` times a
+direction) is autograd's double backward of :func:`eisner2o_inside`.
 """
 
 from __future__ import annotations
@@ -302,8 +305,8 @@ class Dependency2oCRF(ArcCRF):
         >>> crf.argmax.shape        # heads of words 1..n (0 = ROOT), -1 past each length
         torch.Size([2, 5])
 
-    Marginals are autograd's gradient of ``log Z`` (``O(B·n³)`` memory, the sibling tensor's
-    size); ``argmax`` the gradient of the max-semiring pass. ``sample`` conditions word by word
+    Marginals: compiled inside-outside on CPU, autograd's gradient of ``log Z`` elsewhere
+    (``O(B·n³)`` memory, the sibling tensor's size); ``argmax``: the max semiring. ``sample`` conditions word by word
     on the exact marginals and ``kbest`` is Lawler's scheme over masked argmaxes
     (:class:`~synattn.structs.distribution.Decoding`), both exact. McDonald and Pereira (2006);
     Zhang et al. (2020).

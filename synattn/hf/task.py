@@ -354,7 +354,7 @@ class HFMaskedLMTask:
     def loss(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         from types import SimpleNamespace
 
-        from synattn.train.tasks import _result, label_smoothed_nll, mask_tokens
+        from synattn.train.tasks import label_smoothed_nll, loss_and_logs, mask_tokens
 
         tokens = batch.src  # [B, n]
         if self.text is not None and not self.text.get("mlm", True):
@@ -365,7 +365,7 @@ class HFMaskedLMTask:
                 raise ValueError("model.mlm is false but no feature has a loss: nothing would train "
                                  "(add a supervised_head, or set mlm: true)")
             features = words.float() * torch.stack([v.float() for v in losses.values()]).sum()
-            loss, logs = _result(features, features, words, tokens.shape[0], SimpleNamespace(losses={}))
+            loss, logs = loss_and_logs(features, features, words, tokens.shape[0], SimpleNamespace(losses={}))
             logs.update({f"aux/{name}": words.float() * v.detach().float() for name, v in losses.items()})
             return loss, logs
         if self.ids is None:
@@ -378,7 +378,7 @@ class HFMaskedLMTask:
         chosen = target != IGNORE_INDEX  # [B, n]
         loss, nll = label_smoothed_nll(out.logits[chosen], target[chosen], 0.0)
         losses = getattr(out, "synattn_losses", {})
-        return _result(loss, nll, chosen.sum(), tokens.shape[0], SimpleNamespace(losses=losses))
+        return loss_and_logs(loss, nll, chosen.sum(), tokens.shape[0], SimpleNamespace(losses=losses))
 
 
 def tokenizer_of(source: str):

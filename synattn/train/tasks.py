@@ -71,7 +71,7 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     return loss.masked_fill(~keep, 0.0).sum(), nll.masked_fill(~keep, 0.0).sum()
 
 
-def _result(loss: Tensor, nll: Tensor, ntokens: Tensor, nsentences: int, output) -> tuple[Tensor, dict]:
+def loss_and_logs(loss: Tensor, nll: Tensor, ntokens: Tensor, nsentences: int, output) -> tuple[Tensor, dict]:
     """Adds the model's auxiliary losses (batch means) to the summed token loss, and the logs."""
     aux = dict(getattr(output, "losses", None) or {})
     size = ntokens.to(loss.dtype)
@@ -144,7 +144,7 @@ class TranslationTask:
         out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax)
         target = batch.tgt_out.masked_fill(batch.tgt_padding, IGNORE_INDEX)  # [B, m]
         loss, nll = label_smoothed_nll(out.logits, target, self.label_smoothing)
-        return _result(loss, nll, (~batch.tgt_padding).sum(), batch.src.shape[0], out)
+        return loss_and_logs(loss, nll, (~batch.tgt_padding).sum(), batch.src.shape[0], out)
 
 
 class LanguageModelTask:
@@ -172,7 +172,7 @@ class LanguageModelTask:
         out = model(inputs, syntax=batch.tgt_syntax)
         target = tokens.masked_fill(batch.src_padding, IGNORE_INDEX)  # [B, n]
         loss, nll = label_smoothed_nll(out.logits, target, self.label_smoothing)
-        return _result(loss, nll, (~batch.src_padding).sum(), tokens.shape[0], out)
+        return loss_and_logs(loss, nll, (~batch.src_padding).sum(), tokens.shape[0], out)
 
 
 def mask_tokens(tokens: Tensor, maskable: Tensor, mask_id: int, vocab_size: int, prob: float = 0.15,
@@ -244,4 +244,4 @@ class MaskedLMTask:
         out = model(inputs, syntax=batch.src_syntax)
         chosen = target != IGNORE_INDEX  # [B, n]
         loss, nll = label_smoothed_nll(out.logits[chosen], target[chosen], self.label_smoothing)  # over [K, V]
-        return _result(loss, nll, chosen.sum(), tokens.shape[0], out)
+        return loss_and_logs(loss, nll, chosen.sum(), tokens.shape[0], out)

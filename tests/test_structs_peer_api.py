@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from synattn.structs import (DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF,
+from synattn.structs import (Dependency2oCRF, DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF,
                              SemiMarkovCRF, TreeCRF)
 from synattn.structs.torch_distribution import StructuredDistribution
 
@@ -27,6 +27,7 @@ CRFS = {
     "nonprojective": lambda: NonProjectiveDependencyCRF(randn(2, 5, 5), LENGTHS, multiroot=False),
     "cky": lambda: TreeCRF(randn(2, 4, 4), LENGTHS),
     "semi_markov": lambda: SemiMarkovCRF(randn(2, 3, 3, 2, 2), LENGTHS),
+    "projective2o": lambda: Dependency2oCRF(randn(2, 5, 5), randn(2, 5, 5, 5, seed=2), LENGTHS),
 }
 
 

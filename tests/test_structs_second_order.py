@@ -202,3 +202,26 @@ def test_matches_supar(multiroot):
     assert torch.allclose(ours.max, theirs.max.detach(), atol=1e-10)
     assert torch.equal(ours.argmax.clamp_min(0), theirs.argmax[:, 1:])
     assert siblings_from_supar(siblings_to_supar(siblings)).equal(siblings)
+
+
+def test_bad_siblings_are_rejected():
+    scores, siblings, lengths = random_inputs(23, [3], 1.0)
+    with pytest.raises(ValueError, match="siblings must be"):
+        Dependency2oCRF(scores, siblings[:, :3], lengths)
+    with pytest.raises(ValueError, match="siblings must be a floating-point"):
+        Dependency2oCRF(scores, siblings.long(), lengths)
+    bad = siblings.clone()
+    bad[0, 0, 1, 2] = float("nan")  # a pair some tree uses
+    with pytest.raises(ValueError, match="NaN"):
+        Dependency2oCRF(scores, bad, lengths)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_no_tree_and_one_word(backend):
+    scores, siblings, lengths = random_inputs(29, [3, 1], 1.0)
+    scores[0, :, 1] = -float("inf")  # word 1 of sentence 0 has no possible head
+    with use_backend(backend):
+        crf = Dependency2oCRF(scores, siblings, lengths, False)
+        assert crf.log_partition[0] == -float("inf") and torch.isfinite(crf.log_partition[1])
+        assert crf.marginals[0].abs().sum() == 0 and crf.marginals[1, 0, 1] == 1
+        assert crf.argmax.tolist() == [[-1, -1, -1], [0, -1, -1]]

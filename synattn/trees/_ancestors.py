@@ -180,8 +180,42 @@ def _preorder(ancestors: np.ndarray, depth: np.ndarray, parent: np.ndarray) -> n
     return on_path.astype(np.int32) + depth.astype(np.int32)
 
 
-def _pair_form(ancestors: np.ndarray, depth: np.ndarray, up: int, down: int) -> np.ndarray:
-    """``up * a + down * b`` for every pair (i, j) with one batched matmul.
+LINEAR_FROM = 1024  # sentences this long or longer: common ancestors in O(n²), not by an O(n³) matmul
+
+
+def _common_ancestors(ancestors: np.ndarray, depth: np.ndarray, parent: np.ndarray,
+                      dtype: type = np.float64) -> np.ndarray:
+    """``(A Aᵀ)[b, i, j]`` (common ancestors of i and j, ROOT included) in ``O(n²)`` per sentence.
+
+    A word ``c`` shares with ``j`` its parent's common ancestors plus itself when it is an
+    ancestor of ``j``: ``C[c, :] = C[parent(c), :] + A[:, c]`` (``C[ROOT, :] = 1``), so the rows
+    are filled one tree level at a time, each from the level above.
+
+    Args:
+        ancestors, depth, parent: as returned by :func:`_ancestors` (``depth`` only for its shape:
+            callers raise the padding's; the levels are read off ``ancestors``).
+        dtype: of the result (float32 is exact below 2**24 words).
+
+    Returns:
+        ``[batch_size, n, n]`` exact integers.
+    """
+    batch_size, n = depth.shape
+    out = np.empty((batch_size, n, n), dtype=dtype)
+    for b in range(batch_size):
+        level_of = ancestors[b, :, :n + 1].sum(axis=1).astype(np.int64)  # [n] the tree's depths
+        by_depth = np.argsort(level_of, kind="stable")  # [n] words, shallowest first
+        ends = np.searchsorted(level_of[by_depth], np.arange(2, int(level_of.max(initial=1)) + 2))
+        for level, (lo, hi) in enumerate(zip(ends[:-1], ends[1:]), start=2):  # depth 2: under ROOT
+            words = by_depth[lo:hi]
+            above = 1.0 if level == 2 else out[b, parent[b, words]]  # [m, n] or ROOT's row
+            out[b, words] = above + ancestors[b][:, words].T  # [m, n]: + (c is an ancestor of j)
+    return out
+
+
+def _pair_form(ancestors: np.ndarray, depth: np.ndarray, up: int, down: int,
+               parent: np.ndarray | None = None) -> np.ndarray:
+    """``up * a + down * b`` for every pair (i, j) with one batched matmul (with ``parent`` and
+    sentences of :data:`LINEAR_FROM` words or more: by :func:`_common_ancestors`, in ``O(n²)``).
 
     a = d_i - d_lca and b = d_j - d_lca, where d_lca = (A Aᵀ)[i, j] counts the common ancestors
     (ROOT included). ``up a + down b = up d_i + down d_j - (up + down) (A Aᵀ)[i, j]`` is the product
@@ -192,11 +226,19 @@ def _pair_form(ancestors: np.ndarray, depth: np.ndarray, up: int, down: int) -> 
             overwritten.
         depth: ``[batch_size, n]`` depths (those of :func:`_ancestors`, or larger for padding).
         up, down: integer weights.
+        parent: as returned by :func:`_ancestors` (optional: it enables the ``O(n²)`` path).
 
     Returns:
         ``[batch_size, n, n]`` float32 holding exact integers (float64 if float32 could not).
     """
     n = depth.shape[1]
+    if parent is not None and n >= LINEAR_FROM:
+        exact32 = (abs(up) + abs(down)) * (int(depth.max(initial=0)) + 1) < 2**24
+        pairs = _common_ancestors(ancestors, depth, parent, np.float32 if exact32 else np.float64)
+        pairs *= -(up + down)  # in place: [B, n, n] arrays are large here
+        pairs += (up * depth)[:, :, None].astype(pairs.dtype)
+        pairs += (down * depth)[:, None, :].astype(pairs.dtype)
+        return pairs
     factor_j = ancestors  # [B, n, n + 3]
     if (abs(up) + abs(down)) * (int(depth.max(initial=0)) + 1) >= 2**24:  # beyond exact float32
         factor_j = ancestors.astype(np.float64)

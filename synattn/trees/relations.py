@@ -20,7 +20,9 @@ ancestor matrix ``A[i, k] = 1`` if k is i, an ancestor of i, or ROOT. With d_i t
 ancestors counted the same way) the number of common ancestors ``(A Aᵀ)[i, j]`` is the depth of the
 lowest common ancestor, so a = d_i - d_lca (steps up), b = d_j - d_lca (steps down) and the
 distance is a + b; any ``u a + v b`` for all pairs comes out of one batched matmul whose factors
-carry two extra columns for ``u d_i`` and ``v d_j``. For the sibling rule, j lies below a left
+carry two extra columns for ``u d_i`` and ``v d_j`` (that product is ``O(n³)``: sentences of
+1,024 words or more fill ``A Aᵀ`` one tree level at a time instead, in ``O(n²)``: a word's row
+is its parent's plus its own column of ``A``). For the sibling rule, j lies below a left
 sibling of i exactly when j precedes i in a depth-first walk that visits children left to right.
 A small lookup table maps (a, b, left) to the labels.
 
@@ -104,8 +106,8 @@ def batch_tree_distance(heads: Any, lengths: Any = None) -> Any:
     """
     heads_np, lengths_np, device = _prepare(heads, lengths)
     n = heads_np.shape[1]
-    ancestors, depth, _ = _ancestors(heads_np)
-    dist = _pair_form(ancestors, depth, up=1, down=1).astype(np.int64)  # [B, n, n]
+    ancestors, depth, parent = _ancestors(heads_np)
+    dist = _pair_form(ancestors, depth, up=1, down=1, parent=parent).astype(np.int64)  # [B, n, n]
     valid = np.arange(n) < lengths_np[:, None]  # [B, n]
     dist[~(valid[:, :, None] & valid[:, None, :])] = -1
     return _from_numpy(dist, device)
@@ -221,7 +223,7 @@ def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = 8
     # real words have a, b < depth <= deepest, so tables extended to a, b <= deepest cover all
     deepest = max(int(depth.max(initial=0)), clip) + 2
     depth = np.where(np.arange(n) < lengths_np[:, None], depth, deepest)  # [B, n]
-    code = _pair_form(ancestors, depth, up=2 * (deepest + 1), down=2)  # [B, n, n]
+    code = _pair_form(ancestors, depth, up=2 * (deepest + 1), down=2, parent=parent)  # [B, n, n]
     code += rank[:, None, :] < rank[:, :, None]  # index (a * (deepest + 1) + b) * 2 + left
     code = code.astype(np.intp)
     clipped = np.minimum(np.arange(deepest + 1), clip)  # a, b beyond the clip read its row
@@ -269,8 +271,8 @@ def traversal_paths(heads: Any) -> list[list[str]]:
         return []
     ancestors, depth, parent = _ancestors(heads_np)
     rank = _preorder(ancestors, depth, parent)[0]  # [n]
-    a = _pair_form(ancestors, depth, up=1, down=0)[0].astype(np.int64)  # [n, n] steps up
-    b = _pair_form(ancestors, depth, up=0, down=1)[0].astype(np.int64)  # [n, n] steps down
+    a = _pair_form(ancestors, depth, up=1, down=0, parent=parent)[0].astype(np.int64)  # [n, n] steps up
+    b = _pair_form(ancestors, depth, up=0, down=1, parent=parent)[0].astype(np.int64)  # [n, n] steps down
     left = rank[None, :] < rank[:, None]  # [n, n] j walked before i
     side = np.where((a == 1) & (b >= 1), np.where(left, 1, 2), 0)  # [n, n] 0: U^a D^b, 1: L, 2: R
     code = (side * (n + 1) + a) * (n + 1) + b  # [n, n] one code per path

@@ -38,9 +38,9 @@ ALLOWED: dict[tuple[str, str], str] = {
 shrinks: a new back-arrow fails the test."""
 
 ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"synattn.trees.branching", "synattn.trees.constituency"}): "old names of constituency",
-    frozenset({"synattn.data.batching", "synattn.data.prepared", "synattn.data.validate"}): "spacing learned",
-    frozenset({"synattn.reproduce.report", "synattn.reproduce.study"}): "default table and plots",
+    # constituency.py's module __getattr__ still hands out the builders that moved to branching.py
+    # (tree_from_spans, right_branching, ...) for code written against the old path
+    frozenset({"synattn.trees.branching", "synattn.trees.constituency"}): "the builders' old import path",
 }
 """Known circles still to break, the modules of each → why it is still there (only ever shrinks)."""
 

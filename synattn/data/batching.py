@@ -26,7 +26,7 @@ from torch import Tensor
 
 from synattn.attention.fields import TreeBatch, build_field, is_field, syntax_field, syntax_fields
 from synattn.attention.inputs import SyntaxInputs
-from synattn.data.subwords import BOS, EOS, PAD
+from synattn.data.subwords import BOS, EOS, PAD, spell_words
 from synattn.errors import DataError, InputError
 
 
@@ -72,8 +72,7 @@ class PreparedDataset:
         """Every example's words on ``side`` as prepared, spelled from their pieces with the side's
         sentencepiece ``tokenizer`` (rare words whole, not ``<unk>``)."""
         ids, word = self.fields[f"{side}_ids"], self.fields[f"{side}_word"]
-        return [[tokenizer.decode(p.tolist()) for p in pieces_by_word(ids[i], word[i])] if len(ids[i]) else []
-                for i in range(len(self))]
+        return [spell_words(ids[i], word[i], tokenizer) for i in range(len(self))]
 
     def has(self, name: str) -> bool:
         return name in self.fields
@@ -87,11 +86,6 @@ class PreparedDataset:
         if "tgt_ids" in self.fields:
             out = np.maximum(out, self.fields["tgt_ids"].lengths + 1)
         return out
-
-
-def pieces_by_word(ids: np.ndarray, word_of_piece: np.ndarray) -> list[np.ndarray]:
-    """The piece ids of each word, given each piece's word index."""
-    return np.split(ids, np.flatnonzero(np.diff(word_of_piece)) + 1)
 
 
 def token_batches(lengths: np.ndarray, max_tokens: int, *, shuffle: bool = True, seed: int = 0,

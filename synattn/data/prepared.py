@@ -112,12 +112,15 @@ class PreparedData:
 def _learned_spacing(folder: str, key: str, side: str):
     """The spacing of an older folder's side, learned once per process (``key``: the folder's
     settings, so that a folder prepared again is learned again)."""
-    from synattn.data.batching import PreparedDataset
     from synattn.data.detok import Spacing
+    from synattn.data.indexed import IndexedField
+    from synattn.data.subwords import spell_words
 
     logger.info("%s was prepared without detokenization tables: learning %s's from its training text", folder, side)
-    train = PreparedDataset(folder, "train")
-    return Spacing.learn(zip(train.words(side, PreparedData(folder).tokenizer(side)), train.text(side)))
+    train, sp = Path(folder) / "train", PreparedData(folder).tokenizer(side)
+    ids, word = IndexedField(train, f"{side}_ids"), IndexedField(train, f"{side}_word")
+    words = [spell_words(ids[i], word[i], sp) for i in range(len(ids))]
+    return Spacing.learn(zip(words, (train / f"{side}.txt").read_text(encoding="utf-8").splitlines()))
 
 
 def is_prepared_folder(folder: Path) -> bool:

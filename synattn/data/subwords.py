@@ -64,3 +64,14 @@ def segment_words(sp, words: Sequence[str], out_type: type = str) -> tuple[list,
     per_word = sp.encode(list(words), out_type=out_type)
     pieces = [p for ws in per_word for p in ws]
     return pieces, np.array([max(len(ws), 1) for ws in per_word], dtype=np.int64)
+
+
+def pieces_by_word(ids: np.ndarray, word_of_piece: np.ndarray) -> list[np.ndarray]:
+    """The piece ids of each word, given each piece's word index (both ``[m]``)."""
+    return np.split(ids, np.flatnonzero(np.diff(word_of_piece)) + 1)
+
+
+def spell_words(ids: np.ndarray, word_of_piece: np.ndarray, sp) -> list[str]:
+    """One sentence's words spelled from their pieces ``ids [m]`` with the sentencepiece processor
+    ``sp`` (rare words whole, not ``<unk>``)."""
+    return [sp.decode(p.tolist()) for p in pieces_by_word(ids, word_of_piece)] if len(ids) else []

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from synattn.io import atomic_write
 from synattn.reproduce.stats import paired_difference, summarize
-from synattn.reproduce.study import Budget, Context, Study
+
+if TYPE_CHECKING:  # the study calls this module for its default table and plots
+    from synattn.reproduce.study import Budget, Context, Study
 
 
 def _values(runs: dict[int, dict], key: str) -> dict[int, float]:

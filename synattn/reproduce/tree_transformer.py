@@ -358,7 +358,8 @@ def induced_scores(model, sentences, gold, seed: int, descend_above: float | Non
 
 def baseline_scores(gold) -> dict:
     """The baselines' bracket F1 (the induced trees' entry is the flat tree's: no model is read)."""
-    from synattn.trees.constituency import leaves, tree_from_spans
+    from synattn.trees.branching import tree_from_spans
+    from synattn.trees.constituency import leaves
 
     return scores_by_subset([tree_from_spans(leaves(g), set(), label="X") for g in gold], gold, 0)
 

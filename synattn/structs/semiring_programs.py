@@ -156,9 +156,10 @@ def _program(crf):
         return (eisner, [crf.scores], (crf.lengths, crf.multiroot), lambda grads: grads[0])
     if isinstance(crf, TreeCRF):
         return cky, [crf.scores], (crf.lengths,), lambda grads: grads[0]
-    raise TypeError(f"semiring programs: {type(crf).__name__} has no dynamic program (only "
-                    f"LogSemiring and MaxSemiring apply to it: log_partition and max); the "
-                    f"programs are LinearChainCRF, SemiMarkovCRF, DependencyCRF and TreeCRF")
+    raise TypeError(f"semiring programs: {type(crf).__name__} has no dynamic program written for "
+                    f"any semiring (only LogSemiring and MaxSemiring apply to it: log_partition "
+                    f"and max); the programs are LinearChainCRF, SemiMarkovCRF, DependencyCRF "
+                    f"and TreeCRF")
 
 
 def _check(crf, sr, other) -> type[Semiring]:

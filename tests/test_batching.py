@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from synattn.attention.inputs import IGNORE_INDEX
+from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.data.subwords import BOS, EOS, PAD

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, diagonal_free_bias
 from synattn.attention.cache import KVCache
 from synattn.attention.core import MultiheadAttention
-from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
+from synattn.syntax.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.trees.relations import batch_syntax_hints
 
 D, H = 16, 4

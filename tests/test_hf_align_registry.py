@@ -18,7 +18,7 @@ from test_syntax_fields import _depth
 
 from hf_models import CONLLU, byte_bpe_tokenizer, wordpiece_tokenizer
 
-from synattn.attention.fields import IGNORE_INDEX, SyntaxField, TreeBatch, register_field, unregister_field
+from synattn.syntax.fields import IGNORE_INDEX, SyntaxField, TreeBatch, register_field, unregister_field
 from synattn.hf import SyntaxCollator, SyntaxEncoder, tokenize_trees
 from synattn.hf.align import as_tree, label_vocab, piece_heads
 from synattn.hf.features import relation_labels
@@ -320,7 +320,7 @@ def test_a_field_registered_here_flows_into_a_batch(side):
 
 
 def test_the_built_in_fields_declare_positions_and_outside_values():
-    from synattn.attention.fields import syntax_fields
+    from synattn.syntax.fields import syntax_fields
     assert [f.name for f in syntax_fields() if f.positions] == ["head_targets", "hints"]
     encoder = SyntaxEncoder(["hints"], max_distance=3, max_traversal=2)
     assert {f.name: encoder.outside(f.name) for f in syntax_fields()} == {

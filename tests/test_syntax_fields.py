@@ -1,4 +1,4 @@
-"""The registry of syntax fields (synattn/attention/fields.py): batches built by iterating it equal
+"""The registry of syntax fields (synattn/syntax/fields.py): batches built by iterating it equal
 the hand-written batching it replaced, field by field; SyntaxInputs holds registered fields only;
 and a method defined here, with a field of its own, trains end to end through collate and a model
 without any other file knowing about it."""
@@ -15,9 +15,9 @@ from test_attention_reference import random_heads
 from torch import nn
 
 from synattn.attention import AttentionFeature, SyntaxInputs
-from synattn.attention.fields import (IGNORE_INDEX, SyntaxField, TreeBatch, register_field, syntax_field,
+from synattn.syntax.fields import (IGNORE_INDEX, SyntaxField, TreeBatch, register_field, syntax_field,
                                       syntax_fields, unregister_field)
-from synattn.attention.inputs import require_syntax
+from synattn.syntax.inputs import require_syntax
 from synattn.data.batching import SyntaxRequest, collate_examples
 from synattn.data.subwords import PAD
 from synattn.methods import Method, methods, register, unregister
@@ -276,3 +276,13 @@ def test_a_method_with_its_own_field_trains_end_to_end():
     with pytest.raises(TypeError, match="unknown syntax field"):
         SyntaxInputs(depth=depth)
     assert torch.equal(batch.src_syntax.depth, depth)  # a batch built while it was registered keeps it
+
+
+def test_the_old_attention_paths_give_the_same_registry():
+    """Methods written against synattn.attention.fields / .inputs keep working: one registry."""
+    import synattn.attention.fields as old_fields
+    import synattn.attention.inputs as old_inputs
+    import synattn.syntax as syntax
+
+    assert old_fields.register_field is syntax.register_field and old_fields.syntax_fields is syntax.syntax_fields
+    assert old_inputs.SyntaxInputs is syntax.SyntaxInputs and old_inputs.require_syntax is syntax.require_syntax

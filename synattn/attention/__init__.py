@@ -20,8 +20,8 @@ from synattn.attention.constituent import (ConstituentAttention, ConstituentStat
                                            recorded_links)
 from synattn.attention.core import MultiheadAttention, attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
-from synattn.attention.fields import SyntaxField, TreeBatch, register_field, syntax_fields
-from synattn.attention.inputs import IGNORE_INDEX, SyntaxInputs
+from synattn.syntax.fields import SyntaxField, TreeBatch, register_field, syntax_fields
+from synattn.syntax.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
 from synattn.attention.relative import (RelativeEmbedding, RelativePositions, TreeRelations,
                                         label_logits, label_values, sequential_labels)

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from synattn.attention.core import MultiheadAttention
 from synattn.attention.feature import AttentionExtras, AttentionFeature
-from synattn.attention.inputs import SyntaxInputs
+from synattn.syntax.inputs import SyntaxInputs
 
 _BOUND: contextvars.ContextVar[dict | None] = contextvars.ContextVar("synattn_bound_syntax", default=None)
 _CARRY: contextvars.ContextVar[dict | None] = contextvars.ContextVar("synattn_bound_carry", default=None)

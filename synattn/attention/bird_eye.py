@@ -94,7 +94,7 @@ class SyntaxGuidedPointer(AttentionFeature):
 
     Example:
         >>> from synattn.attention.core import MultiheadAttention
-        >>> from synattn.attention.inputs import SyntaxInputs
+        >>> from synattn.syntax.inputs import SyntaxInputs
         >>> attn = MultiheadAttention(16, 4, features=[SyntaxGuidedPointer()])
         >>> syntax = SyntaxInputs(hints=torch.tensor([[0, 0, 1, 3]]))
         >>> out, extras = attn(torch.randn(1, 4, 16), causal=True, syntax=syntax)

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from synattn.attention.cache import KVCache
 from synattn.attention.claims import Claim
-from synattn.attention.inputs import SyntaxInputs
+from synattn.syntax.inputs import SyntaxInputs
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.inputs import require_syntax
+from synattn.syntax.inputs import require_syntax
 
 
 def label_logits(q: Tensor, table: Tensor, labels: Tensor) -> Tensor:

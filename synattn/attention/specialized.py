@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.inputs import require_syntax
+from synattn.syntax.inputs import require_syntax
 
 LABEL_SOURCES = ("pos", "deprel")
 

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.inputs import IGNORE_INDEX
+from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.attention.masks import fill_masked, upcast
 
 

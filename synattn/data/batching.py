@@ -3,7 +3,7 @@
 Batches are built from the stored subword trees on the fly: relation labels, supervision targets
 and tags are computed for the whole batch at once, only for the fields a model asks for
 (:class:`SyntaxRequest`), each by the builder registered with the field
-(:mod:`synattn.attention.fields`, vectorised by :mod:`synattn.trees.relations`).
+(:mod:`synattn.syntax.fields`, vectorised by :mod:`synattn.trees.relations`).
 
 Target-side conventions (decoder input = ``<s> y_0 … y_{m-1}``, output = ``y_0 … y_{m-1} </s>``):
 the piece ``y_k`` sits at decoder position ``k + 1``; its supervised-head target is the position of
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from synattn.attention.fields import TreeBatch, build_field, is_field, syntax_field, syntax_fields
-from synattn.attention.inputs import SyntaxInputs
+from synattn.syntax.fields import TreeBatch, build_field, is_field, syntax_field, syntax_fields
+from synattn.syntax.inputs import SyntaxInputs
 from synattn.data.subwords import BOS, EOS, PAD, spell_words
 from synattn.errors import DataError, InputError
 
@@ -189,7 +189,7 @@ def _pad(seqs: list[np.ndarray], length: int, value: int, dtype=torch.long) -> T
 def _syntax(examples: list[dict], side: str, wanted: frozenset[str], length: int, offset: int,
             req: SyntaxRequest, causal: bool, name: str = "the data") -> SyntaxInputs | None:
     """Syntax fields of one side, on a sequence where piece k sits at position ``k + offset``:
-    each one built by its registered builder (:mod:`synattn.attention.fields`)."""
+    each one built by its registered builder (:mod:`synattn.syntax.fields`)."""
     if not wanted:
         return None
     unknown = sorted(f for f in wanted if not is_field(f))

@@ -6,7 +6,7 @@ rules of :func:`synattn.trees.project_to_subwords` (a non-final piece hangs from
 a word's final piece from the first piece of its head word, a root word's final piece from ROOT),
 then placed at the pieces' positions in the token sequence.
 
-Every field is built by its registered builder (:mod:`synattn.attention.fields`), as in synattn's
+Every field is built by its registered builder (:mod:`synattn.syntax.fields`), as in synattn's
 own batches, from a one-sentence ``TreeBatch`` whose ``offset`` is the position of the first
 piece; so a field a method registers works here too. The pieces must be contiguous (special
 tokens only before and after them).
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from synattn.attention.fields import IGNORE_INDEX, TreeBatch, build_field, is_field, syntax_field, syntax_fields
+from synattn.syntax.fields import IGNORE_INDEX, TreeBatch, build_field, is_field, syntax_field, syntax_fields
 from synattn.data.batching import SyntaxRequest
 from synattn.errors import InputError
 from synattn.trees.dependency import DependencyTree
@@ -107,7 +107,7 @@ class SyntaxEncoder:
     """Computes the syntax fields of one tokenized sentence with the fields' registered builders.
 
     Args:
-        fields: which registered syntax fields to compute (``synattn.attention.fields``: the
+        fields: which registered syntax fields to compute (``synattn.syntax.fields``: the
             built-in ``tree_dist``, ``traversal``, ``head_targets``, ``hints``, ``pos``,
             ``deprel``, and any field a method registers).
         max_distance: largest tree distance with its own label (as the ``tree_relations``

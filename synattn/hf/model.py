@@ -26,9 +26,9 @@ import torch
 from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
-from synattn.attention.fields import is_field, syntax_fields
+from synattn.syntax.fields import is_field, syntax_fields
 from synattn.attention.constituent import ConstituentAttention, recorded_links
-from synattn.attention.inputs import SyntaxInputs
+from synattn.syntax.inputs import SyntaxInputs
 from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
 from synattn.hf.features import FEATURES, SIDES, check_heads, normalize_specs, spec_options
 from synattn.hf.sites import find_sites
@@ -36,7 +36,7 @@ from synattn.hf.sites import find_sites
 SYNTAX_FIELDS = tuple(f.name for f in syntax_fields())
 """Names of the built-in syntax inputs: ``syntax_<field>`` (the syntax of ``input_ids``) and
 ``decoder_syntax_<field>`` (of ``decoder_input_ids``); any field registered later
-(:mod:`synattn.attention.fields`) is accepted too."""
+(:mod:`synattn.syntax.fields`) is accepted too."""
 
 
 class SynattnModule(nn.Module):

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from synattn.attention.inputs import IGNORE_INDEX
+from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch, SyntaxRequest
 from synattn.data.subwords import BOS, EOS, MASK, PAD
 from synattn.errors import ConfigError

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from synattn.attention.fields import syntax_field, syntax_fields
-from synattn.attention.inputs import IGNORE_INDEX
+from synattn.syntax.fields import syntax_field, syntax_fields
+from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch, SyntaxRequest
 from synattn.data.subwords import BOS, EOS
 from synattn.methods import methods
@@ -90,7 +90,7 @@ def syntax_request_for(config) -> SyntaxRequest:
     Encoder features read the source (``src``), decoder features of a translation model read the
     target (``tgt``); each registered method (``synattn.methods``) says what it reads
     (``Method.reads``), and each field which stack setting its labels depend on
-    (``SyntaxField.setting``, :mod:`synattn.attention.fields`). A language model's decoder side
+    (``SyntaxField.setting``, :mod:`synattn.syntax.fields`). A language model's decoder side
     is its input ``<s> x``, whose fields ``collate`` computes from the monolingual data's trees:
     only those a language model may read (``SyntaxField.language_model``: the BET(SG) hints).
 

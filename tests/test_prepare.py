@@ -8,6 +8,7 @@ import sentencepiece as spm
 
 from synattn.cli.main import main
 from synattn.data import prepare as prepare_module
+from synattn.data import writing
 from synattn.data.batching import PreparedDataset
 from synattn.data.indexed import IndexedField
 from synattn.data.prepare import MANIFEST, PrepareConfig, prepare
@@ -81,19 +82,19 @@ def test_rerun_reuses_and_interrupted_run_is_not_prepared(tmp_path, monkeypatch)
     stamp = (out / MANIFEST).stat().st_mtime_ns
     assert prepare(cfg) == out and (out / MANIFEST).stat().st_mtime_ns == stamp  # nothing redone
 
-    real = prepare_module._write_side
+    real = writing._write_side
 
     def crash_on_dev(folder, side, data, sp, labels, split):
         if split == "dev":
             raise KeyboardInterrupt
         return real(folder, side, data, sp, labels, split)
 
-    monkeypatch.setattr(prepare_module, "_write_side", crash_on_dev)
+    monkeypatch.setattr(writing, "_write_side", crash_on_dev)
     cfg.vocab_size = 50  # new settings: must prepare again, and gets interrupted
     with pytest.raises(KeyboardInterrupt):
         prepare(cfg, force=True)
     assert not (out / MANIFEST).exists()  # an interrupted folder never looks prepared
-    monkeypatch.setattr(prepare_module, "_write_side", real)
+    monkeypatch.setattr(writing, "_write_side", real)
     prepare(cfg)
     assert json.loads((out / MANIFEST).read_text())["config"]["vocab_size"] == 50
 

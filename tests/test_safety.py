@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from synattn.cli.main import main
-from synattn.data.prepare import MARKER, PrepareConfig, check_output_folder, prepare
+from synattn.data.prepare import PrepareConfig, check_output_folder, prepare
+from synattn.data.prepared import MARKER
 from synattn.errors import RunFailure, UsageError
 from synattn.locks import LOCK_NAME, FolderLock, holder_of
 from synattn.train import read_log

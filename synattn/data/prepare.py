@@ -1,9 +1,11 @@
 """``prepare``: text (or treebanks) → parsed, segmented, binarised dataset with a manifest.
 
-Pipeline, per split: read and validate the text (errors name file and line) → parse the source
-(and the target when asked) with spaCy, or read given CoNLL-U → train sentencepiece on the training
-split → segment every word on its own and project the word trees onto the pieces (docs/methods.md §2) →
-write memory-mapped arrays (:mod:`synattn.data.indexed`) and ``manifest.json``.
+Pipeline, per split: read and validate the text (errors name file and line;
+:mod:`synattn.data.reading`) → parse the source (and the target when asked) with spaCy, or read given
+CoNLL-U → train sentencepiece on the training split (:mod:`synattn.data.vocabularies`) → segment
+every word on its own and project the word trees onto the pieces (docs/methods.md §2) → write
+memory-mapped arrays (:mod:`synattn.data.indexed`; :mod:`synattn.data.writing`) and
+``manifest.json``.
 
 Relation labels ([n, n] per sentence) and Bird-Eye hints are **not** stored: they are computed from
 the stored subword heads when a batch is built, by the vectorised functions of
@@ -29,30 +31,22 @@ import json
 import logging
 import platform
 import re
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from synattn import __version__
-from synattn.data.detok import Spacing
-from synattn.data.encoding import encode_sentence
-from synattn.data.indexed import write_field
-from synattn.data.prepared import DATASET, MANIFEST, MARKER, check_output_folder
-from synattn.data.subwords import train_sentencepiece
-from synattn.data.text import SkipReport, check_text_file, read_lines
-from synattn.errors import ConfigError, DataError, UsageError
+from synattn.data.prepared import DATASET, MANIFEST, check_output_folder
+from synattn.data.reading import Side, read_splits
+from synattn.data.vocabularies import label_vocabularies, learn_spacing, train_tokenizers, vocabulary_names
+from synattn.data.writing import write_splits
+from synattn.errors import ConfigError, UsageError
 from synattn.io import atomic_write, file_digest
 from synattn.folders import mark, remove_if_untouched
 from synattn.locks import FolderLock
 from synattn.config_io import StrictConfig
-from synattn.progress import progress
 from synattn.trees.conllu_io import read_conllu, write_conllu
-from synattn.trees.dependency import DependencyTree
 
 logger = logging.getLogger(__name__)
-SPLITS = ("train", "dev", "test")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _RESERVED = {"cache"}
 
@@ -135,19 +129,6 @@ class PrepareConfig(StrictConfig):
 SPACY_LANGUAGES = frozenset({"ca", "da", "de", "el", "en", "es", "fi", "fr", "hr", "it", "ja", "ko", "lt", "mk",
                              "nb", "nl", "pl", "pt", "ro", "ru", "sl", "sv", "uk", "zh"})
 """Languages with trained spaCy pipelines, by the code that starts the pipelines' names."""
-
-
-@dataclass
-class Side:
-    """One side (source or target) of one split while preparing."""
-
-    lines: list[str]
-    line_numbers: list[int]
-    path: str
-    trees: list[DependencyTree] | None = None
-
-    def words(self) -> list[list[str]]:
-        return [t.words for t in self.trees] if self.trees is not None else [s.split() for s in self.lines]
 
 
 def refuse_changing_prepared(out: Path, manifest: dict, cfg: PrepareConfig, force: bool,
@@ -250,145 +231,6 @@ def _hash(*parts: object) -> str:
     return h.hexdigest()[:16]
 
 
-def _load_text(cfg: PrepareConfig) -> dict[str, dict[str, Side]]:
-    """Read every split of the configured input: ``{split: {"src": Side, "tgt": Side}}``."""
-    out: dict[str, dict[str, Side]] = {}
-    if cfg.corpus == "bible":
-        from synattn.data.corpora import load_bible_pairs
-
-        for split in SPLITS:
-            pairs = load_bible_pairs(cfg.bible_source, cfg.bible_target, split,
-                                     limit=cfg.limit if split == "train" else None)
-            numbers = list(range(1, len(pairs) + 1))
-            out[split] = {"src": Side([p.source for p in pairs], numbers, f"bible:{cfg.bible_source}:{split}"),
-                          "tgt": Side([p.target for p in pairs], numbers, f"bible:{cfg.bible_target}:{split}")}
-    elif cfg.corpus == "ptb":
-        from synattn.data.corpora import load_ptb_lm
-
-        for split, name in zip(SPLITS, ("train", "valid", "test")):
-            lines = load_ptb_lm(name)[: cfg.limit if split == "train" else None]
-            out[split] = {"src": Side(lines, list(range(1, len(lines) + 1)), f"ptb:{name}")}
-    elif cfg.prefixes:
-        for split, prefix in cfg.prefixes.items():
-            out[split] = _read_parallel(cfg, prefix)
-            if split in cfg.src_trees:
-                _attach_given_trees(out[split]["src"], cfg.src_trees[split])
-    elif cfg.src_trees:
-        for split, path in cfg.src_trees.items():
-            trees = _within_max_words(read_conllu(path, on_error=cfg.on_error), cfg, path)
-            out[split] = {"src": Side([" ".join(t.words) for t in trees], list(range(1, len(trees) + 1)),
-                                      path, trees)}
-    else:
-        raise UsageError("nothing to prepare: give a corpus, file prefixes or source treebanks")
-    if "train" not in out:
-        raise UsageError(f"a training split is required (got {', '.join(out) or 'none'})")
-    if cfg.limit is not None:  # whatever the input: at most `limit` training sentences, as the manifest says
-        for side in out["train"].values():
-            side.lines, side.line_numbers = side.lines[:cfg.limit], side.line_numbers[:cfg.limit]
-            side.trees = None if side.trees is None else side.trees[:cfg.limit]
-    return out
-
-
-def _within_max_words(trees: list[DependencyTree], cfg: PrepareConfig, path: str) -> list[DependencyTree]:
-    """The trees of at most ``cfg.max_words`` words, as lines of text are; a longer one stops the
-    run (naming the sentence) or, with ``on_error="skip"``, is left out with a warning."""
-    keep = []
-    for number, tree in enumerate(trees, start=1):
-        if len(tree.words) <= cfg.max_words:
-            keep.append(tree)
-            continue
-        error = DataError(f"sentence has {len(tree.words)} words, more than --max-words {cfg.max_words}", path,
-                          sent_id=tree.sent_id or str(number))
-        if cfg.on_error != "skip":
-            raise error
-        logger.warning("left out: %s", error)
-    return keep
-
-
-def _attach_given_trees(side: Side, conllu: str) -> None:
-    """Use the trees of ``conllu`` (one per line of the source file) for ``side``.
-
-    Raises:
-        DataError: the treebank has another number of sentences than the source file has lines, or
-            a sentence's words differ from the tokens of its line (e.g. a parser that split or
-            re-tokenised it): the message names the line and both versions.
-    """
-    trees = read_conllu(conllu)
-    last_line = max(side.line_numbers, default=0)
-    if len(trees) < last_line:
-        raise DataError(f"{conllu} has {len(trees)} sentences, but the source has at least {last_line} lines",
-                        side.path, len(trees) + 1)
-    side.trees = []
-    for number, text in zip(side.line_numbers, side.lines):
-        tree = trees[number - 1]
-        if tree.words != text.split():
-            raise DataError(f"the tokens of this line differ from sentence {number} of {conllu} "
-                            f"({' '.join(tree.words)[:60]!r} there); give pre-tokenised text matching the "
-                            f"treebank", side.path, number)
-        side.trees.append(tree)
-
-
-def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
-    """Read ``PREFIX.SRC``/``PREFIX.TGT`` (or a TSV) keeping only lines good on both sides."""
-    reports = SkipReport(), SkipReport()
-    if prefix.endswith(".tsv"):
-        rows = read_lines(prefix, on_error=cfg.on_error, report=reports[0], keep_tabs=True)
-        src, tgt, bad = [], [], []
-        for number, text in rows:
-            parts = text.split("\t") if "\t" in text else None
-            if parts is None or len(parts) != 2 or not all(p.strip() for p in parts):
-                if cfg.on_error == "raise":
-                    raise DataError("expected 'source<TAB>target' with two non-empty columns", prefix, number)
-                bad.append((number, "not two tab-separated columns"))
-                continue
-            src.append((number, " ".join(parts[0].split())))
-            tgt.append((number, " ".join(parts[1].split())))
-        reports[0].skipped.extend(bad)
-        paths = (prefix, prefix)
-    else:
-        paths = (f"{prefix}.{cfg.src_lang}", f"{prefix}.{cfg.tgt_lang}")
-        if cfg.monolingual:
-            rows = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0])
-            return {"src": Side([t for _, t in rows], [n for n, _ in rows], paths[0])}
-        for path in paths:
-            check_text_file(path)  # before counting lines: a binary file is no parallel text
-        counts = [sum(1 for _ in open(p, "rb")) for p in paths]
-        if counts[0] != counts[1]:
-            raise DataError(f"parallel files differ in length: {counts[0]} lines here, {counts[1]} in "
-                            f"{paths[1]}", paths[0], min(counts) + 1)
-        src = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0])
-        tgt = read_lines(paths[1], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[1])
-    for path, report in zip(paths, reports):
-        if len(report):
-            logger.warning(report.summary(path))
-    keep = {n for n, _ in src} & {n for n, _ in tgt}  # a pair is dropped when either side is bad
-    src, tgt = [(n, t) for n, t in src if n in keep], [(n, t) for n, t in tgt if n in keep]
-    return {"src": Side([t for _, t in src], [n for n, _ in src], paths[0]),
-            "tgt": Side([t for _, t in tgt], [n for n, _ in tgt], paths[1])}
-
-
-def _warn_overlap(data: dict[str, dict[str, Side]], share: float = 0.25) -> None:
-    """Warn about a dev or test split of which more than ``share`` of the examples are also
-    training examples (e.g. the training file given again): its scores would not show overfitting.
-    A few repeated sentences are normal (Bible verses: 8 of 784 dev pairs are in train)."""
-    if "train" not in data:
-        return
-
-    def examples(split: str) -> list[tuple[str, ...]]:
-        return list(zip(*(side.lines for side in data[split].values())))
-
-    train = set(examples("train"))
-    for split in data:
-        if split == "train":
-            continue
-        held_out = examples(split)
-        seen = sum(e in train for e in held_out)
-        if seen > share * len(held_out):
-            logger.warning("%s: %d of the %d %s examples (%.0f%%) are also training examples: its scores will not "
-                           "show how the model does on unseen text", data[split]["src"].path, seen, len(held_out),
-                           split, 100 * seen / len(held_out))
-
-
 def _parse_side(side: Side, model: str, pretokenized: bool, cache: Path, desc: str) -> None:
     """Attach parsed trees to ``side``, reusing a cached treebank of the same text and parser."""
     from synattn.data.parsing import parse
@@ -402,11 +244,6 @@ def _parse_side(side: Side, model: str, pretokenized: bool, cache: Path, desc: s
     side.trees = list(parse(side.lines, model, pretokenized=pretokenized))
     with atomic_write(path) as f:
         write_conllu(side.trees, f)
-
-
-def _label_vocab(trees: list[DependencyTree], attribute: str) -> list[str]:
-    labels = sorted({lab for t in trees for lab in getattr(t, attribute)})
-    return ["<pad>", "<unk>"] + labels
 
 
 def prepare(cfg: PrepareConfig, force: bool = False, remedy: str | None = None) -> Path:
@@ -460,71 +297,23 @@ def _check_config(cfg: PrepareConfig) -> None:
 
 def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | None,
                     inputs: dict[str, str | None]) -> Path:
-    key = _key(cfg, inputs)
-    manifest_path = out / MANIFEST
-    if manifest_path.exists() and not force:
-        if _prepared_as(cfg, out, inputs):  # prepared by another process meanwhile
-            logger.info("%s is already prepared with these settings", out)
-            return out
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except ValueError:
-            manifest = {}
-        refuse_changing_prepared(out, manifest, cfg, force, remedy)
-    data = _load_text(cfg)  # bad input stops here, before anything is written into OUT
-    for split, by_side in data.items():
-        if not by_side["src"].lines:
-            raise DataError(f"split {split} has no sentences", by_side["src"].path)
-    _warn_overlap(data)
-    mark(out, DATASET)
-    (out / "cache").mkdir(parents=True, exist_ok=True)
-    manifest_path.unlink(missing_ok=True)  # from here on the folder is not "prepared"
+    """The steps of :func:`prepare` in ``out``, locked: read, parse, tokenize, project and write,
+    then the manifest (last: it marks the folder as prepared)."""
+    if _already_prepared(cfg, out, force, remedy, inputs):
+        return out
+    data = read_splits(cfg)  # bad input stops here, before anything is written into OUT
+    _start_writing(out)
+    _parse_splits(cfg, data, out / "cache")
     sides = ("src",) if cfg.monolingual else ("src", "tgt")
-    for split, by_side in data.items():
-        if by_side["src"].trees is None and cfg.parse_source:
-            _parse_side(by_side["src"], cfg.src_model, cfg.pretokenized or cfg.corpus == "ptb",
-                        out / "cache", f"{split}.src")
-        if "tgt" in by_side and cfg.parse_target:
-            _parse_side(by_side["tgt"], cfg.tgt_model, cfg.pretokenized, out / "cache", f"{split}.tgt")
-
-    models = {}
-    names = {"src": "joint", "tgt": "joint"} if cfg.joint_vocab else {s: s for s in sides}
-    for side in sides:
-        name = names[side]
-        if name not in models:
-            text = [" ".join(w) for s in sides if names[s] == name for w in data["train"][s].words()]
-            try:
-                models[name] = train_sentencepiece(text, out / f"spm.{name}.model", cfg.vocab_size,
-                                                   model_type=cfg.subword_model)
-            except RuntimeError as err:  # sentencepiece's own checks, e.g. a too small vocabulary
-                raise DataError(f"sentencepiece cannot train on it: {' '.join(str(err).split())}",
-                                data["train"]["src" if name != "tgt" else "tgt"].path) from None
-            pieces = models[name].get_piece_size()
-            if pieces < cfg.vocab_size:
-                logger.warning("the %s vocabulary has %d pieces, fewer than vocab_size=%d: the training text "
-                               "has no more to give", name, pieces, cfg.vocab_size)
-
-    detok = {}  # how each side's tokens are written as text, learned from train (synattn.data.detok)
-    for s in sides:
-        spacing = Spacing.learn(zip(data["train"][s].words(), data["train"][s].lines))
-        if not spacing.is_identity:
-            detok[s] = f"detok.{s}.json"
-            spacing.save(out / detok[s])
-    trees_of = {s: data["train"][s].trees for s in sides}  # label vocabularies come from train only
-    labels: dict[str, list[str]] = {}
-    for s in sides:
-        if trees_of[s] is not None:
-            labels[f"{s}_upos"] = _label_vocab(trees_of[s], "upos")
-            labels[f"{s}_deprels"] = _label_vocab(trees_of[s], "deprels")
-    building = out / ".building"
-    try:
-        sizes = _build_splits(out, building, data, sides, models, names, labels)
-    finally:  # a full disk, an interruption: no half-built arrays left behind
-        shutil.rmtree(building, ignore_errors=True)
-    with atomic_write(out / "labels.json") as f:
-        json.dump(labels, f, indent=1)
+    train = {s: data["train"][s] for s in sides}
+    names = vocabulary_names(sides, cfg.joint_vocab)
+    models = train_tokenizers(train, names, out, cfg.vocab_size, cfg.subword_model)
+    detok = learn_spacing(train, out)  # how each side's tokens are written as text (synattn.data.detok)
+    labels = label_vocabularies(train)  # label vocabularies come from train only
+    sizes = write_splits(out, data, sides, models, names, labels)
+    trees_of = {s: train[s].trees for s in sides}
     manifest = {
-        "key": key, "synattn": __version__, "python": platform.python_version(),
+        "key": _key(cfg, inputs), "synattn": __version__, "python": platform.python_version(),
         "config": asdict(cfg), "inputs": inputs, "splits": sizes, "sides": list(sides),
         "spm": {s: f"spm.{names[s]}.model" for s in sides},
         "detok": detok,
@@ -535,35 +324,43 @@ def _prepare_locked(cfg: PrepareConfig, out: Path, force: bool, remedy: str | No
         "tree_source": {s: None if trees_of[s] is None else "given CoNLL-U" if s == "src" and cfg.src_trees
                         else (cfg.src_model if s == "src" else cfg.tgt_model) for s in sides},
     }
-    with atomic_write(manifest_path) as f:  # last: marks the folder as prepared
+    with atomic_write(out / MANIFEST) as f:  # last: marks the folder as prepared
         json.dump(manifest, f, indent=1)
     return out
 
 
-def _build_splits(out: Path, building: Path, data: dict[str, dict[str, Side]], sides: tuple[str, ...],
-                  models: dict, names: dict[str, str], labels: dict[str, list[str]]) -> dict[str, dict[str, int]]:
-    """Writes every split into ``building`` and moves it to ``out/SPLIT`` (replacing what was
-    there; a link there is removed, never followed); returns the splits' sizes."""
-    shutil.rmtree(building, ignore_errors=True)
-    sizes: dict[str, dict[str, int]] = {}
+def _already_prepared(cfg: PrepareConfig, out: Path, force: bool, remedy: str | None,
+                      inputs: dict[str, str | None]) -> bool:
+    """Whether ``out`` holds this very dataset already (prepared by another process meanwhile);
+    raises when it holds another one that ``force`` does not allow replacing."""
+    manifest_path = out / MANIFEST
+    if not manifest_path.exists() or force:
+        return False
+    if _prepared_as(cfg, out, inputs):
+        logger.info("%s is already prepared with these settings", out)
+        return True
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except ValueError:
+        manifest = {}
+    refuse_changing_prepared(out, manifest, cfg, force, remedy)
+    return False
+
+
+def _start_writing(out: Path) -> None:
+    """Marks ``out`` as prepare's and removes its manifest: from here on the folder is not "prepared"."""
+    mark(out, DATASET)
+    (out / "cache").mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)
+
+
+def _parse_splits(cfg: PrepareConfig, data: dict[str, dict[str, Side]], cache: Path) -> None:
+    """The parse step: trees for every side that is parsed and has none given (cached in ``cache``)."""
     for split, by_side in data.items():
-        folder = building / split
-        folder.mkdir(parents=True)
-        for s in sides:
-            _write_side(folder, s, by_side[s], models[names[s]], labels, split)
-            with atomic_write(folder / f"{s}.txt") as f:  # the text, e.g. BLEU references
-                f.writelines(line + "\n" for line in by_side[s].lines)
-        sizes[split] = {"sentences": len(by_side["src"].lines),
-                        **{f"{s}_pieces": int(sum(np.load(folder / f"{s}_ids.offsets.npy")[-1:]))
-                           for s in sides}}
-    for split in data:
-        target = out / split
-        if target.is_symlink() or target.is_file():
-            target.unlink()
-        elif target.is_dir():
-            shutil.rmtree(target)
-        (building / split).rename(target)
-    return sizes
+        if by_side["src"].trees is None and cfg.parse_source:
+            _parse_side(by_side["src"], cfg.src_model, cfg.pretokenized or cfg.corpus == "ptb", cache, f"{split}.src")
+        if "tgt" in by_side and cfg.parse_target:
+            _parse_side(by_side["tgt"], cfg.tgt_model, cfg.pretokenized, cache, f"{split}.tgt")
 
 
 def _parser_versions(cfg: PrepareConfig, trees_of: dict) -> dict[str, str]:
@@ -579,16 +376,3 @@ def _parser_versions(cfg: PrepareConfig, trees_of: dict) -> dict[str, str]:
             except Exception:  # a model given as a path has no package version
                 info[model] = "?"
     return info
-
-
-_DTYPES = {"upos": np.int16, "deprel": np.int16}
-
-
-def _write_side(folder: Path, side: str, data: Side, sp, labels: dict[str, list[str]], split: str) -> None:
-    """Segment, project and write one side of one split."""
-    trees = data.trees
-    encoded = [encode_sentence(side, words, sp, labels, trees[k] if trees is not None else None)
-               for k, words in enumerate(progress(data.words(), desc=f"{split}.{side}", unit="sent"))]
-    for name in encoded[0] if encoded else (f"{side}_ids", f"{side}_word"):
-        write_field(folder, name, [e[name] for e in encoded],
-                    dtype=_DTYPES.get(name.split("_", 1)[1], np.int32))

@@ -18,7 +18,7 @@ import numpy as np
 import sentencepiece as spm
 
 from synattn.data.batching import PreparedDataset
-from synattn.data.prepare import encode_sentence
+from synattn.data.encoding import encode_sentence
 from synattn.data.prepared import PreparedData
 from synattn.data.subwords import pieces_by_word
 from synattn.data.text import SkipReport, read_lines

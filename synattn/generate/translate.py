@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from synattn.data.batching import collate_examples
-from synattn.data.prepare import encode_sentence
+from synattn.data.encoding import encode_sentence
 from synattn.data.prepared import PreparedData
 from synattn.errors import InputError
 from synattn.generate.beam import beam_search

@@ -341,7 +341,7 @@ def words_as_sentences(data: Path, words: list[list[str]]):
     words as tokens, a word outside the vocabulary is sentencepiece's ``<unk>``, the piece that the
     PTB text's own ``<unk>`` is encoded as."""
     from synattn.data.sentences import Sentences
-    from synattn.data.prepare import encode_sentence
+    from synattn.data.encoding import encode_sentence
 
     sp = PreparedData(data).tokenizer("src")
     examples = [encode_sentence("src", w, sp, {}) for w in words]

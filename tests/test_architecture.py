@@ -23,17 +23,15 @@ STEPS = ("trees", "syntax", "data", "structs", "attention", "methods", "models",
 """The steps in pipeline order: a module imports only from its own step and the ones before it."""
 
 SHARED = {"synattn", "synattn.errors", "synattn.io", "synattn.progress", "synattn.locks", "synattn.limits",
-          "synattn.folders", "synattn.checkpoints",
-          "synattn.config_io"}
+          "synattn.folders", "synattn.checkpoints", "synattn.config_io"}
 """Small top-level modules every step may import (they import only each other)."""
 
 TOP_LEVEL_STEPS = {"synattn.experiment": "train", "synattn.runs": "train"}
 """Top-level modules that belong to a step: the experiment YAML and a run's own files."""
 
-ALLOWED: dict[tuple[str, str], str] = {
-}
-"""Known back-arrows still to remove, ``(importer, imported)`` → why it is still there. Only ever
-shrinks: a new back-arrow fails the test."""
+ALLOWED: dict[tuple[str, str], str] = {}
+"""Known back-arrows still to remove, ``(importer, imported)`` → why it is still there (none now).
+Only ever shrinks: a new back-arrow fails the test."""
 
 ALLOWED_CYCLES: dict[frozenset[str], str] = {
     # constituency.py's module __getattr__ still hands out the builders that moved to branching.py
@@ -117,7 +115,8 @@ def back_arrows() -> list[tuple[str, str, str]]:
 
 def cycles() -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan's algorithm)."""
-    graph = {module: sorted({t for t, _ in imports(module, with_typing=False) if t in MODULES and t != module}) for module in MODULES}
+    graph = {module: sorted({t for t, _ in imports(module, with_typing=False) if t in MODULES and t != module})
+             for module in MODULES}
     index, low, on_stack, stack, found = {}, {}, set(), [], []
 
     def visit(node: str) -> None:

@@ -39,8 +39,9 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from synattn.checkpoints import (CHECKPOINTS, NAME, POINTERS, SNAPSHOTS, STATE, WEIGHTS, read_pointer,
-                                 checkpoint_name, checkpoint_step, list_checkpoints, resolve_checkpoint)
+from synattn.checkpoints import (CHECKPOINTS, NAME, POINTERS, SNAPSHOTS, STATE, WEIGHTS,  # noqa: F401 (the
+                                 checkpoint_name, checkpoint_step, list_checkpoints,  # layout's names, read here too)
+                                 read_pointer, resolve_checkpoint)
 from synattn.errors import InputError
 from synattn.io import atomic_write
 from synattn.models.pretrained import mismatch_summary

@@ -4,6 +4,7 @@ synattn.hf read from it, and the older spellings of the Bird-Eye settings."""
 from __future__ import annotations
 
 import dataclasses
+import typing
 import warnings
 from pathlib import Path
 
@@ -11,9 +12,10 @@ import pytest
 
 from synattn.experiment import ExperimentConfig
 from synattn.hf import FEATURES
-from synattn.methods import Claim, Method, check_claims, method, methods, register
+from synattn.methods import Claim, Method, check_claims, method, methods, register, unregister
+from synattn.methods.relations import RelationsConfig
 from synattn.models import EncoderDecoderConfig, LanguageModelConfig, StackConfig
-from synattn.models.config import BirdEyeConfig
+from synattn.models.config import BirdEyeConfig, undeclared
 
 TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -30,6 +32,34 @@ def test_the_built_in_methods_and_their_settings():
                            "cross_attention_normalize", "cross_attention_max_segment",
                            "syntactic_attention"]
     assert set(fields[16:]) == {o.name for m in methods()[7:] for o in m.options()}
+
+
+def test_the_static_stack_config_declares_exactly_the_registry_s_settings():
+    """StackConfig is written out (for type checkers); its fields must stay the methods' own options:
+    the same names in the same order, types and defaults."""
+    hints = typing.get_type_hints(StackConfig)
+    declared = [(f.name, hints[f.name], f.default_factory() if f.default_factory is not dataclasses.MISSING
+                 else f.default) for f in dataclasses.fields(StackConfig)]
+    registry = [(o.name, o.type, o.default_value()) for m in methods() for o in m.options()]
+    assert declared == [("layers", int, 6)] + registry
+    assert undeclared() == []
+
+
+def test_a_flat_method_s_options_are_its_settings_dataclass_fields():
+    assert [o.name for o in method("relations").options()] == [f.name for f in dataclasses.fields(RelationsConfig)]
+    assert method("relations").options()[0].default_value() == [] and method("constituent").options()[1].default == 1.0
+
+
+def test_a_method_missing_from_the_static_stack_config_is_named():
+    class Extra(Method):
+        name = "extra_bias"
+        config = BirdEyeConfig
+
+    register(Extra)
+    try:
+        assert undeclared() == ["extra_bias: synattn.methods.bird_eye.BirdEyeConfig | None = None  # Extra"]
+    finally:
+        unregister("extra_bias")
 
 
 def test_hugging_face_features_come_from_the_registry():

@@ -24,6 +24,7 @@ Model configs (``synattn.models.config``), the syntax request, model building
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -71,11 +72,9 @@ class Option:
     default: Any = None
     factory: Callable[[], Any] | None = None
 
-    def field(self) -> tuple[str, Any, Any]:
-        """The ``(name, type, dataclasses.field)`` triple of ``dataclasses.make_dataclass``."""
-        if self.factory is not None:
-            return self.name, self.type, dataclasses.field(default_factory=self.factory)
-        return self.name, self.type, dataclasses.field(default=self.default)
+    def default_value(self) -> Any:
+        """A fresh default value."""
+        return self.factory() if self.factory is not None else self.default
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,10 @@ class Method:
 
     Class attributes:
         name: the method's key in a stack config (and its Hugging Face feature name).
-        config: the dataclass of its section (None: the method writes its own :meth:`options`).
+        config: the dataclass of its settings, the one place its options are declared (names,
+            types, defaults); None: the method writes its own :meth:`options`.
+        flat: the fields of :attr:`config` are keys of the stack itself (``relations: [...]``,
+            ``max_distance: 8``) instead of one section ``name: config | None``.
         sides: where it may go (:data:`SIDES`).
         order: its place among a layer's features (0 first; see ``synattn.models.features``).
         fields_read: the syntax fields it reads when on.
@@ -114,6 +116,7 @@ class Method:
 
     name: ClassVar[str]
     config: ClassVar[type | None] = None
+    flat: ClassVar[bool] = False
     sides: ClassVar[tuple[str, ...]] = ("encoder", "decoder")
     order: ClassVar[float] = 50.0
     fields_read: ClassVar[frozenset[str]] = frozenset()
@@ -121,8 +124,16 @@ class Method:
 
     # ---------------------------------------------------------------- settings
     def options(self) -> list[Option]:
-        """The fields this method adds to ``StackConfig`` (default: ``name: config | None = None``)."""
-        return [Option(self.name, self.config | None, None)]
+        """The fields this method adds to ``StackConfig``: ``name: config | None = None`` (off when
+        null), or the fields of :attr:`config` when :attr:`flat`; none without a config."""
+        if self.config is None:
+            return []
+        if not self.flat:
+            return [Option(self.name, self.config | None, None)]
+        hints = typing.get_type_hints(self.config)
+        return [Option(f.name, hints[f.name], f.default,
+                       None if f.default_factory is _MISSING else f.default_factory)
+                for f in dataclasses.fields(self.config)]
 
     def upgrade(self, data: dict[str, Any], where: str) -> dict[str, Any]:
         """Rewrites older spellings of this method's keys in a stack's dict (``where``: its path)."""

@@ -8,12 +8,29 @@ Settings (flat keys of a stack config)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from synattn.attention import ConstituentAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import HFFeature, Method, Option, Site, register
+from synattn.methods.base import HFFeature, Method, Site, register
+
+
+@dataclass
+class ConstituentConfig:
+    """Tree Transformer constituent attention (Wang et al. 2019; docs/methods.md §3): flat keys of a
+    stack config.
+
+    Attributes:
+        constituent: in every layer of an encoder (one a-value record threaded through the layers).
+        constituent_diagonal: C_ii of the prior: 1 (the paper's empty product) or 1e-9 (the public
+            Tree Transformer code, for faithful reproductions).
+    """
+
+    constituent: bool = False
+    constituent_diagonal: float = 1.0
+
 
 def _constituent(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
     # the chosen layers are numbered 0, 1, ... in the order they are built (bottom first); their
@@ -27,12 +44,11 @@ class Constituent(Method):
     """The constituent prior C on every head of every encoder layer."""
 
     name = "constituent"
+    config = ConstituentConfig
+    flat = True
     sides = ("encoder",)
     order = 40
     reads_hidden = True
-
-    def options(self):
-        return [Option("constituent", bool, False), Option("constituent_diagonal", float, 1.0)]
 
     def active(self, stack: Any) -> bool:
         return stack.constituent

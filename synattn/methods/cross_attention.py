@@ -11,16 +11,35 @@ Settings (flat keys of a stack config)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from synattn.attention import SegmentationAttention, SpanSegmentationAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import HFFeature, Method, Option, Site, register
+from synattn.methods.base import HFFeature, Method, Site, register
 
 CROSS_ATTENTION = ("segmentation", "sigmoid", "segments")
 """Structured encoder-decoder attention (docs/methods.md §5): the chain CRF, its sigmoid baseline,
 or the semi-Markov CRF over labelled segments."""
+
+
+
+@dataclass
+class CrossAttentionConfig:
+    """Structured encoder-decoder attention (docs/methods.md §5): flat keys of a stack config.
+
+    Attributes:
+        cross_attention: ``segmentation`` (binary chain CRF), ``sigmoid`` or ``segments``
+            (semi-Markov CRF over labelled segments) in every layer; None: softmax.
+        cross_attention_normalize: rescale the weights to 2 p_i / Σ_j p_j (the public SAN code;
+            segmentation and sigmoid); off by default, as in the paper.
+        cross_attention_max_segment: the longest segment, in source pieces (segments).
+    """
+
+    cross_attention: str | None = None
+    cross_attention_normalize: bool = False
+    cross_attention_max_segment: int = 4
 
 
 def _segmentation(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
@@ -36,12 +55,10 @@ class CrossAttention(Method):
     """Segmentation (or sigmoid) attention on a translation decoder's cross-attention."""
 
     name = "cross_attention"
+    config = CrossAttentionConfig
+    flat = True
     sides = ("cross",)
     order = 0
-
-    def options(self):
-        return [Option("cross_attention", str | None, None), Option("cross_attention_normalize", bool, False),
-                Option("cross_attention_max_segment", int, 4)]
 
     def misplaced(self, model: Any, side: str, stack: Any) -> str:
         return (f"{side}.cross_attention={stack.cross_attention!r}, but the {side} of this {model.model_type} "

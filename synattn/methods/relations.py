@@ -13,12 +13,13 @@ Settings (flat keys of a stack config)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from synattn.attention import RelativePositions, TreeRelations
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import HFFeature, Method, Option, Site, register
+from synattn.methods.base import HFFeature, Method, Site, register
 from synattn.trees.relations import check_label_clips, distance_vocab, traversal_vocab
 
 RELATIONS = ("sequential", "tree_distance", "traversal")
@@ -35,6 +36,28 @@ def relation_labels(field: str, max_distance: int, max_traversal: int) -> int:
     return len(vocab) + 1
 
 
+@dataclass
+class RelationsConfig:
+    """Relative attention of the self-attention (Shaw et al. 2018; docs/methods.md §1): flat keys
+    of a stack config.
+
+    Attributes:
+        relations: any of ``sequential`` (Shaw), ``tree_distance``, ``traversal``; several are summed.
+        relation_layers: the layers that get them (None: every layer).
+        max_relative_position: Shaw's clipping distance k.
+        max_distance: largest tree distance with its own label.
+        max_traversal: longest traversal path with its own label.
+        relative_values: also learn value embeddings a^V.
+    """
+
+    relations: list[str] = field(default_factory=list)
+    relation_layers: list[int] | None = None
+    max_relative_position: int = 16
+    max_distance: int = 8
+    max_traversal: int = 4
+    relative_values: bool = True
+
+
 def _tree_relations(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
     labels = relation_labels(o["field"], o["max_distance"], o["max_traversal"])
     return TreeRelations(o["field"], labels, site.head_dim, values=o["values"])
@@ -49,13 +72,10 @@ class Relations(Method):
     """Shaw relative positions and tree-label relations on the self-attention."""
 
     name = "relations"
+    config = RelationsConfig
+    flat = True
     sides = ("encoder", "decoder")
     order = 10
-
-    def options(self) -> list[Option]:
-        return [Option("relations", list[str], factory=list), Option("relation_layers", list[int] | None, None),
-                Option("max_relative_position", int, 16), Option("max_distance", int, 8),
-                Option("max_traversal", int, 4), Option("relative_values", bool, True)]
 
     def active(self, stack: Any) -> bool:
         return bool(stack.relations)

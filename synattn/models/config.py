@@ -21,7 +21,8 @@ file to the message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, make_dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from synattn.errors import ConfigError
@@ -33,6 +34,7 @@ from synattn.methods.relations import RELATIONS
 from synattn.methods.specialized import SpecializedHeadsConfig
 from synattn.methods.supervised import SupervisedHeadConfig
 from synattn.methods.syntactic import SyntacticAttentionConfig
+from synattn.methods.tree_distance_bias import TreeDistanceBiasConfig
 from synattn.models.config_checks import StackChecks
 from synattn.config_io import StrictConfig
 
@@ -41,43 +43,59 @@ __all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "Encoder
            "SupervisedHeadConfig", "SyntacticAttentionConfig"]
 
 
-_STACK_DOC = """The layers of an encoder or decoder and their attention features.
+@dataclass
+class StackConfig:
+    """The layers of an encoder or decoder and their attention features.
 
-    The fields after ``layers`` are the settings of the registered methods (``synattn.methods``,
-    one module per method, in its order):
+    The fields after ``layers`` are the settings of the registered methods (``synattn.methods``), in
+    their order; each method declares them once, in its settings dataclass (``Method.config``):
+    a method with a section adds ``name: config | None = None`` (null: off), a flat one the fields
+    of its dataclass. They are written out here, statically, so that type checkers and readers see
+    them; :func:`undeclared` compares them with the registry when this module is imported (a method
+    added to ``synattn/methods/`` without its line here is refused, naming the line to add) and
+    ``tests/test_methods.py`` checks that names, types and defaults are the registry's.
 
     Attributes:
         layers: number of layers.
-        relations: relative-attention relations of the self-attention, any of ``sequential``
-            (Shaw), ``tree_distance``, ``traversal``; several are summed.
-        relation_layers: the layers that get the relations (None: every layer).
-        max_relative_position: Shaw's clipping distance k.
-        max_distance: largest tree distance with its own label.
-        max_traversal: longest traversal path with its own label.
-        relative_values: also learn value embeddings a^V.
+        relations, relation_layers, max_relative_position, max_distance, max_traversal,
+            relative_values: relative attention (:class:`~synattn.methods.relations.RelationsConfig`,
+            docs/methods.md §1).
         specialized_heads: specialized heads in layer 0 (encoder only).
         supervised_head: the dependency-supervised head.
-        constituent: Tree Transformer constituent attention in every layer (docs/methods.md §3;
-            encoders only, one a-value record threaded through the layers).
-        constituent_diagonal: C_ii of the constituent prior: 1 (the paper's empty product) or
-            1e-9 (the public Tree Transformer code, for faithful reproductions).
+        constituent, constituent_diagonal: Tree Transformer constituent attention
+            (:class:`~synattn.methods.constituent.ConstituentConfig`, docs/methods.md §3; encoders only).
         bird_eye: Bird-Eye attention (:class:`BirdEyeConfig`, docs/methods.md §4; causal stacks
             only): ``variant`` ``sg`` (BET(SG): pointer loss toward the syntax hints on every
             block, weight ``pointer_weight``, on head ``pointer_head`` or the head average) or
             ``sf`` (BET(SF): diagonal-free reweighted attention in every block). The string
             ``sg``/``sf`` is short for ``{variant: …}``.
-        cross_attention: ``segmentation`` (binary chain CRF) or ``sigmoid`` encoder-decoder
-            attention in every layer (docs/methods.md §5; translation decoders only). None: softmax.
-        cross_attention_normalize: rescale the structured weights to 2 p_i / Σ_j p_j (the
-            public SAN code); off by default, as in the paper.
+        cross_attention, cross_attention_normalize, cross_attention_max_segment: structured
+            encoder-decoder attention (:class:`~synattn.methods.cross_attention.CrossAttentionConfig`,
+            docs/methods.md §5; translation decoders only).
         syntactic_attention: one encoder layer's structured syntactic attention head(s).
-        (further keys: the sections of methods added to ``synattn.methods``)
+        tree_distance_bias: ALiBi-style slopes times the tree distance.
     """
 
-
-@dataclass
-class _StackBase:
     layers: int = 6
+    # relations (synattn/methods/relations.py)
+    relations: list[str] = field(default_factory=list)
+    relation_layers: list[int] | None = None
+    max_relative_position: int = 16
+    max_distance: int = 8
+    max_traversal: int = 4
+    relative_values: bool = True
+    specialized_heads: SpecializedHeadsConfig | None = None
+    supervised_head: SupervisedHeadConfig | None = None
+    # constituent (synattn/methods/constituent.py)
+    constituent: bool = False
+    constituent_diagonal: float = 1.0
+    bird_eye: BirdEyeConfig | None = None
+    # cross_attention (synattn/methods/cross_attention.py)
+    cross_attention: str | None = None
+    cross_attention_normalize: bool = False
+    cross_attention_max_segment: int = 4
+    syntactic_attention: SyntacticAttentionConfig | None = None
+    tree_distance_bias: TreeDistanceBiasConfig | None = None
 
     def __post_init__(self) -> None:
         for m in methods():
@@ -92,8 +110,16 @@ class _StackBase:
         return data
 
 
-StackConfig = make_dataclass("StackConfig", [o.field() for m in methods() for o in m.options()],
-                             bases=(_StackBase,), namespace={"__doc__": _STACK_DOC, "__module__": __name__})
+def undeclared() -> list[str]:
+    """The registered methods' options that :class:`StackConfig` does not declare, as the lines to add."""
+    declared = {f.name for f in dataclasses.fields(StackConfig)}
+    return [f"{o.name}: {getattr(o.type, '__name__', o.type)} = {o.default_value()!r}  # {type(m).__name__}"
+            for m in methods() for o in m.options() if o.name not in declared]
+
+
+if undeclared():
+    raise TypeError(f"synattn/models/config.py: StackConfig lacks the settings of a registered method; add "
+                    f"{'; '.join(undeclared())} (docs/adding_a_method.md)")
 
 
 @dataclass(kw_only=True)

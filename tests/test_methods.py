@@ -153,3 +153,24 @@ def test_the_bet_configs_load_as_sections():
     sf = ExperimentConfig.from_yaml(CONFIGS / "bet_sf.yaml")
     assert sg.model["decoder"]["bird_eye"] == {"variant": "sg", "pointer_weight": 1.0}
     assert sf.model["decoder"]["bird_eye"] == "sf"
+
+
+def test_every_method_checks_heads_and_layers_with_the_shared_range_check(monkeypatch):
+    """The head/layer indices of every method go through check_head / check_layer (one message)."""
+    import synattn.methods.base as base
+
+    checked = []
+    real = base._check_range
+    monkeypatch.setattr(base, "_check_range", lambda value, where, *rest: (checked.append(where),
+                                                                           real(value, where, *rest)))
+    EncoderDecoderConfig.from_dict(dict(src_vocab_size=9, tgt_vocab_size=9, num_pos_tags=3, **TINY, encoder=dict(
+        layers=2, relations=["sequential"], relation_layers=[1], specialized_heads={"heads": [1]},
+        syntactic_attention={"layer": 1, "children_head": 1}, tree_distance_bias={"layers": [0]}),
+        decoder=dict(layers=2, supervised_head={"layer": 1}, bird_eye={"pointer_head": 1})))
+    assert sorted(checked) == sorted([
+        "encoder.relation_layers", "encoder.specialized_heads.heads", "encoder.syntactic_attention.layer",
+        "encoder.syntactic_attention.head", "encoder.syntactic_attention.children_head",
+        "encoder.tree_distance_bias.layers", "decoder.supervised_head.layer", "decoder.supervised_head.head",
+        "decoder.bird_eye.pointer_head"])
+    with pytest.raises(ValueError, match=r"^encoder\.specialized_heads\.heads has head 5, out of range for heads=2$"):
+        base.check_head([0, 5], "encoder.specialized_heads.heads", 2)

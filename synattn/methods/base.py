@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -257,13 +257,25 @@ def check_claims(model: Any, side: str, stack: Any, methods: list[Method]) -> No
         raise ConfigError(message)
 
 
-def check_head(value: int, where: str, heads: int) -> None:
-    """Raises :class:`ConfigError` unless ``0 <= value < heads``."""
-    if not 0 <= value < heads:
-        raise ConfigError(f"{where}={value} is out of range for heads={heads}")
+def check_head(value: int | Sequence[int], where: str, heads: int) -> None:
+    """Raises :class:`ConfigError` unless ``0 <= value < heads`` (for a list: each of its values).
+
+    Example:
+        >>> check_head([0, 5], "encoder.specialized_heads.heads", 4)
+        Traceback (most recent call last):
+        synattn.errors.ConfigError: encoder.specialized_heads.heads has head 5, out of range for heads=4
+    """
+    _check_range(value, where, "head", heads, f"heads={heads}")
 
 
-def check_layer(value: int, where: str, side: str, layers: int) -> None:
-    """Raises :class:`ConfigError` unless ``0 <= value < layers``."""
-    if not 0 <= value < layers:
-        raise ConfigError(f"{where}={value} is out of range for {side}.layers={layers}")
+def check_layer(value: int | Sequence[int], where: str, side: str, layers: int) -> None:
+    """Raises :class:`ConfigError` unless ``0 <= value < layers`` (for a list: each of its values);
+    ``side``: the stack, named in the message (``... out of range for encoder.layers=6``)."""
+    _check_range(value, where, "layer", layers, f"{side}.layers={layers}")
+
+
+def _check_range(value: int | Sequence[int], where: str, what: str, size: int, bound: str) -> None:
+    for v in [value] if isinstance(value, int) else value:
+        if not 0 <= v < size:
+            raise ConfigError(f"{where}={v} is out of range for {bound}" if isinstance(value, int)
+                              else f"{where} has {what} {v}, out of range for {bound}")

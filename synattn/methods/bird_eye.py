@@ -19,7 +19,7 @@ from typing import Any
 from synattn.attention import BirdEyeReweighting, SyntaxGuidedPointer
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError, brief
-from synattn.methods.base import Claim, HFFeature, Method, Site, register
+from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, register
 
 BIRD_EYE = ("sg", "sf")
 """Bird-Eye variants (docs/methods.md §4): syntax-guided pointer loss, syntax-free reweighting."""
@@ -110,8 +110,7 @@ class BirdEye(Method):
         if bird.variant != "sg":
             raise ConfigError(f"{where}.pointer_head={head} is set, but {where}={bird.variant!r}: "
                               "the pointer loss exists with bird_eye='sg' only")
-        if not 0 <= head < model.heads:
-            raise ConfigError(f"{where}.pointer_head={head} is out of range for heads={model.heads}")
+        check_head(head, f"{where}.pointer_head", model.heads)
 
     def claims(self, model: Any, side: str, stack: Any) -> list[Claim]:
         head = stack.bird_eye.pointer_head

@@ -19,7 +19,7 @@ from typing import Any
 from synattn.attention import RelativePositions, TreeRelations
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import HFFeature, Method, Site, register
+from synattn.methods.base import HFFeature, Method, Site, check_layer, register
 from synattn.trees.relations import check_label_clips, distance_vocab, traversal_vocab
 
 RELATIONS = ("sequential", "tree_distance", "traversal")
@@ -92,10 +92,7 @@ class Relations(Method):
         if stack.relation_layers is not None:
             if not stack.relations:
                 raise ConfigError(f"{side}.relation_layers is set but {side}.relations is empty")
-            for layer in stack.relation_layers:
-                if not 0 <= layer < stack.layers:
-                    raise ConfigError(f"{side}.relation_layers has layer {layer}, out of range for "
-                                      f"{side}.layers={stack.layers}")
+            check_layer(stack.relation_layers, f"{side}.relation_layers", side, stack.layers)
         for name in ("max_relative_position", "max_distance", "max_traversal"):
             if getattr(stack, name) < 1:
                 raise ConfigError(f"{side}.{name}={getattr(stack, name)} must be at least 1")

@@ -13,7 +13,7 @@ from typing import Any
 from synattn.attention import SpecializedHeads
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import Claim, HFFeature, Method, Site, register
+from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, register
 
 
 @dataclass
@@ -68,10 +68,7 @@ class SpecializedHeadsMethod(Method):
             raise ConfigError(f"{side}.specialized_heads.label_dim={spec.label_dim} must be at least 1 (or null)")
         if not spec.heads or len(set(spec.heads)) != len(spec.heads):
             raise ConfigError(f"{side}.specialized_heads.heads={spec.heads} must be distinct and non-empty")
-        for head in spec.heads:
-            if not 0 <= head < model.heads:
-                raise ConfigError(f"{side}.specialized_heads.heads has head {head}, out of range for "
-                                  f"heads={model.heads}")
+        check_head(spec.heads, f"{side}.specialized_heads.heads", model.heads)
 
     def claims(self, model: Any, side: str, stack: Any) -> list[Claim]:
         spec = stack.specialized_heads

@@ -13,7 +13,7 @@ from typing import Any
 from synattn.attention import SupervisedHead
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import Claim, HFFeature, Method, Site, register
+from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, check_layer, register
 
 
 @dataclass
@@ -51,11 +51,8 @@ class SupervisedHeadMethod(Method):
             return
         if sup.weight < 0:
             raise ConfigError(f"{side}.supervised_head.weight={sup.weight} must be >= 0")
-        if not 0 <= sup.layer < stack.layers:
-            raise ConfigError(f"{side}.supervised_head.layer={sup.layer} is out of range for "
-                              f"{side}.layers={stack.layers}")
-        if not 0 <= sup.head < model.heads:
-            raise ConfigError(f"{side}.supervised_head.head={sup.head} is out of range for heads={model.heads}")
+        check_layer(sup.layer, f"{side}.supervised_head.layer", side, stack.layers)
+        check_head(sup.head, f"{side}.supervised_head.head", model.heads)
 
     def claims(self, model: Any, side: str, stack: Any) -> list[Claim]:
         sup = stack.supervised_head

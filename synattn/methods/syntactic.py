@@ -16,7 +16,7 @@ from synattn.attention import SyntacticAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.attention.structured import TREE_KINDS
 from synattn.errors import ConfigError
-from synattn.methods.base import Claim, HFFeature, Method, Site, register
+from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, check_layer, register
 
 
 @dataclass
@@ -70,15 +70,13 @@ class SyntacticAttentionMethod(Method):
         if syn is None:
             return
         where = f"{side}.syntactic_attention"
-        if not 0 <= syn.layer < stack.layers:
-            raise ConfigError(f"{where}.layer={syn.layer} is out of range for {side}.layers={stack.layers}")
+        check_layer(syn.layer, f"{where}.layer", side, stack.layers)
         if syn.tree not in TREE_KINDS:
             raise ConfigError(f"{where}.tree={syn.tree!r}: use one of {', '.join(TREE_KINDS)}")
         if syn.arc_dim < 1:
             raise ConfigError(f"{where}.arc_dim={syn.arc_dim} must be at least 1")
         for name, head in zip(("head", "children_head"), self._claimed(syn)):
-            if not 0 <= head < model.heads:
-                raise ConfigError(f"{where}.{name}={head} is out of range for heads={model.heads}")
+            check_head(head, f"{where}.{name}", model.heads)
         if syn.children_head == syn.head:
             raise ConfigError(f"{where}.head={syn.head} and {where}.children_head={syn.children_head} "
                               "are the same head")

@@ -25,7 +25,7 @@ from torch import Tensor
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.inputs import require_syntax
 from synattn.errors import ConfigError
-from synattn.methods.base import Method, Site, register
+from synattn.methods.base import Method, Site, check_layer, register
 
 
 def alibi_slopes(heads: int) -> list[float]:
@@ -99,10 +99,7 @@ class TreeDistanceBiasMethod(Method):
             return
         if settings.scale < 0:
             raise ConfigError(f"{side}.tree_distance_bias.scale={settings.scale} must be >= 0")
-        for layer in settings.layers or ():
-            if not 0 <= layer < stack.layers:
-                raise ConfigError(f"{side}.tree_distance_bias.layers has layer {layer}, out of range for "
-                                  f"{side}.layers={stack.layers}")
+        check_layer(settings.layers or [], f"{side}.tree_distance_bias.layers", side, stack.layers)
 
     def feature(self, site: Site, settings: TreeDistanceBiasConfig) -> AttentionFeature:
         return TreeDistanceBias(site.heads, settings.scale)

@@ -20,7 +20,7 @@ from synattn.structs import ChainMarginals, LinearChainCRF
 from synattn.structs.backend import use_backend
 from synattn.structs.chain import (ChainLogPartition, chain_log_partition, forward_backward,
                                    transfer_matrices)
-from synattn.structs.semiring import signed_exp, signed_log, signed_logsumexp
+from synattn.structs.semirings.signed import signed_exp, signed_log, signed_logsumexp
 
 BACKENDS = ["torch", "numba"]
 

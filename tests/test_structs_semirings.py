@@ -1,4 +1,4 @@
-"""The semiring API (synattn.structs.semiring_programs): every semiring on every dynamic program
+"""The semiring API (synattn.structs.semirings.programs): every semiring on every dynamic program
 against brute-force enumeration of the structures at tiny sizes, the sampling semirings'
 frequencies against the marginals, and the values of torch-struct 0.5's semirings on the same
 inputs."""
@@ -12,11 +12,11 @@ import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, SemiMarkovCRF, TreeCRF
 from synattn.structs.constants import NEG
-from synattn.structs.semiring_programs import run
-from synattn.structs.semiring_sampling import GumbelCRFSemiring, MultiSampledSemiring, SampledSemiring
-from synattn.structs.semirings import (CheckpointSemiring, CrossEntropySemiring, EntropySemiring,
-                                       KLSemiring, KMaxSemiring, LogSemiring, MaxSemiring,
-                                       Semiring, SparseMaxSemiring, sparsemax)
+from synattn.structs.semirings.programs import run
+from synattn.structs.semirings.sampling import GumbelCRFSemiring, MultiSampledSemiring, SampledSemiring
+from synattn.structs.semirings.generic import (CheckpointSemiring, CrossEntropySemiring, EntropySemiring,
+                                               KLSemiring, KMaxSemiring, LogSemiring, MaxSemiring, Semiring,
+                                               SparseMaxSemiring, sparsemax)
 from test_structs_cky import bracketings
 from test_structs_semimarkov import structures as segmentations
 from test_structs_trees import all_trees

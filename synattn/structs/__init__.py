@@ -34,6 +34,7 @@ dynamic program in float32 or float64 (also under autocast): as compiled numba k
 tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers).
 """
 
+from . import _old_paths
 from .alignment import AlignmentCRF
 from .autoregressive import Autoregressive
 from .cfg import SentCFG
@@ -44,7 +45,8 @@ from .eisner2o import Dependency2oCRF
 from .second_order_vi import DependencyLBP, DependencyMFVI
 from .matrix_tree import NonProjectiveDependencyCRF
 from .semimarkov import SemiMarkovCRF
-from .semiring import NEG, LogSemiring, MaxSemiring
+from .constants import NEG
+from .semirings.log_max import LogSemiring, MaxSemiring
 
 __all__ = [
     "AlignmentCRF",
@@ -64,3 +66,14 @@ __all__ = [
     "SentCFG",
     "TreeCRF",
 ]
+
+_old_paths.install()
+
+
+def __getattr__(name: str):
+    """``synattn.structs.<old module name>`` as an attribute too (see :mod:`._old_paths`)."""
+    if name in _old_paths.MOVED:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,7 +38,8 @@ import torch
 from .arguments import flag, score_tensor
 from .distribution import StructDistribution, _gumbel_argmax, check_count
 from .kbest import lawler
-from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
+from .constants import IMPOSSIBLE, NEG
+from .scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 RIGHT, MATCH, DOWN, END = 0, 1, 2, 3
 """Moves (``op``): ``(i, j-1) → (i, j)``, ``(i-1, j-1) → (i, j)``, ``(i-1, j) → (i, j)``; END

@@ -16,7 +16,8 @@ from functools import cached_property
 from . import registry
 from .arguments import flag, score_tensor
 from .distribution import Decoding, StructDistribution, check_count
-from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
+from .constants import IMPOSSIBLE, NEG
+from .scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
 def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
@@ -30,13 +31,13 @@ def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
     Returns:
         Scores in float32/float64 with every entry that no tree uses set to 0 (so that padding
         may hold anything, even NaN), entries ``<= NEG`` (``-inf``, ``finfo.min``...) set to
-        :data:`~synattn.structs.semiring.NEG` (masked arcs), the lengths as a long tensor on
+        :data:`~synattn.structs.constants.NEG` (masked arcs), the lengths as a long tensor on
         the scores' device and, if ``with_masked``, whether any usable arc is masked.
 
     Raises:
         ValueError: not a floating-point tensor, bad shapes or lengths, NaN among the usable
             scores, or finite scores too large for masks to stay impossible
-            (:func:`~synattn.structs.semiring.check_scores`).
+            (:func:`~synattn.structs.scores.check_scores`).
     """
     score_tensor(scores, "scores", "dependency CRF")
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:

@@ -5,7 +5,7 @@
 - flags (``multiroot``, ``scan``) are real booleans: ``multiroot="no"`` would otherwise count
   as True;
 - NaN among the scores that matter is refused by
-  :func:`~synattn.structs.semiring.check_scores` (the same reduction that checks their range),
+  :func:`~synattn.structs.scores.check_scores` (the same reduction that checks their range),
   on every backend alike;
 - counts (``sample(count)``, ``kbest(k)``) are whole numbers >= 1, ``kbest`` bounded by memory.
 

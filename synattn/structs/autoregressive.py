@@ -50,7 +50,7 @@ class Autoregressive:
         ...     return emb[tokens] + state[0].unsqueeze(1), state
         >>> dist = Autoregressive(model, (torch.randn(2, 5),), n_classes=5, n_length=3)
         >>> scores, seqs = dist.beam_search(4)
-        >>> seqs.shape, torch.allclose(dist.log_prob(seqs[:, 0]), scores[:, 0])
+        >>> seqs.shape, torch.allclose(dist.log_prob(seqs[:, 0]).double(), scores[:, 0])  # (scores: float64)
         (torch.Size([2, 4, 3]), True)
     """
 

@@ -124,3 +124,28 @@ def set_threads(work: int | None = None, serial_below: int = 0) -> int:
     if torch.get_num_threads() != torch_threads:
         torch.set_num_threads(torch_threads)
     return count
+
+
+SMALL_STEP = 1 << 18
+"""Elements per step below which a dynamic program's loop runs with one CPU thread."""
+
+
+@contextlib.contextmanager
+def serial_if_small(step_elements: int, device: torch.device) -> Iterator[None]:
+    """Run the block with one intra-op thread on CPU when its kernels are small.
+
+    A dynamic program issues many kernels of ``step_elements`` elements each, one Python step
+    after another; below :data:`SMALL_STEP` splitting them over threads costs more in
+    synchronisation than it gains (measured on a 2-core machine, also under load). The thread
+    count is restored afterwards.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1 or step_elements >= SMALL_STEP:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+

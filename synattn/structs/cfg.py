@@ -29,7 +29,8 @@ import torch
 
 from .arguments import score_tensor
 from .distribution import StructDistribution
-from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
+from .constants import IMPOSSIBLE, NEG
+from .scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
 class SentCFG(StructDistribution):

@@ -34,14 +34,14 @@ from functools import cached_property
 import torch
 
 from . import reference, registry
-from .backend import kernels, use_numba
+from .backend import kernels, serial_if_small, use_numba
 from .chain_dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first,
                        _step_elements, chain_log_partition, forward_backward, pair_marginals,
                        viterbi)
 from .arguments import flag, score_tensor
 from .distribution import Decoding, StructDistribution, check_count
-from .semiring import (IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, lengths_mask,
-                       mask_impossible, serial_if_small)
+from .constants import IMPOSSIBLE, NEG
+from .scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
 
 __all__ = ["ChainLogPartition", "ChainMarginals", "LinearChainCRF", "chain_log_partition",
            "forward_backward", "transfer_matrices"]

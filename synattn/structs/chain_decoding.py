@@ -7,13 +7,13 @@ import torch
 
 from .chain import forward_backward, transfer_matrices
 from .distribution import _gumbel_argmax
-from .semiring import NEG
+from .constants import NEG
 
 
 def constrained_unary(unary: torch.Tensor, labels: torch.Tensor | None,
                       allowed: torch.Tensor | None) -> torch.Tensor:
     """``unary [B, n, C]`` with every label excluded by ``labels`` (``[B, n]``, ``-1`` free) or
-    ``allowed`` (``[B, n, C]`` bool) set to :data:`~synattn.structs.semiring.NEG`."""
+    ``allowed`` (``[B, n, C]`` bool) set to :data:`~synattn.structs.constants.NEG`."""
     keep = torch.ones_like(unary, dtype=torch.bool)
     if allowed is not None:
         if allowed.shape != unary.shape:

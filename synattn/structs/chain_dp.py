@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from .backend import kernels, use_numba
-from .semiring import logsumexp, serial_if_small, signed_exp, signed_log, signed_logsumexp
+from .backend import kernels, serial_if_small, use_numba
+from .semirings.log_max import logsumexp
+from .semirings.signed import signed_exp, signed_log, signed_logsumexp
 
 PROMOTE_ABOVE = 100.0
 """On the PyTorch path, float32 potentials above this magnitude run in float64 inside: the log-space

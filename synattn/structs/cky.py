@@ -42,7 +42,9 @@ from .backend import use_numba
 from .distribution import PeerNames, check_count
 from .cky_dp import (DEAD, CKYMarginals, _zero_dead, check_span_scores,
                      cky_inside, cky_marginals, from_width_major, span_mask, to_width_major)
-from .semiring import NEG, MaxSemiring, fp32_inside
+from .constants import NEG
+from .semirings.log_max import MaxSemiring
+from .scores import fp32_inside
 
 __all__ = ["DEAD", "CKYMarginals", "TreeCRF", "chart_to_spans", "check_span_scores",
            "cky_inside", "cky_marginals", "sample_trees", "span_mask", "spans_to_chart"]

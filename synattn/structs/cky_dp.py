@@ -12,10 +12,11 @@ import torch.nn.functional as F
 
 from . import reference, registry
 from .arguments import score_tensor
-from .backend import kernels, use_numba
-from .constants import IMPOSSIBLE
-from .semiring import (NEG, LogSemiring, MaxSemiring, Semiring, check_scores, float_dtype,
-                       forward_derivative, serial_if_small)
+from .backend import kernels, serial_if_small, use_numba
+from .constants import IMPOSSIBLE, NEG
+from .semirings.log_max import LogSemiring, MaxSemiring, Semiring
+from .scores import check_scores, float_dtype
+from .forward_mode import forward_derivative
 
 DEAD = IMPOSSIBLE
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
@@ -62,7 +63,7 @@ def check_span_scores(scores: torch.Tensor,
 
     Raises:
         ValueError: not a floating-point tensor, bad shapes or lengths, NaN or finite scores
-            too large (:func:`~synattn.structs.semiring.check_scores`) within the sentences.
+            too large (:func:`~synattn.structs.scores.check_scores`) within the sentences.
     """
     score_tensor(scores, "scores", "TreeCRF")
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 1:

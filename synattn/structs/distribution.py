@@ -35,7 +35,7 @@ from synattn.limits import check_memory
 
 from .arguments import count as whole_count
 from .kbest import lawler
-from .semiring import NEG
+from .constants import NEG
 
 
 def _inner(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -71,33 +71,33 @@ class PeerNames:
         """``[k, B, ...]`` the ``k`` best structures (``kbest(k)[1]`` with ``k`` first)."""
         return self.kbest(k)[1].transpose(0, 1)
 
-    # --- semirings (synattn.structs.semiring_programs) ----------------------------------------
+    # --- semirings (synattn.structs.semirings.programs) ----------------------------------------
 
     def run(self, semiring, other=None, *, compiled: bool = True) -> torch.Tensor:
         """The value of ``semiring``'s sum over all structures (``[B]``; ``[k, B]`` for k-max):
-        :func:`synattn.structs.semiring_programs.run`."""
-        from .semiring_programs import run
+        :func:`synattn.structs.semirings.programs.run`."""
+        from .semirings.programs import run
         return run(self, semiring, other, compiled=compiled)
 
     def semiring_marginals(self, semiring, other=None, *, compiled: bool = True) -> torch.Tensor:
         """The gradient of :meth:`run`'s value, in the layout of ``marginals``:
-        :func:`synattn.structs.semiring_programs.marginals`."""
-        from .semiring_programs import marginals
+        :func:`synattn.structs.semirings.programs.marginals`."""
+        from .semirings.programs import marginals
         return marginals(self, semiring, other, compiled=compiled)
 
     @property
     def count(self) -> torch.Tensor:
         """``[B]`` float64: the number of structures that avoid every masked part (torch-struct's
-        ``count``): :func:`synattn.structs.semiring_programs.count`."""
-        from .semiring_programs import count
+        ``count``): :func:`synattn.structs.semirings.programs.count`."""
+        from .semirings.programs import count
         return count(self)
 
     def gumbel_crf(self, temperature: float = 1.0) -> torch.Tensor:
         """A sample's 0/1 parts (layout of ``marginals``) whose gradient is the straight-through
         Gumbel-softmax at ``temperature`` (Fu et al. 2020; torch-struct's ``gumbel_crf``): the
-        marginals under :func:`~synattn.structs.semiring_sampling.GumbelCRFSemiring`."""
-        from .semiring_programs import marginals
-        from .semiring_sampling import GumbelCRFSemiring
+        marginals under :func:`~synattn.structs.semirings.sampling.GumbelCRFSemiring`."""
+        from .semirings.programs import marginals
+        from .semirings.sampling import GumbelCRFSemiring
         return marginals(self, GumbelCRFSemiring(temperature), create_graph=True)
 
 
@@ -109,7 +109,7 @@ class StructDistribution(PeerNames):
 
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(θ, μ)`` pairs ``[B, ...]``: every part's log-potential (0 where no structure can
-        use it, :data:`~synattn.structs.semiring.NEG` where masked) and its marginal, so that
+        use it, :data:`~synattn.structs.constants.NEG` where masked) and its marginal, so that
         ``score(y) = Σ θ φ(y)`` and ``μ = E[φ(y)]``."""
         raise NotImplementedError
 

@@ -52,7 +52,7 @@ from .arguments import score_tensor
 from .backend import kernels, requested_backend, use_numba
 from .constants import IMPOSSIBLE, NEG
 from .eisner import DependencyCRF
-from .semiring import check_scores, fp32_inside, mask_impossible
+from .scores import check_scores, fp32_inside, mask_impossible
 
 # channels of the chart [5, L, L, B]: chart[c, i, j] for the span (i, j), i <= j
 CR, CL, IR, IL, SIB = range(5)

@@ -94,7 +94,7 @@ def tree_kbest(crf, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     non-crossing set can have, so a span that crosses none of a tree's spans is one of them.
     """
     from .cky import TreeCRF
-    from .semiring import NEG
+    from .constants import NEG
 
     scores, lengths = crf.scores.detach(), crf.lengths
     batch, N, _ = scores.shape

@@ -30,7 +30,8 @@ import torch
 from .arc_scores import ArcCRF, usable_arcs
 from .arguments import score_tensor
 from .distribution import _gumbel_argmax, check_count
-from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, mask_impossible
+from .constants import IMPOSSIBLE, NEG
+from .scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
 class LabelledArcs:

@@ -77,7 +77,8 @@ from .matrix_tree_log import (_has_tree, _log_space_log_z, _log_space_marginals,
                               _wide_columns)
 from .matrix_tree_sample import matrix_tree_sample
 from .registry import Implementation, numba_applies, register
-from .semiring import NEG, forward_derivative
+from .constants import NEG
+from .forward_mode import forward_derivative
 
 __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDependencyCRF",
            "best_tree", "matrix_tree_log_partition"]

@@ -11,10 +11,9 @@ import numpy as np
 import torch
 
 from .arc_scores import usable_arcs
-from .backend import as_array, set_threads
+from .backend import as_array, serial_if_small, set_threads
 from .backend import kernels as backend_kernels
 from .constants import NEG, SAFE_PIVOT, SERIAL_WORK, TINY
-from .semiring import serial_if_small
 
 
 

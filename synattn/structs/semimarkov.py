@@ -34,8 +34,9 @@ from . import reference, registry
 from .arguments import score_tensor
 from .backend import kernels
 from .distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
-from .semiring import IMPOSSIBLE, NEG, check_scores, float_dtype, fp32_inside, lengths_mask, \
-    logsumexp, mask_impossible
+from .constants import IMPOSSIBLE, NEG
+from .scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
+from .semirings.log_max import logsumexp
 
 __all__ = ["SemiMarkovCRF", "check_segment_scores", "segment_parts"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .semirings import LogSemiring
+from .generic import LogSemiring
 
 __all__ = ["GumbelCRFSemiring", "MultiSampledSemiring", "SampledSemiring"]
 

@@ -1,13 +1,13 @@
 """Every dynamic program of ``synattn.structs`` under any semiring: the one user API.
 
-    from synattn.structs.semiring_programs import run, marginals
+    from synattn.structs.semirings.programs import run, marginals
     run(crf, semiring, other=None)        # the semiring's value of the whole sum (e.g. [B])
     marginals(crf, semiring, other=None)  # its gradient, in the layout of crf.marginals
 
 or the same as methods: ``crf.run(semiring)``, ``crf.semiring_marginals(semiring)``. ``crf`` is a
 :class:`~synattn.structs.LinearChainCRF`, :class:`~synattn.structs.SemiMarkovCRF`,
 :class:`~synattn.structs.DependencyCRF` or :class:`~synattn.structs.TreeCRF`; the semirings
-are those of :mod:`synattn.structs.semirings` and :mod:`synattn.structs.semiring_sampling`, or
+are those of :mod:`synattn.structs.semirings` and :mod:`synattn.structs.semirings.sampling`, or
 a user's (a subclass of :class:`~synattn.structs.semirings.Semiring`). ``other``: the second
 distribution (same class and shapes) of :class:`~synattn.structs.semirings.CrossEntropySemiring`
 and :class:`~synattn.structs.semirings.KLSemiring`.
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import torch
 
-from . import semiring as _kernel_semirings
-from .semirings import LogSemiring, MaxSemiring, Semiring
-from .semiring import fp32_inside
+from . import log_max as _kernel_semirings
+from .generic import LogSemiring, MaxSemiring, Semiring
+from ..scores import fp32_inside
 
 __all__ = ["chain", "cky", "count", "eisner", "marginals", "run", "semi_markov"]
 
@@ -140,10 +140,10 @@ def _program(crf):
     """``(program, potentials, extra, to_marginals)`` of a CRF: its generic program, its
     potential tensors ``[B, ...]`` (those ``convert`` maps), the program's other arguments,
     and the map from the gradients of the potentials to the layout of ``crf.marginals``."""
-    from .chain import LinearChainCRF
-    from .cky import TreeCRF
-    from .eisner import DependencyCRF
-    from .semimarkov import SemiMarkovCRF
+    from ..chain import LinearChainCRF
+    from ..cky import TreeCRF
+    from ..eisner import DependencyCRF
+    from ..semimarkov import SemiMarkovCRF
 
     if isinstance(crf, LinearChainCRF):
         return chain, [crf.unary, crf.edge], (crf.lengths,), lambda grads: grads[0]
@@ -226,7 +226,7 @@ def marginals(crf, semiring: type[Semiring], other=None, *, compiled: bool = Tru
     Log: the marginals; max: the best structure's 0/1 parts; sampled semirings: a sample's 0/1
     parts; sparse max: sparse marginals. ``create_graph`` (default: when gradients are enabled
     and the potentials require them) keeps the result differentiable, as
-    :func:`~synattn.structs.semiring_sampling.GumbelCRFSemiring` needs.
+    :func:`~synattn.structs.semirings.sampling.GumbelCRFSemiring` needs.
     """
     semiring = _check(crf, semiring, other)
     if compiled and semiring in LOG:
@@ -254,9 +254,9 @@ def count(crf) -> torch.Tensor:
     float64's range): ``log Z`` of the CRF with every unmasked score set to 0, exponentiated and
     rounded (exact below ``2^53``). torch-struct's ``count`` ignores the potentials (the same
     without masks)."""
-    from .arc_scores import ArcCRF
-    from .cky import TreeCRF
-    from .constants import NEG
+    from ..arc_scores import ArcCRF
+    from ..cky import TreeCRF
+    from ..constants import NEG
 
     def zero(x):
         return torch.where(x > NEG, 0.0, -float("inf")).double().detach()

@@ -1,7 +1,7 @@
 """Semirings a user runs synattn's dynamic programs under (Goodman 1999), torch-struct 0.5's set.
 
 A semiring value is a tensor with a leading *semiring dimension* of :meth:`Semiring.size`
-entries: ``[S, B, ...]``. The programs of :mod:`synattn.structs.semiring_programs` (linear
+entries: ``[S, B, ...]``. The programs of :mod:`synattn.structs.semirings.programs` (linear
 chain, semi-Markov, Eisner, CKY) touch values only through four operations:
 
 - ``convert(potentials)``: log-potentials ``[B, ...]`` → semiring values ``[S, B, ...]``
@@ -21,7 +21,7 @@ zero (torch-struct uses ``-1e5``), so that a masked part (``-inf`` in the scores
 the classes' checks) stays impossible; values ``<= IMPOSSIBLE`` come back as ``-inf``.
 
 The sampling semirings (``Sampled``, ``MultiSampled``, ``GumbelCRF``) are in
-:mod:`synattn.structs.semiring_sampling`.
+:mod:`synattn.structs.semirings.sampling`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from . import semiring as _kernel_semirings
-from .constants import IMPOSSIBLE, NEG
+from . import log_max as _kernel_semirings
+from ..constants import IMPOSSIBLE, NEG
 
 __all__ = ["CheckpointSemiring", "CrossEntropySemiring", "EntropySemiring", "KLSemiring",
            "KMaxSemiring", "LogSemiring", "MaxSemiring", "Semiring", "SparseMaxSemiring"]

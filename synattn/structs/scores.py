@@ -1,0 +1,107 @@
+"""What every dynamic program of :mod:`synattn.structs` does with its scores before it runs:
+masks to :data:`~synattn.structs.constants.NEG`, the range check that keeps masked parts
+impossible, the float32/float64 precision policy, and masks of positions past a length.
+
+Masked entries use the finite constant :data:`~synattn.structs.constants.NEG`, never ``-inf``:
+``exp(NEG - m)`` is exactly 0, and ``NEG - NEG`` is 0 rather than NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, TypeVar
+
+import torch
+
+from .constants import MAX_TOTAL_SCORE, NEG
+
+F = TypeVar("F", bound=Callable)
+
+
+def mask_impossible(x: torch.Tensor, source: torch.dtype | None = None) -> torch.Tensor:
+    """``x`` with every entry ``<= NEG`` (``-inf``, ``finfo.min``, ``-1e30``, ``-1e9``) set to
+    :data:`NEG`; NaN stays NaN. Gradients flow to the other entries only.
+
+    ``source``: the dtype ``x`` was cast from; for float16, whose ``finfo.min`` is only
+    ``-65504``, entries at or below that minimum are masks too.
+    """
+    limit = torch.finfo(torch.float16).min if source == torch.float16 else NEG
+    return x.masked_fill(x <= limit, NEG)
+
+
+def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
+                 what: str) -> bool:
+    """Refuse scores too large for masks to stay impossible; say whether any part is masked.
+
+    Args:
+        xs: ``(scores, usable)`` pairs, scores after :func:`mask_impossible`, ``usable`` the
+            entries that matter (broadcastable; None: all).
+        parts: the number of scores one structure adds up.
+        what: the arguments' names, for the message.
+
+    Returns:
+        True if some usable entry is :data:`NEG` (masked). One host synchronisation in all
+        (two when some entry is masked, too large or NaN).
+
+    Raises:
+        ValueError: a usable entry is NaN (the kernels would read it as a mask, the PyTorch
+            code would return NaN: refused alike on every backend), or ``parts * max |x| >
+            MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
+    """
+    xs = [(x.detach(), usable) for x, usable in xs if x.numel()]
+    if not xs:
+        return False
+    # fast path (one reduction per tensor): no entry masked anywhere and all small enough
+    bounds = torch.stack([v for x, _ in xs for v in torch.aminmax(x)]).tolist()
+    lows, highs = bounds[0::2], bounds[1::2]
+    nan = any(v != v for v in bounds)  # (aminmax propagates NaN: one anywhere takes the slow path)
+    if not nan and min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
+        return False
+    stats = []
+    for x, usable in xs:
+        masked = x <= NEG
+        keep = ~masked if usable is None else usable & ~masked
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        nan = torch.isnan(x) if usable is None else torch.isnan(x) & usable
+        top = torch.where(keep & ~nan, x.abs(), zero).amax()
+        hit = (masked if usable is None else masked & usable).any()
+        stats += [top, hit.to(x.dtype), nan.any().to(x.dtype)]
+    values = torch.stack(stats).tolist()
+    if any(values[2::3]):
+        raise ValueError(f"{what}: NaN among the scores (only entries that no structure uses, "
+                         f"past a sentence's length, may hold NaN)")
+    top = max(values[0::3])
+    if top * parts > MAX_TOTAL_SCORE:
+        raise ValueError(f"{what}: finite scores up to {top:.3g} in magnitude over {parts} parts "
+                         f"per structure exceed the supported range (parts x max|score| <= "
+                         f"{MAX_TOTAL_SCORE:.0e}); mask impossible parts with -inf or any value "
+                         f"<= {NEG:.0e} instead")
+    return any(v > 0 for v in values[1::3])
+
+
+
+def float_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a dynamic program runs in: float64 stays, everything else becomes float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def fp32_inside(fn: F) -> F:
+    """Run ``fn`` with autocast disabled; callers cast half inputs up with :func:`float_dtype`.
+
+    The dynamic programs add many log-scores and exponentiate differences; in float16/bfloat16
+    this loses all precision, so (as supar does) they always run in float32 or float64.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+
+def lengths_mask(lengths: torch.Tensor, n: int) -> torch.Tensor:
+    """``[batch_size, n]`` boolean mask, True at positions ``< lengths``."""
+    return torch.arange(n, device=lengths.device) < lengths.unsqueeze(-1)
+

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from synattn.structs import ChainMarginals, LinearChainCRF
 from synattn.structs.backend import use_backend
-from synattn.structs.chain import (ChainLogPartition, chain_log_partition, forward_backward,
-                                   transfer_matrices)
+from synattn.structs.chain.crf import (ChainLogPartition, chain_log_partition, forward_backward,
+                                       transfer_matrices)
 from synattn.structs.semirings.signed import signed_exp, signed_log, signed_logsumexp
 
 BACKENDS = ["torch", "numba"]
@@ -342,7 +342,7 @@ def test_compiled_log_partition_gradcheck_and_gradgradcheck():
 
 def test_importing_synattn_does_not_load_the_kernels():
     code = ("import sys, synattn, synattn.structs; "
-            "assert 'synattn.structs._chain_kernels' not in sys.modules")
+            "assert 'synattn.structs.chain._kernels' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

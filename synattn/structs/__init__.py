@@ -38,13 +38,13 @@ from . import _old_paths
 from .alignment import AlignmentCRF
 from .autoregressive import Autoregressive
 from .cfg import SentCFG
-from .chain import ChainMarginals, LinearChainCRF
+from .chain.crf import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
 from .eisner import DependencyCRF
 from .eisner2o import Dependency2oCRF
 from .second_order_vi import DependencyLBP, DependencyMFVI
 from .matrix_tree import NonProjectiveDependencyCRF
-from .semimarkov import SemiMarkovCRF
+from .chain.semimarkov import SemiMarkovCRF
 from .constants import NEG
 from .semirings.log_max import LogSemiring, MaxSemiring
 

@@ -24,6 +24,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "semiring": ("semirings.log_max", "semirings.signed", "scores", "constants", "backend", "forward_mode"),
     "semiring_programs": ("semirings.programs",),
     "semiring_sampling": ("semirings.sampling",),
+    # chains: the linear chain and the semi-Markov CRF
+    "chain_dp": ("chain.dp",),
+    "chain_decoding": ("chain.decoding",),
+    "semimarkov": ("chain.semimarkov",),
 }
 """Old module (relative to the package) → the module(s) its contents are in now."""
 

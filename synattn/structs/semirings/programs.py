@@ -140,10 +140,10 @@ def _program(crf):
     """``(program, potentials, extra, to_marginals)`` of a CRF: its generic program, its
     potential tensors ``[B, ...]`` (those ``convert`` maps), the program's other arguments,
     and the map from the gradients of the potentials to the layout of ``crf.marginals``."""
-    from ..chain import LinearChainCRF
+    from ..chain.crf import LinearChainCRF
     from ..cky import TreeCRF
     from ..eisner import DependencyCRF
-    from ..semimarkov import SemiMarkovCRF
+    from ..chain.semimarkov import SemiMarkovCRF
 
     if isinstance(crf, LinearChainCRF):
         return chain, [crf.unary, crf.edge], (crf.lengths,), lambda grads: grads[0]

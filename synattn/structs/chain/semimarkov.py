@@ -18,7 +18,7 @@ the last position of every segment, ``-1`` inside segments and past each length.
 
 ``log Z`` runs the forward recursion over segment ends
 (:func:`synattn.structs.reference.semi_markov_log_partition`); the marginals are its gradient
-(forward-backward in the compiled kernels of :mod:`synattn.structs._semimarkov_kernels`, autograd
+(forward-backward in the compiled kernels of :mod:`synattn.structs.chain._semimarkov_kernels`, autograd
 of the vectorised recursion on the PyTorch path). The max semiring with back-pointers gives the
 best structure, forward filtering and backward sampling exact samples, Lawler's scheme the k best.
 """
@@ -30,13 +30,13 @@ from functools import cached_property
 
 import torch
 
-from . import reference, registry
-from .arguments import score_tensor
-from .backend import kernels
-from .distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
-from .constants import IMPOSSIBLE, NEG
-from .scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
-from .semirings.log_max import logsumexp
+from .. import reference, registry
+from ..arguments import score_tensor
+from ..backend import kernels
+from ..distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
+from ..constants import IMPOSSIBLE, NEG
+from ..scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
+from ..semirings.log_max import logsumexp
 
 __all__ = ["SemiMarkovCRF", "check_segment_scores", "segment_parts"]
 
@@ -155,7 +155,7 @@ class SemiMarkovLogPartition(torch.autograd.Function):
     @staticmethod
     def forward(ctx, edge: torch.Tensor, lengths: torch.Tensor, init: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(edge, lengths, init)
-        return kernels("_semimarkov_kernels").log_partition(edge, lengths, init)
+        return kernels("chain._semimarkov_kernels").log_partition(edge, lengths, init)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -163,7 +163,7 @@ class SemiMarkovLogPartition(torch.autograd.Function):
         if torch.is_grad_enabled():
             mu = reference.marginals_by_autograd(_torch_log_partition, edge, lengths, init)
             return mu * grad.view(-1, 1, 1, 1, 1), None, None
-        return kernels("_semimarkov_kernels").marginals(edge, lengths, init, grad), None, None
+        return kernels("chain._semimarkov_kernels").marginals(edge, lengths, init, grad), None, None
 
 
 def _numba_log_partition(edge, lengths, init=None):

@@ -18,7 +18,7 @@ Node marginals use :class:`ChainMarginals`, a custom autograd Function whose bac
 segmentation attention of docs/methods.md §5.
 
 On CPU tensors with numba installed (see :mod:`synattn.structs.backend`) everything runs in
-compiled kernels (:mod:`synattn.structs._chain_kernels`: one loop per chain, chains over threads)
+compiled kernels (:mod:`synattn.structs.chain._kernels`: one loop per chain, chains over threads)
 inside the same autograd Functions, and these then take the transfer matrices batch-first in
 memory (``T`` is a ``[C, C, N-1, B]`` view of ``[B, N-1, C, C]`` storage). Otherwise (CUDA, or no
 numba) two equivalent PyTorch schedules compute the forward and backward vectors: a sequential
@@ -33,15 +33,14 @@ from functools import cached_property
 
 import torch
 
-from . import reference, registry
-from .backend import kernels, serial_if_small, use_numba
-from .chain_dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first,
-                       _step_elements, chain_log_partition, forward_backward, pair_marginals,
-                       viterbi)
-from .arguments import flag, score_tensor
-from .distribution import Decoding, StructDistribution, check_count
-from .constants import IMPOSSIBLE, NEG
-from .scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
+from .. import reference, registry
+from ..backend import kernels, serial_if_small, use_numba
+from .dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first, _step_elements,
+                 chain_log_partition, forward_backward, pair_marginals, transfer_matrices, viterbi)
+from ..arguments import flag, score_tensor
+from ..distribution import Decoding, StructDistribution, check_count
+from ..constants import IMPOSSIBLE, NEG
+from ..scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
 
 __all__ = ["ChainLogPartition", "ChainMarginals", "LinearChainCRF", "chain_log_partition",
            "forward_backward", "transfer_matrices"]
@@ -212,7 +211,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         """
         u0, T = self._potentials
         if use_numba(u0, T) and not (torch.is_grad_enabled() and T.requires_grad):
-            _, xi = kernels("_chain_kernels_grad").edge_marginals(u0.t(), _batch_first(T), self.mask,
+            _, xi = kernels("chain._kernels_grad").edge_marginals(u0.t(), _batch_first(T), self.mask,
                                                   self.mask.new_ones(T.shape[-1], dtype=T.dtype),
                                                   pad_diagonal=False)
             return self._valid(xi)
@@ -227,7 +226,7 @@ class LinearChainCRF(StructDistribution, Decoding):
             u0, T = transfer_matrices(self.unary.detach(), self.edge.detach(), self.mask,
                                       batch_innermost=not compiled)
             if compiled:
-                return kernels("_chain_kernels").viterbi(u0.t(), _batch_first(T), self.mask)
+                return kernels("chain._kernels").viterbi(u0.t(), _batch_first(T), self.mask)
             return viterbi(u0, T)
 
     @property
@@ -243,7 +242,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         none = (self.max == -float("inf")).unsqueeze(-1)
         return self._viterbi[1].masked_fill(~self.mask | none, -1)
 
-    # --- constraints, sampling, k-best (the helpers live in chain_decoding.py) -----------------
+    # --- constraints, sampling, k-best (the helpers live in decoding.py) -----------------------
 
     def constrain(self, labels: torch.Tensor | None = None,
                   allowed: torch.Tensor | None = None) -> "LinearChainCRF":
@@ -258,7 +257,7 @@ class LinearChainCRF(StructDistribution, Decoding):
             to the original potentials; ``log_partition - constrain(...).log_partition`` is the
             partial-annotation loss).
         """
-        from .chain_decoding import constrained_unary
+        from .decoding import constrained_unary
 
         return self._with_unary(constrained_unary(self.unary, labels, allowed))
 
@@ -266,7 +265,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         """``[count, batch_size, n]`` exact samples (forward filtering, backward sampling);
         ``-1`` padding, all ``-1`` where no labelling exists. Not differentiable."""
         check_count(count, 8 * self.lengths.numel() * self._num_positions() * (1 + self._num_choices()))
-        from .chain_decoding import ffbs
+        from .decoding import ffbs
 
         return ffbs(self, count, generator)
 
@@ -404,19 +403,3 @@ registry.register("linear_chain", registry.Implementation(
     "numba", _numba_log_partition, _numba_marginals, applies=registry.numba_applies))
 registry.register("linear_chain", registry.Implementation(
     "torch", _torch_log_partition, _torch_marginals))
-
-
-def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,
-                      batch_innermost: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``u0 [C, B]`` and ``T [C, C, n-1, B]`` (internal layout), identity past each length.
-
-    Args:
-        unary: ``[B, n, C]``; edge: ``[B, n-1, C, C]``; mask: ``[B, n]`` valid positions.
-        batch_innermost: store ``T`` with the batch innermost (the PyTorch path); if False,
-            ``T`` is a view of batch-first storage ``[B, n-1, C, C]`` (the compiled kernels).
-    """
-    C = unary.shape[-1]
-    T = edge + unary[:, 1:, None, :]  # [B, n-1, C, C]
-    eye = torch.full((C, C), NEG, dtype=T.dtype, device=T.device).fill_diagonal_(0.0)
-    T = torch.where(mask[:, 1:, None, None], T, eye).permute(2, 3, 1, 0)  # [C, C, n-1, B]
-    return unary[:, 0].t(), T.contiguous() if batch_innermost else T

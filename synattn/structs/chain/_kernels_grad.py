@@ -1,7 +1,7 @@
 """Compiled CPU kernels (numba) for the derivatives of :class:`synattn.structs.LinearChainCRF`:
 the backward of the node marginals in its expectation form and the edge marginals (the gradient
 of ``log Z``). The recursions, loop structure and layouts are those of
-:mod:`synattn.structs._chain_kernels`, which documents them.
+:mod:`synattn.structs.chain._kernels`, which documents them.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numba
 import numpy as np
 import torch
 
-from ._chain_kernels import (_jit, _parallel, _threads, _alpha_beta, _length)
-from .backend import as_array
+from ._kernels import _jit, _parallel, _threads, _alpha_beta, _length
+from ..backend import as_array
 
 @_jit
 def _pad_gradient(grad_u0, grad_T, b, n):

@@ -51,7 +51,7 @@ import numba
 import numpy as np
 import torch
 
-from .backend import as_array, set_threads
+from ..backend import as_array, set_threads
 
 PARALLEL_WORK = 1 << 17
 """Batches with fewer ``chains × positions × labels²`` than this run on one thread: they take well

@@ -1,6 +1,6 @@
 """The linear-chain dynamic programs on the PyTorch path and their autograd Functions:
 forward-backward (sequential or by a parallel prefix scan), ``log Z``, node and pair marginals,
-their backward, and Viterbi. :mod:`synattn.structs.chain` documents the layout and recursions;
+their backward, and Viterbi. :mod:`synattn.structs.chain.crf` documents the layout and recursions;
 :class:`~synattn.structs.chain.LinearChainCRF` is the public interface.
 """
 
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from .backend import kernels, serial_if_small, use_numba
-from .semirings.log_max import logsumexp
-from .semirings.signed import signed_exp, signed_log, signed_logsumexp
+from ..backend import kernels, serial_if_small, use_numba
+from ..constants import NEG
+from ..semirings.log_max import logsumexp
+from ..semirings.signed import signed_exp, signed_log, signed_logsumexp
 
 PROMOTE_ABOVE = 100.0
 """On the PyTorch path, float32 potentials above this magnitude run in float64 inside: the log-space
@@ -157,7 +158,7 @@ class ChainMarginals(torch.autograd.Function):
     code (False) or as :func:`~synattn.structs.backend.use_numba` says (None).
     On the compiled path (numba, CPU; ``scan`` is ignored) the forward is the same
     forward-backward, and the backward computes the same vector-Jacobian product in its
-    expectation form (a covariance, see :mod:`synattn.structs._chain_kernels`): in float64 with
+    expectation form (a covariance, see :mod:`synattn.structs.chain._kernels`): in float64 with
     probabilities only, it needs no semifield and a third of the exponentials. The tests check
     the two backwards against each other, autograd's double backward and finite differences.
     """
@@ -167,7 +168,7 @@ class ChainMarginals(torch.autograd.Function):
                 scan: bool | None = None, compiled: bool | None = None) -> torch.Tensor:
         ctx.compiled = use_numba(u0, T) if compiled is None else compiled
         if ctx.compiled:
-            mu, alpha, beta, log_z = kernels("_chain_kernels").marginals(u0.t(), _batch_first(T), mask)
+            mu, alpha, beta, log_z = kernels("chain._kernels").marginals(u0.t(), _batch_first(T), mask)
             ctx.save_for_backward(u0, T, mask, alpha, beta, log_z)
             return mu
         with serial_if_small(_step_elements(T, scan), T.device):
@@ -184,7 +185,7 @@ class ChainMarginals(torch.autograd.Function):
             return (*_differentiable_marginals_vjp(u0, T, mask, g), None, None, None)
         if ctx.compiled:
             _, T, mask, alpha, beta, log_z = ctx.saved_tensors
-            grad_u0, grad_T = kernels("_chain_kernels_grad").marginals_backward(_batch_first(T), mask, alpha, beta,
+            grad_u0, grad_T = kernels("chain._kernels_grad").marginals_backward(_batch_first(T), mask, alpha, beta,
                                                                 log_z, g)
             return grad_u0.t(), grad_T.permute(2, 3, 1, 0), None, None, None  # [C, B], [C, C, N-1, B]
         _, T, mask, alpha, beta, log_z, mu = ctx.saved_tensors
@@ -260,7 +261,7 @@ class ChainLogPartition(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(u0, T, mask)
-        return kernels("_chain_kernels").log_partition(u0.t(), _batch_first(T), mask)
+        return kernels("chain._kernels").log_partition(u0.t(), _batch_first(T), mask)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -268,7 +269,7 @@ class ChainLogPartition(torch.autograd.Function):
         if torch.is_grad_enabled():
             node0, xi = pair_marginals(u0, T)
             return node0 * grad, xi * grad, None
-        node0, xi = kernels("_chain_kernels_grad").edge_marginals(u0.t(), _batch_first(T), mask, grad,
+        node0, xi = kernels("chain._kernels_grad").edge_marginals(u0.t(), _batch_first(T), mask, grad,
                                                   pad_diagonal=True)
         return node0.t(), xi.permute(2, 3, 1, 0), None  # [C, B], [C, C, N-1, B]
 
@@ -292,3 +293,19 @@ def viterbi(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     for arg in reversed(pointers):
         labels.append(arg.gather(0, labels[-1].unsqueeze(0)).squeeze(0))
     return score, torch.stack(labels[::-1], 1)
+
+
+def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,
+                      batch_innermost: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``u0 [C, B]`` and ``T [C, C, n-1, B]`` (internal layout), identity past each length.
+
+    Args:
+        unary: ``[B, n, C]``; edge: ``[B, n-1, C, C]``; mask: ``[B, n]`` valid positions.
+        batch_innermost: store ``T`` with the batch innermost (the PyTorch path); if False,
+            ``T`` is a view of batch-first storage ``[B, n-1, C, C]`` (the compiled kernels).
+    """
+    C = unary.shape[-1]
+    T = edge + unary[:, 1:, None, :]  # [B, n-1, C, C]
+    eye = torch.full((C, C), NEG, dtype=T.dtype, device=T.device).fill_diagonal_(0.0)
+    T = torch.where(mask[:, 1:, None, None], T, eye).permute(2, 3, 1, 0)  # [C, C, n-1, B]
+    return unary[:, 0].t(), T.contiguous() if batch_innermost else T

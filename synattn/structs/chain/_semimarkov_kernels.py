@@ -20,8 +20,8 @@ import numba
 import numpy as np
 import torch
 
-from ._numba_math import exp
-from .backend import as_array, set_threads
+from .._numba_math import exp
+from ..backend import as_array, set_threads
 
 PARALLEL_WORK = 1 << 17
 """Batches with fewer ``sequences × positions × K × C²`` than this run on one thread."""

@@ -43,8 +43,8 @@ from machine import machine_info
 VARIANTS = {
     "sdpa (plain BERT)": None,
     "features off (synattn, none attached)": [],
-    "tree distance, key + value": [{"feature": "tree_relations", "field": "tree_dist"}],
-    "tree distance, key only": [{"feature": "tree_relations", "field": "tree_dist", "values": False}],
+    "tree distance, key + value": [{"feature": "relations", "relations": ["tree_distance"]}],
+    "tree distance, key only": [{"feature": "relations", "relations": ["tree_distance"], "relative_values": False}],
     "supervised head": [{"feature": "supervised_head", "layers": [0]}],
 }
 
@@ -71,7 +71,7 @@ PRETRAINED_VARIANTS = {
     "sdpa (plain model)": None,
     "features off (synattn, none attached)": [],
     "supervised head (layer 4)": [{"feature": "supervised_head", "layers": [4]}],
-    "supervised head + relative positions": [{"feature": "relative_positions", "layers": [4]},
+    "supervised head + relative positions": [{"feature": "relations", "relations": ["sequential"], "layers": [4]},
                                              {"feature": "supervised_head", "layers": [4]}],
 }
 

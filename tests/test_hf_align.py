@@ -164,7 +164,7 @@ def test_byte_level_pieces_train_a_gpt2_pointer_loss():
     torch.manual_seed(0)
     model = gpt2().train()
     model.resize_token_embeddings(len(tokenizer))
-    sh.attach(model, [{"feature": "pointer", "side": "decoder", "layers": [1]},
+    sh.attach(model, [{"feature": "bird_eye", "variant": "sg", "side": "decoder", "layers": [1]},
                       {"feature": "supervised_head", "side": "decoder", "layers": [0]}])
     out = model(**batch)
     assert set(out.synattn_losses) == {"decoder_1.pointer", "decoder_0.parse"}

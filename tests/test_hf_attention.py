@@ -1,9 +1,10 @@
 """synattn features inside transformers models: features off = the plain model bit for bit,
 features on = synattn's own MultiheadAttention on the model's projections."""
 
+import warnings
+
 import pytest
 import torch
-
 from hf_models import INPUT_SIDE, MODELS, bert, gpt2
 
 import synattn.hf as sh
@@ -56,7 +57,7 @@ def test_zero_relation_tables_give_the_plain_model(name):
     position bias and unscaled logits, GPT-2's causal mask, BART's decoder included)."""
     plain, other = pair(name)
     sides = ["encoder", "decoder"] if name in ("bart", "t5") else [INPUT_SIDE[name]]
-    sh.attach(other, [{"feature": "tree_relations", "side": s} for s in sides])
+    sh.attach(other, [{"feature": "relations", "relations": ["tree_distance"], "side": s} for s in sides])
     with torch.no_grad():
         for p in other.synattn.parameters():
             p.zero_()
@@ -73,7 +74,7 @@ def test_bert_layer_equals_synattn_multihead_attention(need_weights):
     interface = synattn's MultiheadAttention with BERT's projections and the same features."""
     torch.manual_seed(0)
     model = bert("base").double().eval()
-    sh.attach(model, [{"feature": "tree_relations", "layers": [0]},
+    sh.attach(model, [{"feature": "relations", "relations": ["tree_distance"], "layers": [0]},
                       {"feature": "supervised_head", "layers": [0], "head": 2, "weight": 0.5}])
     site = model.synattn.encoder_0
     with torch.no_grad():
@@ -124,7 +125,7 @@ def test_decoder_features_stay_causal():
     torch.manual_seed(0)
     model = gpt2().eval()
     sh.attach(model, [{"feature": "supervised_head", "side": "decoder", "layers": [1]},
-                      {"feature": "tree_relations", "side": "decoder", "field": "traversal"}])
+                      {"feature": "relations", "relations": ["traversal"], "side": "decoder"}])
     kw = inputs("gpt2")
     changed = {k: v.clone() for k, v in kw.items()}
     changed["input_ids"][:, -1] = 7
@@ -150,7 +151,8 @@ def test_causal_supervised_head_leaves_out_targets_to_the_right():
 def test_gradients_reach_the_model_and_the_added_weights():
     torch.manual_seed(0)
     model = bert().train()
-    sh.attach(model, [{"feature": "tree_relations"}, {"feature": "supervised_head", "layers": [1]}])
+    sh.attach(model, [{"feature": "relations", "relations": ["tree_distance"]},
+                      {"feature": "supervised_head", "layers": [1]}])
     model(**inputs("bert"), **syntax_kwargs()).loss.backward()
     assert model.synattn.encoder_0.features[0].value_table.grad.abs().sum() > 0
     assert model.synattn.encoder_1.features[1].bilinear.grad.abs().sum() > 0
@@ -164,11 +166,12 @@ def test_remaining_features_run_where_the_architecture_allows():
     sh.attach(model, [
         {"feature": "constituent", "side": "encoder"},
         {"feature": "specialized_heads", "side": "encoder", "layers": [0], "num_labels": 5, "heads": [1]},
-        {"feature": "syntactic", "side": "encoder", "layers": [1], "head": 3, "arc_dim": 8},
-        {"feature": "pointer", "side": "decoder", "layers": [1]},
-        {"feature": "relative_positions", "side": "decoder", "layers": [1], "max_relative": 3},
-        {"feature": "bird_eye_reweighting", "side": "decoder", "layers": [0]},
-        {"feature": "segmentation", "side": "cross", "layers": [1], "mode": "structured"},
+        {"feature": "syntactic_attention", "side": "encoder", "layers": [1], "head": 3, "arc_dim": 8},
+        {"feature": "bird_eye", "variant": "sg", "side": "decoder", "layers": [1]},
+        {"feature": "relations", "relations": ["sequential"], "side": "decoder", "layers": [1],
+         "max_relative_position": 3},
+        {"feature": "bird_eye", "variant": "sf", "side": "decoder", "layers": [0]},
+        {"feature": "cross_attention", "cross_attention": "segmentation", "side": "cross", "layers": [1]},
     ])
     kw = inputs("bart")
     kw["attention_mask"] = torch.ones(2, 6, dtype=torch.long)
@@ -184,32 +187,80 @@ def test_remaining_features_run_where_the_architecture_allows():
 
 @pytest.mark.parametrize("spec, message", [
     ({"feature": "nope"}, "unknown feature"),
-    ({"feature": "pointer", "side": "encoder"}, "cannot go into side"),
+    ({"feature": "bird_eye", "side": "encoder"}, "cannot go into side"),
     ({"feature": "supervised_head", "layers": [5]}, r"layer\(s\) \[5\] do not exist"),
-    ({"feature": "segmentation", "side": "cross"}, "has no cross attention"),
+    ({"feature": "cross_attention", "side": "cross", "cross_attention": "segmentation"}, "has no cross attention"),
     ({"feature": "supervised_head", "lambda": 1}, "unknown option"),
-    ({"feature": "supervised_head", "head": 7}, "head=7 is out of range for an attention with 4 heads"),
-    ({"feature": "supervised_head", "head": 1.5}, "head=1.5 must be a whole number"),
-    ({"feature": "supervised_head", "weight": "x"}, "weight='x' must be a number"),
-    ({"feature": "supervised_head", "weight": -1}, "weight=-1 must be >= 0"),
-    ({"feature": "specialized_heads", "heads": [0, 9]}, "head 9 in heads is out of range"),
-    ({"feature": "specialized_heads", "heads": []}, "must be a non-empty list"),
-    ({"feature": "tree_relations", "max_distance": 0}, "max_distance=0 must be >= 1"),
-    ({"feature": "tree_relations", "values": "yes"}, "values='yes' must be true or false"),
+    # the method's own validate, as in a model config
+    ({"feature": "supervised_head", "head": 7},
+     r"^synattn feature #0 \(supervised_head\): encoder\.supervised_head\.head=7 is out of range for heads=4$"),
+    ({"feature": "supervised_head", "head": 1.5}, r"\(supervised_head\): head: expected int, got float \(1\.5\)"),
+    ({"feature": "supervised_head", "weight": "x"}, "weight: expected float, got str"),
+    ({"feature": "supervised_head", "weight": -1}, r"supervised_head\.weight=-1 must be >= 0"),
+    ({"feature": "specialized_heads", "heads": [0, 9]}, "heads has head 9, out of range for heads=4"),
+    ({"feature": "specialized_heads", "heads": []}, "must be distinct and non-empty"),
+    ({"feature": "specialized_heads", "num_labels": 0}, "num_labels=0 must be >= 1"),
+    ({"feature": "relations", "relations": ["tree_distance"], "max_distance": 0},
+     r"\(relations\): encoder\.max_distance=0 must be at least 1"),
+    ({"feature": "relations", "relations": ["tree_distance"], "relative_values": "yes"},
+     "relative_values: expected bool, got str"),
+    ({"feature": "relations"}, r"relations=\[\] leaves relations off; set relations"),
+    ({"feature": "relations", "relations": ["depth"]}, "unknown relation 'depth'"),
+    ({"feature": "syntactic_attention", "tree": "x"}, r"syntactic_attention\.tree='x': use one of projective"),
+    ({"feature": "tree_distance_bias", "scale": -1}, r"tree_distance_bias\.scale=-1 must be >= 0"),
     # NaN and infinities were accepted as weights; huge sizes exhausted memory
-    ({"feature": "supervised_head", "weight": float("nan")}, "weight=nan must be a finite number"),
-    ({"feature": "supervised_head", "weight": float("inf")},
-     "weight=inf must be a finite number"),
-    ({"feature": "tree_relations", "max_distance": 10 ** 9},
-     r"\(tree_relations\): max_distance=1000000000 is too large: its tree-relation label tables"),
-    ({"feature": "tree_relations", "max_traversal": 10 ** 9}, r"max_traversal=1000000000 is too large"),
-    ({"feature": "relative_positions", "max_relative": 10 ** 13},
-     r"max_relative=10000000000000 is too large: its weights would need"),
+    ({"feature": "supervised_head", "weight": float("nan")}, "weight: expected a finite number, got nan"),
+    ({"feature": "supervised_head", "weight": float("inf")}, "weight: expected a finite number, got inf"),
+    ({"feature": "relations", "relations": ["tree_distance"], "max_distance": 10 ** 9},
+     r"\(relations\): encoder\.max_distance=1000000000 is too large: its tree-relation label tables"),
+    ({"feature": "relations", "relations": ["traversal"], "max_traversal": 10 ** 9},
+     r"max_traversal=1000000000 is too large"),
+    ({"feature": "relations", "relations": ["sequential"], "max_relative_position": 10 ** 13},
+     r"max_relative_position=10000000000000 is too large: its weights would need"),
     ({"feature": "supervised_head", "layers": [[1] * 1000] * 1000}, r"got \[\[1, 1, 1, 1, 1, 1, \.\.\.\], "),
 ])
 def test_bad_specs_are_one_line_errors(spec, message):
     with pytest.raises(ValueError, match=message):
         sh.attach(bert(), [spec])
+
+
+OLD_AND_NEW = [  # older feature names and the entries they are now
+    ({"feature": "tree_relations", "layers": [0], "field": "traversal", "values": False, "max_traversal": 3},
+     {"feature": "relations", "layers": [0], "relations": ["traversal"], "relative_values": False, "max_traversal": 3}),
+    ({"feature": "tree_relations", "side": "decoder"}, {"feature": "relations", "side": "decoder",
+                                                        "relations": ["tree_distance"]}),
+    ({"feature": "relative_positions", "side": "decoder", "layers": [1], "max_relative": 3},
+     {"feature": "relations", "side": "decoder", "layers": [1], "relations": ["sequential"],
+      "max_relative_position": 3}),
+    ({"feature": "pointer", "side": "decoder", "weight": 0.5, "head": 1},
+     {"feature": "bird_eye", "side": "decoder", "variant": "sg", "pointer_weight": 0.5, "pointer_head": 1}),
+    ({"feature": "bird_eye_reweighting", "side": "decoder", "layers": [0], "hidden": 8},
+     {"feature": "bird_eye", "side": "decoder", "layers": [0], "variant": "sf", "hidden": 8}),
+    ({"feature": "segmentation", "side": "cross", "mode": "sigmoid", "normalize": True},
+     {"feature": "cross_attention", "side": "cross", "cross_attention": "sigmoid", "cross_attention_normalize": True}),
+    ({"feature": "segmentation", "side": "cross"}, {"feature": "cross_attention", "side": "cross",
+                                                    "cross_attention": "segmentation"}),
+    ({"feature": "span_segmentation", "side": "cross", "max_segment": 2},
+     {"feature": "cross_attention", "side": "cross", "cross_attention": "segments", "cross_attention_max_segment": 2}),
+    ({"feature": "syntactic", "layers": [1], "head": 3, "arc_dim": 8},
+     {"feature": "syntactic_attention", "layers": [1], "head": 3, "arc_dim": 8}),
+]
+
+
+@pytest.mark.parametrize("old, new", OLD_AND_NEW)
+def test_older_feature_names_are_read_with_a_warning_naming_the_new_entry(old, new):
+    from hf_models import bart
+    plain = bart()
+    sh.attach(plain, [new])
+    with pytest.warns(FutureWarning, match=rf"^synattn feature #0: feature '{old['feature']}' is now written "
+                                           rf"\{{'feature': '{new['feature']}'.*; the old name will be removed$"):
+        sh.attach(model := bart(), [old])
+    assert model.config.synattn == plain.config.synattn
+    assert {k: v.shape for k, v in model.synattn.state_dict().items()} == \
+        {k: v.shape for k, v in plain.synattn.state_dict().items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new names warn of nothing
+        sh.attach(bart(), [new])
 
 
 @pytest.mark.parametrize("model", [torch.nn.Linear(3, 3), "bert", None])

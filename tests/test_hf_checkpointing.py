@@ -14,11 +14,11 @@ from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, h
 
 HEADS = torch.tensor([[2, 0, 2, 3, 4, 5], [2, 0, 2, 3, 3, 5]])
 FEATURES = {
-    "bert": [{"feature": "tree_relations", "layers": [0]},
+    "bert": [{"feature": "relations", "relations": ["tree_distance"], "layers": [0]},
              {"feature": "constituent"},
              {"feature": "supervised_head", "layers": [1], "head": 2, "weight": 0.5}],
-    "gpt2": [{"feature": "tree_relations", "side": "decoder", "field": "traversal"},
-             {"feature": "pointer", "side": "decoder", "layers": [0]},
+    "gpt2": [{"feature": "relations", "relations": ["traversal"], "side": "decoder"},
+             {"feature": "bird_eye", "variant": "sg", "side": "decoder", "layers": [0]},
              {"feature": "supervised_head", "side": "decoder", "layers": [1]}],
 }
 

@@ -24,14 +24,14 @@ def setup(name):
     torch.manual_seed(0)
     if name == "bert":
         model = bert(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        sh.attach(model, [{"feature": "tree_relations", "layers": [0]},
+        sh.attach(model, [{"feature": "relations", "relations": ["tree_distance"], "layers": [0]},
                           {"feature": "supervised_head", "layers": [1], "head": 1}])
     else:
         model = gpt2()
         for module in model.modules():  # no dropout: training mode, deterministic
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-        sh.attach(model, [{"feature": "tree_relations", "side": "decoder", "layers": [1]},
+        sh.attach(model, [{"feature": "relations", "relations": ["tree_distance"], "side": "decoder", "layers": [1]},
                           {"feature": "supervised_head", "side": "decoder", "layers": [0]}])
     dist, _ = batch_relation_labels(HEADS)
     ids = torch.randint(5, 50, (2, 6))

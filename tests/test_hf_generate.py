@@ -55,7 +55,7 @@ def step_logits(model, *args, **kwargs):
 def test_gpt2_cache_on_off_and_recomputation_agree():
     torch.manual_seed(0)
     model = gpt2().eval()
-    sh.attach(model, [{"feature": "tree_relations", "side": "decoder", "layers": [0]},
+    sh.attach(model, [{"feature": "relations", "relations": ["tree_distance"], "side": "decoder", "layers": [0]},
                       {"feature": "supervised_head", "side": "decoder", "layers": [1], "head": 1}])
     perturb(model)
     ids = prompt()
@@ -73,7 +73,7 @@ def test_gpt2_cache_on_off_and_recomputation_agree():
 def test_gpt2_decoder_relations_need_labels_for_the_whole_sequence():
     torch.manual_seed(0)
     model = gpt2().eval()
-    sh.attach(model, [{"feature": "tree_relations", "side": "decoder"}])
+    sh.attach(model, [{"feature": "relations", "relations": ["tree_distance"], "side": "decoder"}])
     short = {k: v[:, :6, :6] for k, v in relation_kwargs().items()}
     with pytest.raises(ValueError, match="attention covers"):
         sh.generate(model, prompt(), **GREEDY, **short)
@@ -82,12 +82,13 @@ def test_gpt2_decoder_relations_need_labels_for_the_whole_sequence():
 def test_bart_encoder_and_decoder_features_cache_on_off_and_recomputation_agree():
     torch.manual_seed(0)
     model = bart().eval()
-    sh.attach(model, [{"feature": "tree_relations", "side": "encoder"},
+    sh.attach(model, [{"feature": "relations", "relations": ["tree_distance"], "side": "encoder"},
                       {"feature": "constituent", "side": "encoder"},
                       {"feature": "supervised_head", "side": "encoder", "layers": [1]},
                       {"feature": "supervised_head", "side": "decoder", "layers": [0], "head": 3},
-                      {"feature": "relative_positions", "side": "decoder", "layers": [1]},
-                      {"feature": "segmentation", "side": "cross", "layers": [1]}])
+                      {"feature": "relations", "relations": ["sequential"], "side": "decoder", "layers": [1]},
+                      {"feature": "cross_attention", "cross_attention": "segmentation", "side": "cross",
+                       "layers": [1]}])
     perturb(model)
     src = prompt(10)
     kw = relation_kwargs()
@@ -110,7 +111,7 @@ def test_bart_encoder_and_decoder_features_cache_on_off_and_recomputation_agree(
 def test_features_without_cache_support_turn_the_cache_off():
     torch.manual_seed(0)
     model = gpt2().eval()
-    sh.attach(model, [{"feature": "bird_eye_reweighting", "side": "decoder", "layers": [1]}])
+    sh.attach(model, [{"feature": "bird_eye", "variant": "sf", "side": "decoder", "layers": [1]}])
     perturb(model)
     ids = prompt()
     with pytest.warns(UserWarning, match="decoder_1: BirdEyeReweighting cannot decode with a "

@@ -114,7 +114,7 @@ def test_features_added_to_pretrained_weights_start_from_their_own_values(tmp_pa
     folder = pretrained_folder(tmp_path / "m")
     config = AutoConfig.from_pretrained(folder)
     config.synattn = sh.normalize_specs([{"feature": "supervised_head", "layers": [1], "head": 0},
-                                         {"feature": "tree_relations", "layers": [0]}])
+                                         {"feature": "relations", "relations": ["tree_distance"], "layers": [0]}])
     for _ in range(3):
         model = sh.from_pretrained(AutoModel, str(folder), config=config)
         head = model.synattn.encoder_1.features[0]
@@ -261,7 +261,7 @@ def test_without_the_masked_lm_loss_a_feature_must_have_a_loss(data, tmp_path):
     from synattn.experiment import ExperimentConfig
 
     exp = _experiment(data, pretrained_folder(tmp_path / "m"), mlm=False)
-    exp["model"]["features"] = [{"feature": "tree_relations", "layers": [0]}]
+    exp["model"]["features"] = [{"feature": "relations", "relations": ["tree_distance"], "layers": [0]}]
     with pytest.raises(ConfigError, match="no feature has one"):
         ExperimentConfig.from_dict(exp).check_data()
 
@@ -293,7 +293,7 @@ def test_features_off_are_minilm_bit_for_bit_and_a_round_trip_keeps_the_features
         assert torch.equal(plain(**batch).last_hidden_state, empty(**batch).last_hidden_state)
     model = AutoModel.from_pretrained(folder)
     sh.attach(model, [{"feature": "supervised_head", "layers": [4], "head": 0},
-                      {"feature": "relative_positions", "layers": [4]}])
+                      {"feature": "relations", "relations": ["sequential"], "layers": [4]}])
     torch.nn.init.normal_(model.synattn.encoder_4.features[1].key_table)
     model.eval()
     model.save_pretrained(tmp_path / "saved")

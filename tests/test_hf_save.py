@@ -14,12 +14,12 @@ from synattn.trees import DependencyTree
 transformers = pytest.importorskip("transformers")
 
 FEATURES = {
-    "bert": [{"feature": "tree_relations", "layers": [0], "field": "traversal"},
+    "bert": [{"feature": "relations", "relations": ["traversal"], "layers": [0]},
              {"feature": "supervised_head", "layers": [1], "head": 1}],
     "gpt2": [{"feature": "supervised_head", "side": "decoder", "layers": [1]},
-             {"feature": "pointer", "side": "decoder", "layers": [0]}],
+             {"feature": "bird_eye", "variant": "sg", "side": "decoder", "layers": [0]}],
     "t5": [{"feature": "constituent", "side": "encoder"},
-           {"feature": "tree_relations", "side": "decoder", "layers": [1]}],
+           {"feature": "relations", "relations": ["tree_distance"], "side": "decoder", "layers": [1]}],
 }
 MAKERS = {"bert": bert, "gpt2": gpt2, "t5": t5}
 

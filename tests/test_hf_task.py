@@ -16,7 +16,7 @@ from synattn.experiment import ExperimentConfig  # noqa: E402
 
 BERT = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 64, "hidden_dropout_prob": 0.0}
-FEATURES = [{"feature": "tree_relations", "layers": [0]},
+FEATURES = [{"feature": "relations", "relations": ["tree_distance"], "layers": [0]},
             {"feature": "supervised_head", "layers": [1], "head": 2}]
 
 
@@ -46,7 +46,7 @@ def test_train_and_evaluate_report_the_heads_uas(data, tmp_path, capsys):
     saved = json.loads((run / "checkpoints" / (run / "checkpoints" / "last").read_text().strip()
                         / "config.json").read_text())
     assert saved["model_type"] == "bert" and [s["feature"] for s in saved["synattn"]] == \
-        ["tree_relations", "supervised_head"]
+        ["relations", "supervised_head"]
     capsys.readouterr()
     out = tmp_path / "eval.json"
     assert main(["evaluate", "--run", str(run), "--split", "test", "--json", str(out)]) == 0
@@ -93,8 +93,8 @@ def test_uas_is_the_heads_word_level_attachment(data):
 @pytest.mark.parametrize("model, message", [
     ({"transformers": {"hidden_size": 32}}, "model.transformers: expected a config dict with a model_type"),
     ({"transformers": {"model_type": "gpt2"}}, "model_type gpt2 has no masked-LM model"),
-    ({"transformers": BERT, "features": [{"feature": "pointer", "side": "decoder"}]},
-     "model.features: synattn feature #0 .pointer. goes into the decoder side"),
+    ({"transformers": BERT, "features": [{"feature": "bird_eye", "variant": "sg", "side": "decoder"}]},
+     "model.features: synattn feature #0 .bird_eye. goes into the decoder side"),
     ({"transformers": BERT, "features": [{"feature": "nope"}]}, "model.features: synattn feature #0: unknown"),
     ({"transformers": BERT, "heads": 2}, "unknown key.s. model.heads"),
     ({"transformers": dict(BERT, vocab_size=7)}, "model.transformers.vocab_size=7 differs"),
@@ -106,13 +106,25 @@ def test_uas_is_the_heads_word_level_attachment(data):
     ({"transformers": BERT, "features": [{"feature": "supervised_head", "layers": [7]}]},
      r"model.features: synattn feature #0 \(supervised_head\): encoder layer\(s\) \[7\] do not exist"),
     ({"transformers": BERT, "features": [{"feature": "supervised_head", "head": 9}]},
-     "head=9 is out of range for an attention with 4 heads"),
+     r"model.features: synattn feature #0 \(supervised_head\): encoder.supervised_head.head=9 is out of range for "
+     r"heads=4$"),
     ({"transformers": BERT, "features": [{"feature": "supervised_head", "weight": "abc"}]},
-     "weight='abc' must be a number"),
+     r"weight: expected float, got str \('abc'\)"),
+    # options checked by the method's own validate, as in a model config
+    ({"transformers": BERT, "features": [{"feature": "tree_distance_bias", "scale": -2.0}]},
+     r"synattn feature #0 \(tree_distance_bias\): encoder.tree_distance_bias.scale=-2.0 must be >= 0"),
 ])
 def test_model_section_mistakes_are_config_errors(data, model, message):
     with pytest.raises(ConfigError, match=message):
         ExperimentConfig.from_dict(experiment(data, model)).check_data()
+
+
+def test_a_config_with_an_older_feature_name_is_read_with_a_warning(data):
+    old = [{"feature": "tree_relations", "layers": [0], "field": "traversal"}]
+    with pytest.warns(FutureWarning, match=r"synattn feature #0: feature 'tree_relations' is now written "
+                                           r"\{'feature': 'relations', 'relations': \['traversal'\], 'layers': \[0\]\}"):
+        (exp := ExperimentConfig.from_dict(experiment(data, {"transformers": BERT, "features": old}))).check_data()
+    assert exp.model["features"] == old  # the file's entries as written; the model gets the new ones
 
 
 def test_a_feature_mistake_stops_train_before_the_run_folder(data, tmp_path, capsys):
@@ -138,7 +150,7 @@ def test_a_config_directory_takes_the_datasets_vocabulary(data, tmp_path):
 
 @pytest.mark.parametrize("feature", [{"feature": "tree_distance_bias", "layers": [0]},
                                      {"feature": "specialized_heads", "layers": [0], "source": "deprel"},
-                                     {"feature": "tree_relations", "layers": [1], "field": "traversal"}])
+                                     {"feature": "relations", "relations": ["traversal"], "layers": [1]}])
 def test_the_batches_carry_what_each_feature_declares(data, tmp_path, feature):
     """The syntax request comes from each feature's declared fields (tree_distance_bias, a method
     added through its own file, trains here without any code of the task naming it)."""

@@ -63,11 +63,20 @@ def test_a_method_missing_from_the_static_stack_config_is_named():
 
 
 def test_hugging_face_features_come_from_the_registry():
-    assert list(FEATURES)[:10] == ["tree_relations", "relative_positions", "specialized_heads",
-                                   "supervised_head", "constituent", "pointer", "bird_eye_reweighting",
-                                   "segmentation", "span_segmentation", "syntactic"]
-    assert set(FEATURES) == {name for m in methods() for name in m.hf_features()}
-    assert FEATURES["pointer"].sides == ("decoder",) and FEATURES["segmentation"].sides == ("cross",)
+    """One entry per method, under its name, whose options are its settings (less the layer choice)
+    and a few Hugging Face extras, with the settings' defaults."""
+    assert list(FEATURES)[:8] == [m.name for m in methods()][:8]
+    assert set(FEATURES) == {m.name for m in methods() if m.config is not None}
+    assert FEATURES["bird_eye"].sides == ("decoder",) and FEATURES["cross_attention"].sides == ("cross",)
+    assert FEATURES["supervised_head"].defaults == {"head": 0, "weight": 1.0, "name": "parse"}
+    assert FEATURES["relations"].defaults == {"relations": [], "max_relative_position": 16, "max_distance": 8,
+                                              "max_traversal": 4, "relative_values": True}
+    assert FEATURES["constituent"].defaults == {"constituent_diagonal": 1.0}
+    for m in methods():
+        settings = {f.name for f in dataclasses.fields(m.config)} if m.config else set()
+        extras = {o.name for o in m.hf_extras}
+        assert set(FEATURES.get(m.name, FEATURES["relations"]).defaults if m.config else ()) == \
+            (settings - set(m.hf_layer_keys) - set(m.hf_fixed)) | extras
 
 
 def test_a_name_is_registered_once():
@@ -157,7 +166,7 @@ def test_the_bet_configs_load_as_sections():
 
 def test_every_method_checks_heads_and_layers_with_the_shared_range_check(monkeypatch):
     """The head/layer indices of every method go through check_head / check_layer (one message)."""
-    import synattn.methods.base as base
+    from synattn.methods import base
 
     checked = []
     real = base._check_range

@@ -51,7 +51,8 @@ def test_the_study_probes_trains_scores_and_resumes(tmp_path, treebank, capsys):
     frozen = (out / "configs" / "frozen.yaml").read_text()
     assert "freeze: true" in frozen and "mlm: false" in frozen
     relpos = __import__("yaml").safe_load((out / "configs" / "relpos.yaml").read_text())["model"]["features"]
-    assert relpos[0] == {"feature": "relative_positions", "layers": [0], "max_relative": 16}  # below layer 1
+    assert relpos[0] == {"feature": "relations", "relations": ["sequential"], "layers": [0],
+                         "max_relative_position": 16}  # below layer 1
     readme = (out / "README.md").read_text()
     assert "Δ UAS dev % vs probe" in readme and "Clark et al. (2019)" in readme and "| det |" in readme
     assert (out / "plots" / "probe_heads_dev.png").stat().st_size > 0

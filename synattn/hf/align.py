@@ -110,7 +110,7 @@ class SyntaxEncoder:
         fields: which registered syntax fields to compute (``synattn.syntax.fields``: the
             built-in ``tree_dist``, ``traversal``, ``head_targets``, ``hints``, ``pos``,
             ``deprel``, and any field a method registers).
-        max_distance: largest tree distance with its own label (as the ``tree_relations``
+        max_distance: largest tree distance with its own label (as the ``relations``
             feature's option of the same name).
         max_traversal: longest traversal path with its own label.
         pos_vocab: labels of ``pos`` (from :func:`label_vocab` of the ``upos`` column).

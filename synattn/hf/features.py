@@ -3,44 +3,63 @@
 A model's features are a list of plain dicts (JSON, stored as ``config.synattn`` so that
 ``save_pretrained`` writes them into ``config.json``)::
 
-    [{"feature": "tree_relations", "side": "encoder", "layers": [0, 1], "field": "tree_dist"},
+    [{"feature": "relations", "side": "encoder", "layers": [0, 1], "relations": ["tree_distance"]},
      {"feature": "supervised_head", "side": "encoder", "layers": [2], "head": 0, "weight": 1.0}]
 
-``side`` says which attention of the model the feature goes into (``"encoder"``: the
-bidirectional self-attention of an encoder or encoder-decoder; ``"decoder"``: the causal
-self-attention of a decoder-only model or of the decoder of an encoder-decoder; ``"cross"``: the
-decoder's attention to the encoder) and ``layers`` which of its layers (default: all).
+``feature`` is a method of :mod:`synattn.methods` and the other keys are the options of that
+method's settings, named and checked as in a model config (``relations``, ``max_distance``,
+``supervised_head: {head, weight}``), less those that choose layers (``layer``,
+``relation_layers``), plus a few that only a Hugging Face model needs (``num_labels`` of
+specialized heads, the ``name`` of a loss). ``side`` says which attention of the model the feature
+goes into (``"encoder"``: the bidirectional self-attention of an encoder or encoder-decoder;
+``"decoder"``: the causal self-attention of a decoder-only model or of the decoder of an
+encoder-decoder; ``"cross"``: the decoder's attention to the encoder) and ``layers`` which of its
+layers (default: all).
 
-:data:`FEATURES` is the one table from a feature name to how it is built from the parts of
-:mod:`synattn.attention`: its options and defaults, the sides it may go into and a builder. It is
-generated from the method registry (:mod:`synattn.methods`): a method added there works here
-without further code.
+:data:`FEATURES` is the one table from a feature name to how it is built
+(:class:`synattn.methods.HFFeature`); it is generated from the method registry, so a method added
+there works here without further code. Older feature names (``tree_relations``, ``pointer``, ...)
+are read with a ``FutureWarning`` naming the entry as it is written now (:data:`ALIASES`).
 """
 
 from __future__ import annotations
 
-import math
+import warnings
 from typing import Any
 
-from synattn.errors import brief
+from synattn.errors import ConfigError, UsageError, brief
 from synattn.limits import check_memory
-from synattn.methods import SIDES, HFFeature, Site, methods
+from synattn.methods import SIDES, HFAlias, HFFeature, Site, methods
 from synattn.methods.relations import relation_labels
-from synattn.trees.relations import check_label_clips
 
-__all__ = ["FEATURES", "SIDES", "FeatureKind", "HFFeature", "Site", "check_heads", "normalize_specs", "relation_labels",
-           "spec_options"]
+__all__ = ["ALIASES", "FEATURES", "SIDES", "FeatureKind", "HFFeature", "Site", "check_spec", "normalize_specs",
+           "relation_labels", "spec_options"]
 
 
 FeatureKind = HFFeature
-"""How one feature is built (:class:`synattn.methods.HFFeature`): defaults of its options, allowed
-sides, a builder ``build(site, options, shared)`` (``shared``: a dict kept while one model and side
-are built; what the layers hand each other in a forward travels in that forward's
-``SynattnCall.carry``), ``reads_hidden`` and ``reads(options)``, the syntax fields it reads."""
+"""How one feature is built (:class:`synattn.methods.HFFeature`): its options and their defaults,
+the sides it may go into, its checks (the method's own ``validate``), its builder and the syntax
+fields it reads."""
 
 FEATURES: dict[str, FeatureKind] = {
     name: entry for method in methods() for name, entry in method.hf_features().items()}
-"""Every registered method's Hugging Face entries (``synattn.methods.Method.hf_features``)."""
+"""Every registered method's Hugging Face entry (``synattn.methods.Method.hf_features``)."""
+
+ALIASES: dict[str, tuple[str, HFAlias]] = {
+    old: (method.name, alias) for method in methods() for old, alias in method.hf_aliases.items()}
+"""Older feature names: old name -> (the method's name, how an entry is rewritten)."""
+
+
+def upgrade_spec(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """An entry written with an older feature name, as it is written now (with a ``FutureWarning``)."""
+    name = spec.get("feature")
+    if not isinstance(name, str) or name not in ALIASES:
+        return spec
+    feature, alias = ALIASES[name]
+    new = alias.upgrade(spec, feature)
+    warnings.warn(f"{where}: feature {name!r} is now written {new}; the old name will be removed",
+                  FutureWarning, stacklevel=3)
+    return new
 
 
 def normalize_specs(specs: Any) -> list[dict[str, Any]]:
@@ -56,6 +75,7 @@ def normalize_specs(specs: Any) -> list[dict[str, Any]]:
         where = f"synattn feature #{i}"
         if not isinstance(spec, dict) or "feature" not in spec:
             raise ValueError(f"{where}: expected a dict with a 'feature' key, got {brief(spec)}")
+        spec = upgrade_spec(spec, where)
         name = spec["feature"]
         if name not in FEATURES:
             raise ValueError(f"{where}: unknown feature {brief(name)}; use one of {sorted(FEATURES)}")
@@ -72,65 +92,27 @@ def normalize_specs(specs: Any) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: unknown option(s) {brief(sorted(map(str, unknown)))} for {name}; "
                              f"options are {sorted(kind.defaults)}")
         options = {**kind.defaults, **{k: v for k, v in spec.items() if k in kind.defaults}}
-        for key, value in options.items():
-            problem = _bad_option(key, value, kind.defaults[key])
-            if problem:
-                raise ValueError(f"{where} ({name}): {key}={brief(value)} {problem}")
-        if "max_distance" in options or "max_traversal" in options:  # their label tables
-            check_label_clips(options.get("max_distance") or 0, options.get("max_traversal") or 0,
-                              (f"{where} ({name}): max_distance", f"{where} ({name}): max_traversal"))
-        for key in SIZE_OPTIONS:  # every unit of a size is at least one float32 weight
-            if isinstance(options.get(key), int) and key not in ("max_distance", "max_traversal"):
-                check_memory(f"{where} ({name}): {key}", options[key], 4 * options[key], "its weights")
+        try:
+            kind.settings(options)  # the types of the method's settings
+        except ConfigError as err:
+            raise ValueError(f"{where} ({name}): {err}") from None
         out.append({"feature": name, "side": side,
                     "layers": None if layers is None else sorted(set(layers)), **options})
     return out
 
 
-HEAD_OPTIONS = ("head", "children_head")
-"""Options that name one head of the attention a feature goes into (None: the feature's default)."""
-SIZE_OPTIONS = ("max_distance", "max_traversal", "max_relative", "num_labels", "label_dim", "arc_dim", "hidden")
-"""Options that are sizes or clipping distances (None: the feature's default)."""
-
-
-def _bad_option(key: str, value: Any, default: Any) -> str | None:
-    """What is wrong with option ``key=value`` whose default is ``default`` (None when nothing)."""
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    if key in HEAD_OPTIONS or key in SIZE_OPTIONS:
-        if value is None and default is None:
-            return None
-        if not is_int(value):
-            return "must be a whole number"
-        if key in SIZE_OPTIONS and value < 1:
-            return "must be >= 1"
-        return "must be >= 0" if value < 0 else None
-    if key == "heads":
-        ok = isinstance(value, (list, tuple)) and value and all(is_int(h) and h >= 0 for h in value)
-        return None if ok else "must be a non-empty list of head indices >= 0"
-    if isinstance(default, bool):
-        return None if isinstance(value, bool) else "must be true or false"
-    if isinstance(default, float):
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
-            return "must be a number"
-        if not math.isfinite(value):
-            return "must be a finite number"
-        return "must be >= 0" if key == "weight" and value < 0 else None
-    if isinstance(default, str):
-        return None if isinstance(value, str) else "must be a string"
-    return None
-
-
-def check_heads(spec: dict[str, Any], heads: int, where: str) -> None:
-    """Raises ValueError when an option of ``spec`` names a head the attention (``heads`` heads)
-    does not have."""
-    named = [(f"{key}={spec[key]}", spec[key]) for key in HEAD_OPTIONS if spec.get(key) is not None]
-    named += [(f"head {h} in heads", h) for h in spec.get("heads") or []]
-    for what, head in named:
-        if head >= heads:
-            raise ValueError(f"{where} ({spec['feature']}): {what} is out of range for an attention "
-                             f"with {heads} heads")
+def check_spec(spec: dict[str, Any], heads: int, layers: int, layer: int, where: str) -> None:
+    """Raises ValueError when a normalized entry does not fit layer ``layer`` of its side (``layers``
+    layers of ``heads`` heads): the method's own ``validate`` (heads, ranges, choices), then the
+    memory its sizes would take (every whole number of an entry is at least one float32 weight)."""
+    name, options = spec["feature"], spec_options(spec)
+    try:
+        FEATURES[name].check(options, spec["side"], heads, layers, layer)
+    except UsageError as err:  # a ConfigError, or sizes too large for memory
+        raise ValueError(f"{where} ({name}): {err}") from None
+    for key, value in options.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            check_memory(f"{where} ({name}): {key}", value, 4 * value, "its weights")
 
 
 def spec_options(spec: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from synattn.syntax.fields import is_field, syntax_fields
 from synattn.attention.constituent import ConstituentAttention, recorded_links
 from synattn.syntax.inputs import SyntaxInputs
 from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
-from synattn.hf.features import FEATURES, SIDES, check_heads, normalize_specs, spec_options
+from synattn.hf.features import FEATURES, SIDES, check_spec, normalize_specs, spec_options
 from synattn.hf.sites import find_sites
 
 SYNTAX_FIELDS = tuple(f.name for f in syntax_fields())
@@ -128,15 +128,16 @@ def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
             raise ValueError(f"synattn feature #{i} ({spec['feature']}): {side} layer(s) {missing} "
                              f"do not exist; the model has {side} layers 0..{max(available)}")
         for layer in layers:
-            check_heads(spec, by_side[side][layer][2].heads, f"synattn feature #{i}")
+            check_spec(spec, by_side[side][layer][2].heads, max(available) + 1, layer, f"synattn feature #{i}")
             chosen.setdefault((side, layer), []).append((i, spec))
     parameter = next(model.parameters(), None)
     for (side, layer) in sorted(chosen, key=lambda k: (SIDES.index(k[0]), k[1])):
         name, module, site = by_side[side][layer]
         kinds = [FEATURES[spec["feature"]] for _, spec in chosen[(side, layer)]]
-        built = [kind.build(site, spec_options(spec), shared[side])
-                 for kind, (_, spec) in zip(kinds, chosen[(side, layer)])]
-        runner = SiteAttention(site, built, any(kind.reads_hidden for kind in kinds))
+        built = [feature for kind, (_, spec) in zip(kinds, chosen[(side, layer)])
+                 for feature in kind.build(site, spec_options(spec), shared[side])]
+        runner = SiteAttention(site, built, any(kind.reads_hidden(spec_options(spec))
+                                                for kind, (_, spec) in zip(kinds, chosen[(side, layer)])))
         if parameter is not None and parameter.device.type != "meta":
             runner.to(device=parameter.device, dtype=parameter.dtype)
         holder.add_module(site.key, runner)

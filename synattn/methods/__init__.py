@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from synattn.methods.base import (SIDES, Claim, HFFeature, Method, Option, Site, check_claims, check_head,
-                                  check_layer, register, registered, unregister)
+from synattn.methods.base import (SIDES, Claim, HFAlias, HFFeature, Method, Option, Site, check_claims,
+                                  check_head, check_layer, register, registered, unregister)
 
 BUILT_IN = ("relations", "specialized", "supervised", "constituent", "bird_eye", "cross_attention",
             "syntactic")
@@ -42,5 +42,5 @@ def method(name: str) -> Method:
     raise KeyError(f"no method {name!r}; registered: {', '.join(m.name for m in registered())}")
 
 
-__all__ = ["BUILT_IN", "SIDES", "Claim", "HFFeature", "Method", "Option", "Site", "check_claims", "check_head",
-           "check_layer", "method", "methods", "register", "unregister"]
+__all__ = ["BUILT_IN", "SIDES", "Claim", "HFAlias", "HFFeature", "Method", "Option", "Site", "check_claims",
+           "check_head", "check_layer", "method", "methods", "register", "unregister"]

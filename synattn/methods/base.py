@@ -27,11 +27,13 @@ import dataclasses
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from synattn.attention.claims import Claim, find_conflict
 from synattn.attention.feature import AttentionFeature
-from synattn.errors import ConfigError
+from synattn.config_io import check_fields, check_type, from_dict
+from synattn.errors import ConfigError, brief
 
 SIDES = ("encoder", "decoder", "cross")
 """Where a feature can go: bidirectional self-attention, causal self-attention, cross-attention."""
@@ -65,12 +67,14 @@ class Site:
 
 @dataclass(frozen=True)
 class Option:
-    """One field a method adds to ``StackConfig``: name, type annotation, default (or factory)."""
+    """One field a method adds to ``StackConfig`` (or a Hugging Face entry): name, type annotation,
+    default (or factory), and the least value of a size (None: no bound)."""
 
     name: str
     type: Any
     default: Any = None
     factory: Callable[[], Any] | None = None
+    minimum: int | None = None
 
     def default_value(self) -> Any:
         """A fresh default value."""
@@ -78,19 +82,26 @@ class Option:
 
 
 @dataclass(frozen=True)
-class HFFeature:
-    """How a method is built inside a Hugging Face model (``synattn.hf.FEATURES`` holds them).
+class HFAlias:
+    """An older name of a method's Hugging Face feature, still read (with a ``FutureWarning``).
 
-    ``build(site, options, shared)`` returns the feature; ``shared`` is a dict kept for one model
-    and side. ``reads_hidden``: the feature reads the attention's input hidden states.
-    ``reads(options)``: the syntax fields an entry with these options reads from a batch.
+    ``options``: what the old name implied (``{"relations": ["sequential"]}``); ``renames``: old
+    option -> new option, or -> ``(new option, function of the old value)``.
     """
 
-    defaults: dict[str, Any]
-    sides: tuple[str, ...]
-    build: Callable[[Site, dict[str, Any], dict[str, Any]], AttentionFeature]
-    reads_hidden: bool = False
-    reads: Callable[[dict[str, Any]], frozenset[str]] = lambda options: frozenset()
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    renames: dict[str, str | tuple[str, Callable[[Any], Any]]] = dataclasses.field(default_factory=dict)
+
+    def upgrade(self, spec: dict[str, Any], feature: str) -> dict[str, Any]:
+        """The entry ``spec`` of the old name as an entry of ``feature``."""
+        out = {"feature": feature, **self.options}
+        for key, value in spec.items():
+            rename = self.renames.get(key, key)
+            if isinstance(rename, tuple):
+                out[rename[0]] = rename[1](value)
+            elif key != "feature":
+                out[rename] = value
+        return out
 
 
 class Method:
@@ -111,7 +122,12 @@ class Method:
         order: its place among a layer's features (0 first; see ``synattn.models.features``).
         fields_read: the syntax fields it reads when on.
         reads_hidden: its feature reads the attention's input hidden states (Hugging Face sites
-            then capture them).
+            then capture them; see :meth:`hf_reads_hidden`).
+        hf_sides: the sides it may go into in a Hugging Face model (None: :attr:`sides`).
+        hf_layer_keys: the settings that a Hugging Face entry's ``layers`` replaces.
+        hf_extras: options of a Hugging Face entry besides the settings (``num_labels``, ...).
+        hf_fixed: settings every Hugging Face entry has (``constituent: true``), not options.
+        hf_aliases: older Hugging Face feature names of the method (:class:`HFAlias`).
     """
 
     name: ClassVar[str]
@@ -121,6 +137,11 @@ class Method:
     order: ClassVar[float] = 50.0
     fields_read: ClassVar[frozenset[str]] = frozenset()
     reads_hidden: ClassVar[bool] = False
+    hf_sides: ClassVar[tuple[str, ...] | None] = None
+    hf_layer_keys: ClassVar[tuple[str, ...]] = ("layer", "layers")
+    hf_extras: ClassVar[tuple[Option, ...]] = ()
+    hf_fixed: ClassVar[dict[str, Any]] = {}
+    hf_aliases: ClassVar[dict[str, HFAlias]] = {}
 
     # ---------------------------------------------------------------- settings
     def options(self) -> list[Option]:
@@ -204,22 +225,104 @@ class Method:
         """The cross-attention features of one decoder layer."""
         return []
 
-    def hf_features(self) -> dict[str, HFFeature]:
-        """Its entries of ``synattn.hf.FEATURES`` (default: one, options = :attr:`config`'s fields)."""
+    # ---------------------------------------------------------------- Hugging Face models
+    def hf_options(self) -> list[Option]:
+        """The options of a Hugging Face entry (``synattn.hf.features``): the fields of
+        :attr:`config` but :attr:`hf_layer_keys`, then :attr:`hf_extras`."""
         if self.config is None:
-            return {}
-        config = self.config
-        defaults = {f.name: _default(f) for f in dataclasses.fields(config) if f.name != "layers"}
+            return list(self.hf_extras)
+        hints = typing.get_type_hints(self.config)
+        skip = set(self.hf_layer_keys) | set(self.hf_fixed)
+        return [Option(f.name, hints[f.name], f.default, None if f.default_factory is _MISSING else f.default_factory)
+                for f in dataclasses.fields(self.config) if f.name not in skip] + list(self.hf_extras)
 
-        def build(site: Site, options: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-            return self.feature(site, config(**options))
+    def hf_stack(self, settings: Any, layers: int) -> Any:
+        """A stand-in stack of ``layers`` layers with this method's ``settings`` (an instance of
+        :attr:`config`), for :meth:`active`, :meth:`reads` and :meth:`validate`."""
+        if self.flat:
+            return SimpleNamespace(layers=layers, **{f.name: getattr(settings, f.name)
+                                                     for f in dataclasses.fields(settings)})
+        return SimpleNamespace(layers=layers, **{self.name: settings})
 
-        fields = frozenset(self.fields_read)
-        return {self.name: HFFeature(defaults, self.sides, build, self.reads_hidden, lambda options: fields)}
+    def hf_reads_hidden(self, settings: Any) -> bool:
+        """Whether the feature built from ``settings`` reads the hidden states (default :attr:`reads_hidden`)."""
+        return self.reads_hidden
+
+    def hf_build(self, site: Site, settings: Any, extras: dict[str, Any], shared: dict[str, Any]
+                 ) -> list[AttentionFeature]:
+        """The features of one Hugging Face attention (default: :meth:`feature`); ``extras``: the
+        values of :attr:`hf_extras`; ``shared``: a dict kept while one model and side are built."""
+        return [self.feature(site, settings)]
+
+    def hf_features(self) -> dict[str, HFFeature]:
+        """Its entry of ``synattn.hf.FEATURES``: one, named :attr:`name` (none without a config)."""
+        return {} if self.config is None else {self.name: HFFeature(self)}
 
 
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default_factory is not _MISSING else f.default
+@dataclass(frozen=True)
+class HFFeature:
+    """A method inside Hugging Face models (``synattn.hf.FEATURES`` holds one per method).
+
+    An entry's options are the method's own (:meth:`Method.hf_options`: the fields of its settings
+    dataclass, with their defaults, and its :attr:`Method.hf_extras`): :meth:`settings` checks them
+    against the dataclass's types, :meth:`check` with the method's own :meth:`Method.validate`, and
+    :meth:`build` builds them with :meth:`Method.hf_build`. Errors are :class:`ConfigError` naming
+    the option (``supervised_head.head=7 is out of range for heads=4``).
+    """
+
+    method: Method
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The sides an entry may go into."""
+        return self.method.hf_sides or self.method.sides
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The options of an entry and their defaults."""
+        return {o.name: o.default_value() for o in self.method.hf_options()}
+
+    def settings(self, options: dict[str, Any], layer: int = 0) -> Any:
+        """The method's settings (an instance of ``Method.config``) from an entry's ``options``, for
+        layer ``layer``; checks the types of the settings and the extras."""
+        method = self.method
+        hints = typing.get_type_hints(method.config)
+        data = {k: v for k, v in options.items() if k in hints}
+        for key in set(method.hf_layer_keys) & set(hints):
+            data[key] = layer if hints[key] is int else None
+        settings = from_dict(method.config, {**data, **method.hf_fixed})
+        check_fields(settings)
+        for option in method.hf_extras:
+            value = options.get(option.name, option.default_value())
+            check_type(option.type, value, option.name)
+            if option.minimum is not None and value is not None and value < option.minimum:
+                raise ConfigError(f"{option.name}={brief(value)} must be >= {option.minimum}")
+        return settings
+
+    def check(self, options: dict[str, Any], side: str, heads: int, layers: int, layer: int) -> None:
+        """Raises :class:`ConfigError` when the entry's ``options`` are wrong at layer ``layer`` of a
+        side with ``layers`` layers of ``heads`` heads: types, then the method's own validate."""
+        stack = self.method.hf_stack(self.settings(options, layer), layers)
+        if not self.method.active(stack):
+            first = self.method.hf_options()[0].name
+            raise ConfigError(f"{first}={brief(options.get(first))} leaves {self.method.name} off; "
+                              f"set {first}")
+        model = SimpleNamespace(heads=heads, num_pos_tags=1, num_deprels=1, model_type="transformers",
+                                has_cross_attention=lambda s: s == "cross")
+        self.method.validate(model, side, stack)
+
+    def build(self, site: Site, options: dict[str, Any], shared: dict[str, Any]) -> list[AttentionFeature]:
+        """The features of the entry at ``site`` (``shared``: a dict kept for one model and side)."""
+        extras = {o.name: options.get(o.name, o.default_value()) for o in self.method.hf_extras}
+        return self.method.hf_build(site, self.settings(options, site.layer), extras, shared)
+
+    def reads(self, options: dict[str, Any]) -> frozenset[str]:
+        """The syntax fields an entry with these options reads from a batch."""
+        return frozenset(self.method.reads(self.method.hf_stack(self.settings(options), 1)))
+
+    def reads_hidden(self, options: dict[str, Any]) -> bool:
+        """Whether the entry's features read the attention's input hidden states."""
+        return self.method.hf_reads_hidden(self.settings(options))
 
 
 _REGISTRY: dict[str, Method] = {}

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from synattn.attention import BirdEyeReweighting, SyntaxGuidedPointer
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError, brief
-from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, register
+from synattn.methods.base import Claim, HFAlias, Method, Option, Site, check_head, register
 
 BIRD_EYE = ("sg", "sf")
 """Bird-Eye variants (docs/methods.md §4): syntax-guided pointer loss, syntax-free reweighting."""
@@ -47,14 +47,6 @@ class BirdEyeConfig:
 _DEFAULTS = {"pointer_weight": BirdEyeConfig.pointer_weight, "pointer_head": BirdEyeConfig.pointer_head}
 
 
-def _pointer(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    return SyntaxGuidedPointer(o["weight"], o["head"], o["name"])
-
-
-def _reweighting(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    return BirdEyeReweighting(site.d_model, site.heads, o["hidden"])
-
-
 @register
 class BirdEye(Method):
     """BET(SG) (a pointer loss) or BET(SF) (a logit bias) in every layer of a causal stack."""
@@ -62,6 +54,10 @@ class BirdEye(Method):
     name = "bird_eye"
     config = BirdEyeConfig
     sides = ("decoder",)
+    # in a Hugging Face model: the name of the BET(SG) loss, the width of BET(SF)'s scorer (None: d_model)
+    hf_extras = (Option("name", str, "pointer"), Option("hidden", int | None, None, minimum=1))
+    hf_aliases: ClassVar[dict[str, HFAlias]] = {"pointer": HFAlias({"variant": "sg"}, {"weight": "pointer_weight", "head": "pointer_head"}),
+                  "bird_eye_reweighting": HFAlias({"variant": "sf"})}
 
     def upgrade(self, data: dict[str, Any], where: str) -> dict[str, Any]:
         if isinstance(data.get("bird_eye"), str):
@@ -126,12 +122,11 @@ class BirdEye(Method):
             return BirdEyeReweighting(site.d_model, site.heads)
         return SyntaxGuidedPointer(settings.pointer_weight, settings.pointer_head, name="pointer")
 
-    def hf_features(self) -> dict[str, HFFeature]:
-        return {
-            # BET(SG) pointer loss (Sha et al. 2022, eq. 5)
-            "pointer": HFFeature({"weight": 1.0, "head": None, "name": "pointer"}, ("decoder",), _pointer,
-                                  reads=lambda options: frozenset({"hints"})),
-            # BET(SF) reweighting (our reconstruction, docs/methods.md)
-            "bird_eye_reweighting": HFFeature({"hidden": None}, ("decoder",), _reweighting,
-                                              reads_hidden=True),
-        }
+    def hf_reads_hidden(self, settings: BirdEyeConfig) -> bool:
+        return settings.variant == "sf"
+
+    def hf_build(self, site: Site, settings: BirdEyeConfig, extras: dict[str, Any],
+                 shared: dict[str, Any]) -> list[AttentionFeature]:
+        if settings.variant == "sf":
+            return [BirdEyeReweighting(site.d_model, site.heads, extras["hidden"])]
+        return [SyntaxGuidedPointer(settings.pointer_weight, settings.pointer_head, extras["name"])]

@@ -9,12 +9,12 @@ Settings (flat keys of a stack config)::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from synattn.attention import ConstituentAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import HFFeature, Method, Site, register
+from synattn.methods.base import Method, Site, register
 
 
 @dataclass
@@ -32,13 +32,6 @@ class ConstituentConfig:
     constituent_diagonal: float = 1.0
 
 
-def _constituent(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    # the chosen layers are numbered 0, 1, ... in the order they are built (bottom first); their
-    # a-values travel in each forward's carry
-    index = shared["constituent_layers"] = shared.get("constituent_layers", -1) + 1
-    return ConstituentAttention(site.d_model, index)
-
-
 @register
 class Constituent(Method):
     """The constituent prior C on every head of every encoder layer."""
@@ -49,6 +42,7 @@ class Constituent(Method):
     sides = ("encoder",)
     order = 40
     reads_hidden = True
+    hf_fixed: ClassVar[dict[str, Any]] = {"constituent": True}  # a Hugging Face entry turns it on
 
     def active(self, stack: Any) -> bool:
         return stack.constituent
@@ -70,6 +64,9 @@ class Constituent(Method):
             return []
         return [ConstituentAttention(site.d_model, site.layer, diagonal=stack.constituent_diagonal)]
 
-    def hf_features(self) -> dict[str, HFFeature]:
-        # Tree Transformer constituent prior (Wang, Lee, Chen 2019, eq. 4-7)
-        return {"constituent": HFFeature({}, ("encoder",), _constituent, reads_hidden=True)}
+    def hf_build(self, site: Site, settings: ConstituentConfig, extras: dict[str, Any],
+                 shared: dict[str, Any]) -> list[AttentionFeature]:
+        # the chosen layers are numbered 0, 1, ... in the order they are built (bottom first); their
+        # a-values travel in each forward's carry
+        index = shared["constituent_layers"] = shared.get("constituent_layers", -1) + 1
+        return [ConstituentAttention(site.d_model, index, diagonal=settings.constituent_diagonal)]

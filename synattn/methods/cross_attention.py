@@ -12,12 +12,12 @@ Settings (flat keys of a stack config)::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from synattn.attention import SegmentationAttention, SpanSegmentationAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import HFFeature, Method, Site, register
+from synattn.methods.base import HFAlias, Method, Site, register
 
 CROSS_ATTENTION = ("segmentation", "sigmoid", "segments")
 """Structured encoder-decoder attention (docs/methods.md §5): the chain CRF, its sigmoid baseline,
@@ -42,14 +42,6 @@ class CrossAttentionConfig:
     cross_attention_max_segment: int = 4
 
 
-def _segmentation(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    return SegmentationAttention(site.heads, o["mode"], o["normalize"])
-
-
-def _segments(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    return SpanSegmentationAttention(site.heads, o["max_segment"])
-
-
 @register
 class CrossAttention(Method):
     """Segmentation (or sigmoid) attention on a translation decoder's cross-attention."""
@@ -59,6 +51,11 @@ class CrossAttention(Method):
     flat = True
     sides = ("cross",)
     order = 0
+    hf_aliases: ClassVar[dict[str, HFAlias]] = {
+        "segmentation": HFAlias({"cross_attention": "segmentation"}, {
+            "mode": ("cross_attention", lambda mode: {"structured": "segmentation"}.get(mode, mode)),
+            "normalize": "cross_attention_normalize"}),
+        "span_segmentation": HFAlias({"cross_attention": "segments"}, {"max_segment": "cross_attention_max_segment"})}
 
     def misplaced(self, model: Any, side: str, stack: Any) -> str:
         return (f"{side}.cross_attention={stack.cross_attention!r}, but the {side} of this {model.model_type} "
@@ -78,16 +75,11 @@ class CrossAttention(Method):
                               "the longest segment must be >= 1 source piece")
 
     def cross_features(self, model: Any, stack: Any, site: Site) -> list[AttentionFeature]:
-        if stack.cross_attention is None:
-            return []
-        if stack.cross_attention == "segments":
-            return [SpanSegmentationAttention(model.heads, stack.cross_attention_max_segment)]
-        mode = "structured" if stack.cross_attention == "segmentation" else "sigmoid"
-        return [SegmentationAttention(model.heads, mode, stack.cross_attention_normalize)]
+        return self.hf_build(site, stack, {}, {}) if stack.cross_attention is not None else []
 
-    def hf_features(self) -> dict[str, HFFeature]:
-        # segmentation attention (Kim et al. 2017, sec. 3.1) on the decoder's cross-attention
-        # and its semi-Markov version over labelled segments
-        return {"segmentation": HFFeature({"mode": "structured", "normalize": False}, ("cross",),
-                                          _segmentation),
-                "span_segmentation": HFFeature({"max_segment": 4}, ("cross",), _segments)}
+    def hf_build(self, site: Site, settings: Any, extras: dict[str, Any], shared: dict[str, Any]
+                 ) -> list[AttentionFeature]:
+        if settings.cross_attention == "segments":
+            return [SpanSegmentationAttention(site.heads, settings.cross_attention_max_segment)]
+        mode = "structured" if settings.cross_attention == "segmentation" else "sigmoid"
+        return [SegmentationAttention(site.heads, mode, settings.cross_attention_normalize)]

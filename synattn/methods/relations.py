@@ -14,12 +14,12 @@ Settings (flat keys of a stack config)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from synattn.attention import RelativePositions, TreeRelations
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import HFFeature, Method, Site, check_layer, register
+from synattn.methods.base import HFAlias, Method, Site, check_layer, register
 from synattn.trees.relations import check_label_clips, distance_vocab, traversal_vocab
 
 RELATIONS = ("sequential", "tree_distance", "traversal")
@@ -58,15 +58,6 @@ class RelationsConfig:
     relative_values: bool = True
 
 
-def _tree_relations(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    labels = relation_labels(o["field"], o["max_distance"], o["max_traversal"])
-    return TreeRelations(o["field"], labels, site.head_dim, values=o["values"])
-
-
-def _relative_positions(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    return RelativePositions(o["max_relative"], site.head_dim, values=o["values"])
-
-
 @register
 class Relations(Method):
     """Shaw relative positions and tree-label relations on the self-attention."""
@@ -76,6 +67,13 @@ class Relations(Method):
     flat = True
     sides = ("encoder", "decoder")
     order = 10
+    hf_layer_keys = ("relation_layers",)
+    hf_aliases: ClassVar[dict[str, HFAlias]] = {
+        "tree_relations": HFAlias({"relations": ["tree_distance"]}, {
+            "field": ("relations", lambda field: [{"tree_dist": "tree_distance"}.get(field, field)]),
+            "values": "relative_values"}),
+        "relative_positions": HFAlias({"relations": ["sequential"]}, {"max_relative": "max_relative_position",
+                                                                      "values": "relative_values"})}
 
     def active(self, stack: Any) -> bool:
         return bool(stack.relations)
@@ -115,13 +113,16 @@ class Relations(Method):
                                               site.head_dim, values))
         return features
 
-    def hf_features(self) -> dict[str, HFFeature]:
-        return {
-            # Shaw, Uszkoreit, Vaswani 2018 eq. 3-4 on tree labels (docs/methods.md, tree relations)
-            "tree_relations": HFFeature(
-                {"field": "tree_dist", "max_distance": 8, "max_traversal": 4, "values": True},
-                ("encoder", "decoder"), _tree_relations, reads=lambda options: frozenset({options["field"]})),
-            # Shaw et al. 2018 sequential relative positions
-            "relative_positions": HFFeature({"max_relative": 16, "values": True},
-                                            ("encoder", "decoder"), _relative_positions),
-        }
+    def hf_build(self, site: Site, settings: RelationsConfig, extras: dict[str, Any],
+                 shared: dict[str, Any]) -> list[AttentionFeature]:
+        # the tree labels get one more, "outside" label: special tokens (synattn.hf.align)
+        features: list[AttentionFeature] = []
+        for relation in settings.relations:
+            if relation == "sequential":
+                features.append(RelativePositions(settings.max_relative_position, site.head_dim,
+                                                  values=settings.relative_values))
+            else:
+                labels = relation_labels(FIELDS[relation], settings.max_distance, settings.max_traversal)
+                features.append(TreeRelations(FIELDS[relation], labels, site.head_dim,
+                                              values=settings.relative_values))
+        return features

@@ -13,7 +13,7 @@ from typing import Any
 from synattn.attention import SpecializedHeads
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, register
+from synattn.methods.base import Claim, Method, Option, Site, check_head, register
 
 
 @dataclass
@@ -31,13 +31,6 @@ class SpecializedHeadsConfig:
     label_dim: int | None = None
 
 
-def _specialized(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    if o["num_labels"] is None:
-        raise ValueError("specialized_heads needs 'num_labels' (the size of the POS or deprel "
-                         "vocabulary of synattn.hf.SyntaxEncoder)")
-    return SpecializedHeads(o["num_labels"], site.head_dim, o["heads"], o["source"], o["label_dim"])
-
-
 @register
 class SpecializedHeadsMethod(Method):
     """Label-embedding queries and keys for some heads of encoder layer 0."""
@@ -46,6 +39,8 @@ class SpecializedHeadsMethod(Method):
     config = SpecializedHeadsConfig
     sides = ("encoder",)
     order = 0  # they replace queries/keys, so they come first
+    hf_sides = ("encoder", "decoder")  # any layer of a Hugging Face model
+    hf_extras = (Option("num_labels", int | None, None, minimum=1),)  # the label vocabulary's size
 
     def reads(self, stack: Any) -> set[str]:
         return {stack.specialized_heads.source} if self.active(stack) else set()
@@ -83,8 +78,10 @@ class SpecializedHeadsMethod(Method):
         num_labels = model.num_pos_tags if spec.source == "pos" else model.num_deprels
         return [SpecializedHeads(num_labels, site.head_dim, spec.heads, spec.source, spec.label_dim)]
 
-    def hf_features(self) -> dict[str, HFFeature]:
-        # POS / deprel query-key heads (docs/methods.md, specialized heads)
-        return {"specialized_heads": HFFeature(
-            {"num_labels": None, "heads": [0], "source": "pos", "label_dim": None},
-            ("encoder", "decoder"), _specialized, reads=lambda options: frozenset({options["source"]}))}
+    def hf_build(self, site: Site, settings: SpecializedHeadsConfig, extras: dict[str, Any],
+                 shared: dict[str, Any]) -> list[AttentionFeature]:
+        if extras["num_labels"] is None:
+            raise ValueError("specialized_heads needs 'num_labels' (the size of the POS or deprel "
+                             "vocabulary of synattn.hf.SyntaxEncoder)")
+        return [SpecializedHeads(extras["num_labels"], site.head_dim, settings.heads, settings.source,
+                                 settings.label_dim)]

@@ -13,7 +13,7 @@ from typing import Any
 from synattn.attention import SupervisedHead
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
-from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, check_layer, register
+from synattn.methods.base import Claim, Method, Option, Site, check_head, check_layer, register
 
 
 @dataclass
@@ -31,10 +31,6 @@ class SupervisedHeadConfig:
     weight: float = 1.0
 
 
-def _supervised(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    return SupervisedHead(site.head_dim, o["head"], o["weight"], o["name"])
-
-
 @register
 class SupervisedHeadMethod(Method):
     """A biaffine head trained toward the dependency heads (its loss: ``<side>.<layer>.parse``)."""
@@ -44,6 +40,7 @@ class SupervisedHeadMethod(Method):
     sides = ("encoder", "decoder")
     order = 30
     fields_read = frozenset({"head_targets"})
+    hf_extras = (Option("name", str, "parse"),)  # the name of its loss in a Hugging Face model
 
     def validate(self, model: Any, side: str, stack: Any) -> None:
         sup = stack.supervised_head
@@ -65,8 +62,6 @@ class SupervisedHeadMethod(Method):
     def feature(self, site: Site, settings: SupervisedHeadConfig) -> AttentionFeature:
         return SupervisedHead(site.head_dim, settings.head, settings.weight, name="parse")
 
-    def hf_features(self) -> dict[str, HFFeature]:
-        # biaffine dependency-supervised head (Strubell et al. 2018; docs/methods.md, supervised head)
-        return {"supervised_head": HFFeature({"head": 0, "weight": 1.0, "name": "parse"},
-                                             ("encoder", "decoder"), _supervised,
-                                             reads=lambda options: self.fields_read)}
+    def hf_build(self, site: Site, settings: SupervisedHeadConfig, extras: dict[str, Any],
+                 shared: dict[str, Any]) -> list[AttentionFeature]:
+        return [SupervisedHead(site.head_dim, settings.head, settings.weight, extras["name"])]

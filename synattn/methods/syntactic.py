@@ -10,13 +10,13 @@ Settings::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from synattn.attention import SyntacticAttention
 from synattn.attention.feature import AttentionFeature
 from synattn.attention.structured import TREE_KINDS
 from synattn.errors import ConfigError
-from synattn.methods.base import Claim, HFFeature, Method, Site, check_head, check_layer, register
+from synattn.methods.base import Claim, HFAlias, Method, Site, check_head, check_layer, register
 
 
 @dataclass
@@ -42,11 +42,6 @@ class SyntacticAttentionConfig:
     arc_dim: int = 64
 
 
-def _syntactic(site: Site, o: dict[str, Any], shared: dict[str, Any]) -> AttentionFeature:
-    return SyntacticAttention(site.d_model, o["head"], o["children_head"], o["tree"],
-                              o["multiroot"], o["arc_dim"])
-
-
 @register
 class SyntacticAttentionMethod(Method):
     """One encoder layer's soft-parent (and soft-children) heads."""
@@ -56,6 +51,7 @@ class SyntacticAttentionMethod(Method):
     sides = ("encoder",)
     order = 50  # replaces its heads after the constituent prior: they stay the soft parent/children
     reads_hidden = True
+    hf_aliases: ClassVar[dict[str, HFAlias]] = {"syntactic": HFAlias()}
 
     def misplaced(self, model: Any, side: str, stack: Any) -> str:
         return (f"{side}.syntactic_attention is set, but syntactic attention needs bidirectional "
@@ -93,9 +89,3 @@ class SyntacticAttentionMethod(Method):
     def feature(self, site: Site, settings: SyntacticAttentionConfig) -> AttentionFeature:
         return SyntacticAttention(site.d_model, settings.head, settings.children_head, settings.tree,
                                   settings.multiroot, settings.arc_dim)
-
-    def hf_features(self) -> dict[str, HFFeature]:
-        # syntactic attention (Kim et al. 2017, sec. 3.2): soft parents from a dependency CRF
-        return {"syntactic": HFFeature(
-            {"head": 0, "children_head": None, "tree": "projective", "multiroot": False, "arc_dim": 64},
-            ("encoder",), _syntactic, reads_hidden=True)}

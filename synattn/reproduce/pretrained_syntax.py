@@ -114,7 +114,8 @@ class PretrainedSyntaxStudy(Study):
                 raise UsageError("--layer 0: the relpos arm puts relative positions in the layers below the "
                                  "supervised head, and layer 0 has none (leave relpos out with --arms)")
             below = list(range(_layer(ctx)))
-            exp["model"]["features"] = [{"feature": "relative_positions", "layers": below, "max_relative": 16},
+            exp["model"]["features"] = [{"feature": "relations", "relations": ["sequential"],
+                                         "layers": below, "max_relative_position": 16},
                                         _supervised(ctx)]
         return exp
 

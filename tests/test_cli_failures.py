@@ -487,7 +487,7 @@ def test_the_file_system_cases_are_all_here():
 def test_prepare_force_stops_while_a_train_reads_the_dataset(tiny_runs, monkeypatch):
     """A `prepare --force` started while `train` reads the dataset stops (exit 1) naming the train,
     and the dataset stays as it was; a `prepare` with the same settings (nothing to write) is fine."""
-    import synattn.cli.train_cmd as train_cmd
+    import synattn.train.experiment_run as experiment_run
 
     with sandbox(tiny_runs) as box:
         shutil.copytree(tiny_runs / "data", box / "data", ignore=shutil.ignore_patterns(".synattn.lock"))
@@ -496,7 +496,7 @@ def test_prepare_force_stops_while_a_train_reads_the_dataset(tiny_runs, monkeypa
         prepare = ["prepare", "--train", str(tiny_runs / "train"), "--test", str(tiny_runs / "test"),
                    "--no-parse-source", "--vocab-size", "50", "-o", str(box / "data")]
         seen = {}
-        checked = train_cmd.check_training_data
+        checked = experiment_run.check_training_data
 
         def meanwhile(folder):  # what another shell does while the train runs
             seen["force"] = run_cli([*prepare, "--force"])
@@ -504,7 +504,7 @@ def test_prepare_force_stops_while_a_train_reads_the_dataset(tiny_runs, monkeypa
             seen["dataset"] = digest(box / "data")
             checked(folder)
 
-        monkeypatch.setattr(train_cmd, "check_training_data", meanwhile)
+        monkeypatch.setattr(experiment_run, "check_training_data", meanwhile)
         before = digest(box / "data")
         code, err = run_cli(["train", "--config", "exp.yaml", "--run-dir", "run"])
         assert code == 0, err

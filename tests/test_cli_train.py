@@ -71,3 +71,26 @@ def test_bad_config_is_reported_with_the_file(tmp_path, data, capsys):
         apply_override({}, "train.lr")
     with pytest.raises(ValueError, match="task='nmt'"):
         ExperimentConfig.from_dict({"task": "nmt", "data": "x"})
+
+
+def test_train_experiment_is_what_synattn_train_runs(tmp_path, data, capsys):
+    """The library function trains the same run as the command (same weights, same validation
+    records with BLEU), and says how it ended."""
+    import torch
+
+    from synattn.evaluate.translation import translation_metrics
+    from synattn.train.experiment_run import train_experiment
+
+    config = _config(tmp_path, data)
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "cli"), "train.max_steps=2"]) == 0
+    exp = ExperimentConfig.from_yaml(str(config), ["train.max_steps=2"])
+    trained = train_experiment(exp, tmp_path / "lib", valid_metrics=translation_metrics)
+    assert (trained.result.step, trained.result.stopped_by, trained.is_main) == (2, "max_steps", True)
+    assert trained.epochs_started == 1 and trained.minutes > 0
+    assert (tmp_path / "lib" / "vocab").is_dir()  # the run's own tokenizers, as the command copies them
+    ours, theirs = (EncoderDecoderTransformer.from_pretrained(resolve_checkpoint(tmp_path / run)).state_dict()
+                    for run in ("lib", "cli"))
+    assert all(torch.equal(ours[key], theirs[key]) for key in theirs)
+    assert [r["bleu"] for r in read_log(tmp_path / "lib", "valid")] == [r["bleu"] for r in read_log(tmp_path / "cli", "valid")]
+    with pytest.raises(ConfigError, match="already has checkpoints"):
+        train_experiment(exp, tmp_path / "lib")

@@ -355,3 +355,30 @@ def test_lm_text_of_punctuation_only_names_the_users_file(tmp_path, capsys):
                  "--src-trees", f"train={path}", f"dev={path}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"synattn reproduce: error: {path}: no sentence of split train is left")
+
+
+def test_a_study_run_held_by_another_process_is_left_untouched(tmp_path, treebank, capsys, monkeypatch):
+    """A study trains each run as ``synattn train`` does: the run directory is locked before the
+    run's tokenizers are copied into it, so a run another process holds gets nothing written."""
+    from synattn.locks import FolderLock
+
+    study = STUDIES["supervised-head"]
+    out = tmp_path / "sh"
+    run = out / "runs" / "plain" / "seed1"
+    lock = FolderLock(run, "run directory")
+    real = type(study).prepare
+
+    def prepare_then_hold(self, ctx):  # another process takes the first run once the data is ready
+        data = real(self, ctx)
+        run.mkdir(parents=True)
+        lock.acquire()
+        return data
+
+    monkeypatch.setattr(type(study), "prepare", prepare_then_hold)
+    args = ["reproduce", "supervised-head", "--toy", "--seeds", "1", "-o", str(out), *_trees_args(treebank)]
+    try:
+        assert main(args) == 1
+    finally:
+        lock.release()
+    assert "in use by process" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == [".synattn.lock"]

@@ -10,30 +10,29 @@ earlier override holds; overrides given now apply on top, e.g. ``train.max_epoch
 The whole config is checked before any data is read, and the dataset against the config before
 the model is built: a mistake is one line naming the file (or override), the key and the cause.
 The run directory gets its own copy of the tokenizers and label vocabularies and a fingerprint
-of the dataset (:mod:`synattn.runs`).
+of the dataset (:mod:`synattn.runs`). The training itself is
+:func:`synattn.train.experiment_run.train_experiment`, as for the studies of ``synattn reproduce``;
+this module reads the arguments and prints.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from pathlib import Path
 
-import torch
-
 from synattn.cli.paths import check_apart, input_file, output_folder
-from synattn.data.batching import PreparedDataset
-from synattn.data.validate import check_dataset, check_split
+from synattn.config_io import read_yaml
 from synattn.errors import ConfigError
-from synattn.experiment import ExperimentConfig, build_model
+from synattn.evaluate.translation import translation_metrics
+from synattn.experiment import ExperimentConfig
 from synattn.folders import check_own_folder
 from synattn.locks import FolderLock
-from synattn.config_io import read_yaml
-from synattn.runs import RUN, check_dataset as check_run_dataset, run_vocab, save_run_vocab
-from synattn.train import Trainer, resolve_checkpoint, task_for
+from synattn.runs import RUN
+from synattn.train import resolve_checkpoint
 from synattn.train.distributed import check_device
+from synattn.train.experiment_run import TrainingInterrupted, train_experiment
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,25 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in --run-dir with its own config.yaml (overrides apply on top)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. train.lr=1e-3 model.encoder.layers=2")
     p.set_defaults(func=run)
-
-
-def bleu_hook(model, exp: ExperimentConfig, dev: PreparedDataset):
-    """A ``valid_metrics`` callable translating the first ``eval.bleu_sentences`` dev sentences."""
-    from synattn.evaluate import translation_scores
-    from synattn.generate.translate import Translator
-
-    count = min(exp.eval.bleu_sentences, len(dev))
-    examples = [dev[i] for i in range(count)]
-    references = dev.text("tgt")[:count]
-
-    def metrics(trained) -> dict[str, float]:
-        ev = exp.eval
-        translator = Translator(getattr(trained, "module", trained), exp.data, ev.beam, ev.length_penalty,
-                                ev.max_len_a, ev.max_len_b, ev.batch_size)
-        scores = translation_scores(translator.translate(examples), references)
-        return {"bleu": scores.bleu, "chrf": scores.chrf}
-
-    return metrics
 
 
 def load_experiment(args: argparse.Namespace, hold: contextlib.ExitStack | None = None) -> tuple[ExperimentConfig, Path]:
@@ -106,29 +86,6 @@ def load_experiment(args: argparse.Namespace, hold: contextlib.ExitStack | None 
     return exp, run_dir
 
 
-def _prepare_run_dir(run_dir: Path, exp: ExperimentConfig, resume: bool) -> None:
-    """Copies the dataset's tokenizers and labels into the run (a new run), or checks that the
-    dataset is the run's own (a run with checkpoints)."""
-    started = resolve_checkpoint(run_dir) is not None
-    if started and not resume:
-        raise ConfigError(f"--run-dir {run_dir} already has checkpoints: resume it (--resume) or choose "
-                          "another directory")
-    if started and run_vocab(run_dir) is not None:
-        check_run_dataset(run_dir, exp.data)
-    elif int(os.environ.get("RANK", "0")) == 0:  # under torchrun, the first process writes
-        save_run_vocab(run_dir, exp.data)
-
-
-def check_training_data(folder: str | Path) -> None:
-    """The dataset a run trains on, checked before anything is written: manifest, labels,
-    sentencepiece models, and every array of ``train`` and ``dev`` with every stored index
-    (:mod:`synattn.data.validate`; about a second for 30k sentence pairs)."""
-    manifest = check_dataset(folder)
-    for split in ("train", "dev"):
-        if split in manifest["splits"] or split == "train":
-            check_split(folder, split, manifest)
-
-
 def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as hold:  # the dataset is locked against `prepare` until the run ends
         exp, run_dir = load_experiment(args, hold)
@@ -136,35 +93,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, exp: ExperimentConfig, run_dir: Path) -> int:
-    check_training_data(exp.data)
-    lock = FolderLock(run_dir, "run directory")
-    if int(os.environ.get("RANK", "0")) == 0:  # one writer, from before the run's tokenizers are copied
-        lock.acquire()
     try:
-        _prepare_run_dir(run_dir, exp, args.resume)
-        torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
-        model = build_model(exp)
-        train = PreparedDataset(exp.data, "train")
-        dev = PreparedDataset(exp.data, "dev") if "dev" in train.manifest["splits"] else None
-        translates = exp.kind.translates and dev is not None and exp.eval.bleu_sentences
-        metrics = bleu_hook(model, exp, dev) if translates else None
-        trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train, train, run_dir,
-                          valid_data=dev, valid_metrics=metrics, run_config={"experiment": exp.to_dict()})
-        try:
-            result = trainer.train(resume=args.resume, lock=lock)
-        except KeyboardInterrupt:
-            if trainer.dist.is_main:
-                last = resolve_checkpoint(run_dir)
-                kept = (f"its last checkpoint ({last.name}) is kept: continue with 'synattn train --run-dir "
-                        f"{run_dir} --resume'" if last else "it had not saved a checkpoint yet")
-                print(f"stopped at update {trainer.step}; {kept}", file=sys.stderr)
-            raise
-        finally:
-            trainer.close()
-    finally:
-        lock.release()
-    if trainer.dist.is_main:
+        trained = train_experiment(exp, run_dir, args.resume, valid_metrics=translation_metrics)
+    except TrainingInterrupted as stop:
+        if stop.is_main:
+            kept = (f"its last checkpoint ({stop.checkpoint.name}) is kept: continue with 'synattn train --run-dir "
+                    f"{run_dir} --resume'" if stop.checkpoint else "it had not saved a checkpoint yet")
+            print(f"stopped at update {stop.step}; {kept}", file=sys.stderr)
+        raise
+    if trained.is_main:
+        result = trained.result
         best = "none" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
-        print(f"stopped by {result.stopped_by} at step {result.step} (epoch {trainer.epochs_started}); best valid "
+        print(f"stopped by {result.stopped_by} at step {result.step} (epoch {trained.epochs_started}); best valid "
               f"{exp.train.best_metric} {best}; last checkpoint {result.checkpoint}", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""sacreBLEU / chrF with their signatures, and perplexity."""
+"""sacreBLEU / chrF with their signatures (of finished translations, and of dev translations at each
+validation while training), and perplexity."""
 
 from __future__ import annotations
 
@@ -52,3 +53,26 @@ def perplexity(nll_sum: float, tokens: int) -> float:
         raise ValueError("perplexity of zero tokens")
     mean = nll_sum / tokens
     return math.exp(mean) if mean < 700 else math.inf
+
+
+def translation_metrics(model, exp, dev):
+    """The ``valid_metrics`` of a training run that translates (for
+    :func:`synattn.train.experiment_run.train_experiment`): BLEU and chrF of the first
+    ``eval.bleu_sentences`` dev sentences, translated with the ``eval`` settings; None when the
+    task does not translate or ``eval.bleu_sentences`` is 0."""
+    from synattn.generate.translate import Translator
+
+    if not (exp.kind.translates and exp.eval.bleu_sentences):
+        return None
+    count = min(exp.eval.bleu_sentences, len(dev))
+    examples = [dev[i] for i in range(count)]
+    references = dev.text("tgt")[:count]
+
+    def metrics(trained) -> dict[str, float]:
+        ev = exp.eval
+        translator = Translator(getattr(trained, "module", trained), exp.data, ev.beam, ev.length_penalty,
+                                ev.max_len_a, ev.max_len_b, ev.batch_size)
+        scores = translation_scores(translator.translate(examples), references)
+        return {"bleu": scores.bleu, "chrf": scores.chrf}
+
+    return metrics

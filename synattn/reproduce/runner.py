@@ -44,13 +44,11 @@ def run_dir_of(ctx: Context, arm: Arm, seed: int) -> Path:
 
 
 def train_run(study: Study, ctx: Context, arm: Arm, seed: int, budget: Budget) -> Path:
-    """Trains one run to its budget (or continues it); returns its run directory."""
-    import torch
-
-    from synattn.data.batching import PreparedDataset
-    from synattn.experiment import ExperimentConfig, build_model
-    from synattn.runs import run_vocab, save_run_vocab
-    from synattn.train import Trainer, task_for
+    """Trains one run to its budget (or continues it) as ``synattn train --resume`` does
+    (:func:`~synattn.train.experiment_run.train_experiment`); returns its run directory."""
+    from synattn.evaluate.translation import translation_metrics
+    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment_run import train_experiment
 
     run = run_dir_of(ctx, arm, seed)
     if (run / DONE).exists():
@@ -59,23 +57,13 @@ def train_run(study: Study, ctx: Context, arm: Arm, seed: int, budget: Budget) -
         with atomic_write(run / DONE) as f:
             json.dump({"step": 0, "epoch": 0, "stopped_by": "not trained", "best": None, "minutes": 0.0}, f)
         return run
-    exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, budget))
-    if run_vocab(run) is None:  # the run carries its tokenizers, labels and the dataset's fingerprint
-        save_run_vocab(run, exp.data)
-    torch.manual_seed(seed)  # the initial weights differ by seed, and only by seed
-    model = build_model(exp)
-    dev = PreparedDataset(exp.data, "dev")
-    trainer = Trainer(model, task_for(model, exp.train.label_smoothing), exp.train,
-                      PreparedDataset(exp.data, "train"), run, valid_data=dev,
-                      run_config={"experiment": exp.to_dict()})
+    exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, budget))  # train.seed is the seed
     started = time.monotonic()
-    try:
-        result = trainer.train(resume=True)
-    finally:
-        trainer.close()
+    trained = train_experiment(exp, run, resume=True, valid_metrics=translation_metrics)
+    result = trained.result
     with atomic_write(run / DONE) as f:
         json.dump({"step": result.step, "epoch": result.epoch, "stopped_by": result.stopped_by,
-                   "best": result.best_valid_loss, "minutes": trainer.elapsed / 60.0,
+                   "best": result.best_valid_loss, "minutes": trained.minutes,
                    "wall_minutes_this_part": (time.monotonic() - started) / 60.0}, f, indent=1)
     return run
 

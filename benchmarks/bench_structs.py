@@ -57,7 +57,7 @@ import torch
 from synattn.structs import (DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF,
                              SemiMarkovCRF, TreeCRF)
 from synattn.structs import convert
-from synattn.structs.arc_scores import usable_arcs
+from synattn.structs.dependency.arc_scores import usable_arcs
 from synattn.structs.backend import use_backend
 from device import add_device_argument, check_device, device_info, seconds, synchronize
 from machine import cpu_name

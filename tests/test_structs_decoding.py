@@ -174,7 +174,7 @@ def test_single_root_with_a_known_root_stays_on_the_fast_path(backend):
     """A word whose head is fixed to ROOT (single root) cannot be headed by word 1, which the
     single-root elimination lets play ROOT: the sentence is solved with the two words swapped,
     exactly (values and the marginals' backward against brute force), not in log space."""
-    from synattn.structs.matrix_tree import _marginals
+    from synattn.structs.dependency.matrix_tree import _marginals
 
     n = 4
     scores = random_scores(8, (1, n + 1, n + 1), 0.0, 1.0)

@@ -124,7 +124,7 @@ def test_scores_times_100_stay_finite(multiroot):
 
 
 def test_backend_choice_runs_the_kernels(monkeypatch):
-    from synattn.structs import _eisner_kernels
+    from synattn.structs.dependency import _eisner_kernels
 
     calls = []
     batch = _eisner_kernels._batch

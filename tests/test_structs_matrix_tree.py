@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from synattn.structs import NonProjectiveDependencyCRF
-from synattn.structs.arc_scores import check_arc_scores, usable_arcs
+from synattn.structs.dependency.arc_scores import check_arc_scores, usable_arcs
 from synattn.structs.backend import use_backend
-from synattn.structs.matrix_tree import _gth_marginals
+from synattn.structs.dependency.matrix_tree import _gth_marginals
 from test_structs_trees import brute_force as tree_brute_force
 from test_structs_trees import check_log_z_bounds, dirty_scores
 
@@ -255,7 +255,7 @@ def test_compiled_equals_gth_at_extreme_scales(compiled, multiroot):
 
 def test_dispatch(monkeypatch):
     """CPU tensors take the compiled kernels under ``numba`` and ``auto``, never under ``torch``."""
-    kernels = pytest.importorskip("synattn.structs._matrix_tree_kernels")
+    kernels = pytest.importorskip("synattn.structs.dependency._matrix_tree_kernels")
     calls = []
     for name in ("gth_forward", "gth_tangent", "closed_form_tangent"):
         kernel = getattr(kernels, name)
@@ -276,8 +276,9 @@ def test_dispatch(monkeypatch):
 def test_closed_form_backward_equals_the_forward_mode_kernel(compiled, multiroot, scale):
     """The backward of the compiled marginals (two matrix products with the inverses the forward
     kept) against the forward-mode GTH kernel, at scales where the inverse's entries cancel."""
-    from synattn.structs.matrix_tree import _marginals
-    from synattn.structs.matrix_tree_gth import _compiled_closed_form_tangent, _compiled_marginals_tangent
+    from synattn.structs.dependency.matrix_tree import _marginals
+    from synattn.structs.dependency.matrix_tree_gth import (_compiled_closed_form_tangent,
+                                                            _compiled_marginals_tangent)
 
     scores, lengths = check_arc_scores(*random_batch(21, [30, 12, 1, 25, 30, 7], scale))
     g = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
@@ -292,8 +293,9 @@ def test_closed_form_backward_equals_the_forward_mode_kernel(compiled, multiroot
 def test_closed_form_backward_checks_each_sentence(compiled):
     """A sentence whose inverse is off (here: perturbed by 1e-6) fails the column-sum check and is
     recomputed by the forward-mode kernel; the others keep the closed form."""
-    from synattn.structs.matrix_tree import _marginals
-    from synattn.structs.matrix_tree_gth import _compiled_closed_form_tangent, _compiled_marginals_tangent
+    from synattn.structs.dependency.matrix_tree import _marginals
+    from synattn.structs.dependency.matrix_tree_gth import (_compiled_closed_form_tangent,
+                                                            _compiled_marginals_tangent)
 
     scores, lengths = check_arc_scores(*random_batch(22, [9, 6, 9], 1.0))
     g = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
@@ -309,7 +311,7 @@ def test_closed_form_backward_checks_each_sentence(compiled):
 
 
 def test_compiled_exp_within_an_ulp_or_zero_below_the_floor():
-    kernels = pytest.importorskip("synattn.structs._matrix_tree_kernels")
+    kernels = pytest.importorskip("synattn.structs.dependency._matrix_tree_kernels")
     from synattn.structs._numba_math import EXP_MIN
 
     x = np.concatenate([-np.random.default_rng(0).exponential(30.0, 5000), np.linspace(-1, 0, 1001),

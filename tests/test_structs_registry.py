@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.structs import reference, registry
-from synattn.structs.arc_scores import check_arc_scores
+from synattn.structs.dependency.arc_scores import check_arc_scores
 from synattn.structs.backend import numba_available, use_backend
 from synattn.structs.cky import check_span_scores
 from synattn.structs.chain.semimarkov import check_segment_scores

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
-from synattn.structs.matrix_tree import best_tree
+from synattn.structs.dependency.matrix_tree import best_tree
 from test_structs_chain import BACKENDS, on
 from test_structs_chain import brute_force as chain_brute_force
 from test_structs_trees import all_trees

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import synattn.structs.matrix_tree_sample as mts
+import synattn.structs.dependency.matrix_tree_sample as mts
 from synattn.structs import NonProjectiveDependencyCRF
 from test_structs_chain import BACKENDS, on
 from test_structs_decoding import total_variation

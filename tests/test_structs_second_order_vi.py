@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from synattn.structs.convert import arcs_from_supar, arcs_to_supar, siblings_to_supar
-from synattn.structs.second_order_vi import DependencyLBP, DependencyMFVI
+from synattn.structs.dependency.second_order_vi import DependencyLBP, DependencyMFVI
 
 MIN = -1e32  # supar's mask value
 

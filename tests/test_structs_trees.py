@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synattn.structs import DependencyCRF, NonProjectiveDependencyCRF
-from synattn.structs.eisner import eisner_inside, eisner_outside, from_width_major, to_width_major
-from synattn.structs.arc_scores import check_arc_scores
-from synattn.structs.matrix_tree import _gth_marginals, _lapack_marginals, best_tree
+from synattn.structs.dependency.eisner import eisner_inside, eisner_outside, from_width_major, to_width_major
+from synattn.structs.dependency.arc_scores import check_arc_scores
+from synattn.structs.dependency.matrix_tree import _gth_marginals, _lapack_marginals, best_tree
 
 CRFS = {"projective": DependencyCRF, "nonprojective": NonProjectiveDependencyCRF}
 

@@ -10,7 +10,7 @@
 - :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
   Chu-Liu-Edmonds.
 - Both dependency classes take labelled arc scores ``[B, N+1, N+1, R]`` too
-  (:mod:`synattn.structs.labelled_arcs`: labelled marginals, argmax ``[B, N, 2]`` heads and labels).
+  (:mod:`synattn.structs.dependency.labelled_arcs`: labelled marginals, argmax ``[B, N, 2]`` heads and labels).
 - :class:`SemiMarkovCRF`: labelled segmentations (segments of ``1..K-1`` positions) by the
   forward recursion over segment ends, torch-struct's ``SemiMarkovCRF`` in synattn's layout.
 - :class:`AlignmentCRF`: monotonic alignments of two sequences (torch-struct's; global or local)
@@ -29,7 +29,7 @@ explicit-outside or closed-form PyTorch code are accelerations of it registered 
 signature in :mod:`synattn.structs.registry`, which the classes ask which one runs.
 
 Arc scores are ``scores[b, h, d]`` for head ``h`` → dependent ``d`` with ROOT at index 0 (see
-:mod:`synattn.structs.arc_scores`). Every class takes per-sentence ``lengths`` and runs its
+:mod:`synattn.structs.dependency.arc_scores`). Every class takes per-sentence ``lengths`` and runs its
 dynamic program in float32 or float64 (also under autocast): as compiled numba kernels for CPU
 tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers).
 """
@@ -40,10 +40,10 @@ from .autoregressive import Autoregressive
 from .cfg import SentCFG
 from .chain.crf import ChainMarginals, LinearChainCRF
 from .cky import CKYMarginals, TreeCRF
-from .eisner import DependencyCRF
-from .eisner2o import Dependency2oCRF
-from .second_order_vi import DependencyLBP, DependencyMFVI
-from .matrix_tree import NonProjectiveDependencyCRF
+from .dependency.eisner import DependencyCRF
+from .dependency.eisner2o import Dependency2oCRF
+from .dependency.second_order_vi import DependencyLBP, DependencyMFVI
+from .dependency.matrix_tree import NonProjectiveDependencyCRF
 from .chain.semimarkov import SemiMarkovCRF
 from .constants import NEG
 from .semirings.log_max import LogSemiring, MaxSemiring

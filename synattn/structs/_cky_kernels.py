@@ -13,7 +13,7 @@ Per sentence of ``n`` words the charts are width-major: ``A[w, i] = beta(i, i+w)
 and ``Bc[w, j] = beta(j-w, j)`` by span end, so that for one width ``w`` and one split the terms
 ``A[q, i] + Bc[w-1-q, i+w]`` of all starts ``i`` are two contiguous rows: the innermost loop runs
 over ``i`` and vectorises. The split sums and their adjoints are those of the Eisner kernels
-(:func:`~synattn.structs._eisner_kernels._split_sums`, ``_split_adjoints``; polynomial
+(:func:`~synattn.structs.dependency._eisner_kernels._split_sums`, ``_split_adjoints``; polynomial
 exponential, a zero adjoint passes nothing). ``numba.prange`` over the sentences; float64 inside.
 """
 
@@ -23,7 +23,7 @@ import numba
 import numpy as np
 import torch
 
-from ._eisner_kernels import DUAL, LOG, VITERBI, _split_adjoints, _split_sums
+from .dependency._eisner_kernels import DUAL, LOG, VITERBI, _split_adjoints, _split_sums
 from .backend import as_array, set_threads
 from .constants import NEG, SERIAL_WORK
 

@@ -28,6 +28,17 @@ MOVED: dict[str, tuple[str, ...]] = {
     "chain_dp": ("chain.dp",),
     "chain_decoding": ("chain.decoding",),
     "semimarkov": ("chain.semimarkov",),
+    # dependency trees: projective, second-order, non-projective, labelled
+    "arc_scores": ("dependency.arc_scores",),
+    "labelled_arcs": ("dependency.labelled_arcs",),
+    "eisner": ("dependency.eisner",),
+    "eisner2o": ("dependency.eisner2o",),
+    "second_order_vi": ("dependency.second_order_vi",),
+    "matrix_tree": ("dependency.matrix_tree",),
+    "matrix_tree_gth": ("dependency.matrix_tree_gth",),
+    "matrix_tree_log": ("dependency.matrix_tree_log",),
+    "matrix_tree_sample": ("dependency.matrix_tree_sample",),
+    "chu_liu_edmonds": ("dependency.chu_liu_edmonds",),
 }
 """Old module (relative to the package) → the module(s) its contents are in now."""
 

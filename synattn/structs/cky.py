@@ -21,7 +21,7 @@ et al. 2020 for span-based CRF parsers)::
 and ``log Z = beta(0, n-1)``. The outside pass is its adjoint, written out (widths in decreasing
 order): ``O(B·N²)`` memory. The marginals' backward is the Hessian-vector product of ``log Z``
 computed as a forward-mode derivative of inside-outside, as for Eisner (see
-:mod:`synattn.structs.eisner`).
+:mod:`synattn.structs.dependency.eisner`).
 
 **Charts** (PyTorch path): ``K [2, N, N, B]``, width-major with the batch innermost:
 ``K[0, w, i] = beta(i, i+w)`` by span start and ``K[1, N-1-w, j] = beta(j-w, j)`` by span end

@@ -18,14 +18,14 @@ above it, so that masked parts weigh exactly 0 and "no valid structure" is recog
 
 LOG0 = -1e30
 """Log-weight of "no arc" in the log-space Matrix-Tree elimination
-(:mod:`synattn.structs.matrix_tree_log`): far below any sum of :data:`NEG` scores."""
+(:mod:`synattn.structs.dependency.matrix_tree_log`): far below any sum of :data:`NEG` scores."""
 
 TINY = 1e-300
 """Floor of a Matrix-Tree elimination pivot (a positive float64 well above the subnormals)."""
 
 SAFE_PIVOT = 1e-250
 """A Matrix-Tree elimination pivot below this is not trusted: the sentence is recomputed in log
-space (:mod:`synattn.structs.matrix_tree_log`)."""
+space (:mod:`synattn.structs.dependency.matrix_tree_log`)."""
 
 SAFE_SPREAD = 700.0
 """A usable unmasked arc score this far below its column's largest underflows ``exp`` in the

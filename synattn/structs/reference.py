@@ -18,7 +18,7 @@ Arguments follow the public classes after their input checks: float scores in wh
 parts hold :data:`~synattn.structs.constants.NEG` (never ``-inf`` or NaN), ``lengths [B]`` long.
 The reference assumes every sentence has at least one structure (the public classes map
 ``log Z <= IMPOSSIBLE`` to ``-inf`` themselves) and moderate scores (the Matrix-Tree determinant
-is taken directly, without the safeguards of :mod:`synattn.structs.matrix_tree`).
+is taken directly, without the safeguards of :mod:`synattn.structs.dependency.matrix_tree`).
 """
 
 from __future__ import annotations

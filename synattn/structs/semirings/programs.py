@@ -142,7 +142,7 @@ def _program(crf):
     and the map from the gradients of the potentials to the layout of ``crf.marginals``."""
     from ..chain.crf import LinearChainCRF
     from ..cky import TreeCRF
-    from ..eisner import DependencyCRF
+    from ..dependency.eisner import DependencyCRF
     from ..chain.semimarkov import SemiMarkovCRF
 
     if isinstance(crf, LinearChainCRF):
@@ -254,7 +254,7 @@ def count(crf) -> torch.Tensor:
     float64's range): ``log Z`` of the CRF with every unmasked score set to 0, exponentiated and
     rounded (exact below ``2^53``). torch-struct's ``count`` ignores the potentials (the same
     without masks)."""
-    from ..arc_scores import ArcCRF
+    from ..dependency.arc_scores import ArcCRF
     from ..cky import TreeCRF
     from ..constants import NEG
 

@@ -2,7 +2,7 @@
 GTH elimination in PyTorch, and the calls into the compiled GTH kernels.
 
 The numerics (column scaling, the LAPACK certificate, the GTH elimination and its adjoint) are
-described in :mod:`synattn.structs.matrix_tree`, which chooses between these paths per sentence.
+described in :mod:`synattn.structs.dependency.matrix_tree`, which chooses between these paths per sentence.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from .arc_scores import usable_arcs
-from .backend import as_array, serial_if_small, set_threads
-from .backend import kernels as backend_kernels
-from .constants import NEG, SAFE_PIVOT, SERIAL_WORK, TINY
+from ..backend import as_array, serial_if_small, set_threads
+from ..backend import kernels as backend_kernels
+from ..constants import NEG, SAFE_PIVOT, SERIAL_WORK, TINY
 
 
 
@@ -207,7 +207,7 @@ def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: 
     """``log Z [B]`` (float64) and marginals ``[B, N+1, N+1]`` (the scores' dtype, or None) by the
     compiled GTH kernels; with ``inverse``, also the inverses ``X [B, N, N]`` (float64) of Koo's
     matrices, which the adjoint determines (for :func:`_compiled_closed_form_tangent`)."""
-    kernels = backend_kernels("_matrix_tree_kernels")
+    kernels = backend_kernels("dependency._matrix_tree_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape if need_marginals else (0, 0, 0), dtype=s.dtype)  # (empty: unused)
     N = s.shape[-1] - 1
@@ -224,7 +224,7 @@ def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, mul
                                 direction: torch.Tensor) -> torch.Tensor:
     """``[B, N+1, N+1]`` derivative of the marginals in ``direction`` (the Hessian of ``log Z``
     times ``direction``) by the compiled forward-mode GTH kernel, in the scores' dtype."""
-    kernels = backend_kernels("_matrix_tree_kernels")
+    kernels = backend_kernels("dependency._matrix_tree_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape, dtype=s.dtype)
     kernels.gth_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot, out,
@@ -253,7 +253,7 @@ def _compiled_closed_form_tangent(scores: torch.Tensor, lengths: torch.Tensor, m
     elimination (:func:`_compiled_marginals_tangent`), which recomputes the sentences that fail
     the check of :data:`TANGENT_RESIDUAL`.
     """
-    kernels = backend_kernels("_matrix_tree_kernels")
+    kernels = backend_kernels("dependency._matrix_tree_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape, dtype=s.dtype)
     kernels.closed_form_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot,

@@ -1,6 +1,6 @@
 """Projective dependency CRF: Eisner's algorithm with an explicit outside pass.
 
-Score layout as in :mod:`synattn.structs.arc_scores`: ``scores[b, h, d]`` is the arc head ``h``
+Score layout as in :mod:`synattn.structs.dependency.arc_scores`: ``scores[b, h, d]`` is the arc head ``h``
 → dependent ``d``, index 0 is ROOT, words ``1..n``; marginals use the same layout.
 
 The inside pass is Eisner's (1996) O(n³) algorithm over complete spans ``C`` and incomplete spans
@@ -16,7 +16,7 @@ and ``log Z = C→(0, n)``. With ``multiroot=False``, ROOT's complete spans ``C�
 impossible unless ``w = n``, so ROOT takes exactly one child (as in supar).
 
 **Chart names** (the same in this module, in the compiled kernels of
-:mod:`synattn.structs._eisner_kernels` and in the reference
+:mod:`synattn.structs.dependency._eisner_kernels` and in the reference
 :func:`synattn.structs.reference.eisner_log_partition`): ``C``/``I`` complete/incomplete span,
 ``R``/``L`` headed at its left end (arcs point right, ``→``) / at its right end (``←``), ``S``
 the split sum; a prefix ``A_`` for a chart stored by span start, ``B_`` for one stored by span
@@ -38,7 +38,7 @@ marginals are the gradient of ``log Z``, their Jacobian is the (symmetric) Hessi
 :class:`EisnerMarginals` therefore computes its backward ``H g`` as a *forward-mode* derivative of
 the same inside-outside code in direction ``g``, again in ``O(B·N²)`` memory.
 
-On CPU tensors the same passes run as compiled kernels (:mod:`synattn.structs._eisner_kernels`,
+On CPU tensors the same passes run as compiled kernels (:mod:`synattn.structs.dependency._eisner_kernels`,
 numba; one sentence per loop iteration, sentences spread over threads) when
 :func:`~synattn.structs.backend.use_numba` says so; the autograd Functions below dispatch inside
 ``forward``/``backward``, so both backends are differentiable alike and give the same numbers.
@@ -52,13 +52,13 @@ import torch
 import torch.nn.functional as F
 
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
-from .backend import kernels, serial_if_small, use_numba
-from .distribution import check_count
-from .registry import Implementation, numba_applies, register
-from .constants import IMPOSSIBLE, NEG
-from .semirings.log_max import LogSemiring, MaxSemiring, Semiring
-from .forward_mode import forward_derivative
-from .scores import fp32_inside
+from ..backend import kernels, serial_if_small, use_numba
+from ..distribution import check_count
+from ..registry import Implementation, numba_applies, register
+from ..constants import IMPOSSIBLE, NEG
+from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
+from ..forward_mode import forward_derivative
+from ..scores import fp32_inside
 
 # (chart, channel) of each item in K (names in the module docstring): K[0] is B (by span end),
 # K[1] is A (by span start). A holds C←, C→ and I→ shifted by one width (K[A_IR][w-1] holds
@@ -215,7 +215,7 @@ def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: boo
     them) instead of the PyTorch code.
     """
     if compiled:
-        return kernels("_eisner_kernels").marginals(scores, lengths, multiroot, viterbi=semiring is MaxSemiring)
+        return kernels("dependency._eisner_kernels").marginals(scores, lengths, multiroot, viterbi=semiring is MaxSemiring)
     sd = to_width_major(scores)
     with serial_if_small(_step_elements(sd), sd.device):
         log_z, K, sums = eisner_inside(sd, lengths, multiroot, semiring)
@@ -253,7 +253,7 @@ class EisnerMarginals(torch.autograd.Function):
             mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
             return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None, None
         if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
-            hg = kernels("_eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g)
+            hg = kernels("dependency._eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g)
         else:
             hg = forward_derivative(lambda x: eisner_marginals(x, lengths, ctx.multiroot)[1],
                                     scores, g)
@@ -271,8 +271,8 @@ class _EisnerLogPartition(torch.autograd.Function):
         ctx.compiled = use_numba(scores) if compiled is None else compiled
         if ctx.compiled:  # the outside pass runs now, with the inside pass, if a backward may come
             if not ctx.needs_input_grad[0]:
-                return kernels("_eisner_kernels").log_partition(scores, lengths, multiroot)
-            log_z, mu = kernels("_eisner_kernels").marginals(scores, lengths, multiroot)
+                return kernels("dependency._eisner_kernels").log_partition(scores, lengths, multiroot)
+            log_z, mu = kernels("dependency._eisner_kernels").marginals(scores, lengths, multiroot)
             ctx.save_for_backward(scores, lengths, mu)
             return log_z
         sd = to_width_major(scores)
@@ -344,7 +344,7 @@ def eisner_sample(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, 
 class DependencyCRF(ArcCRF):
     """Projective dependency trees (Eisner's algorithm), batched with per-sentence lengths.
 
-    Arguments as :class:`~synattn.structs.arc_scores.ArcCRF`: ``scores [batch_size, n+1, n+1]``
+    Arguments as :class:`~synattn.structs.dependency.arc_scores.ArcCRF`: ``scores [batch_size, n+1, n+1]``
     (``scores[b, h, d]`` for head ``h`` → dependent ``d``, ROOT = 0), ``lengths [batch_size]``
     and ``multiroot``.
 

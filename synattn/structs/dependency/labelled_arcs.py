@@ -16,7 +16,7 @@ A labelled tree is a long tensor ``[B, n, 2]``: ``[..., 0]`` the heads (0 = ROOT
 the labels, ``-1`` past each length (``heads, labels = crf.argmax.unbind(-1)``); ``score`` and
 ``log_prob`` also take a ``(heads, labels)`` pair.
 
-``DependencyCRF`` and ``NonProjectiveDependencyCRF`` (any :class:`~synattn.structs.arc_scores.ArcCRF`)
+``DependencyCRF`` and ``NonProjectiveDependencyCRF`` (any :class:`~synattn.structs.dependency.arc_scores.ArcCRF`)
 become labelled when given 4-d scores: the instance is then of the subclass
 :func:`labelled_class` makes, which mixes :class:`LabelledArcs` in front of the class.
 """
@@ -28,14 +28,14 @@ from functools import cached_property, lru_cache
 import torch
 
 from .arc_scores import ArcCRF, usable_arcs
-from .arguments import score_tensor
-from .distribution import _gumbel_argmax, check_count
-from .constants import IMPOSSIBLE, NEG
-from .scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from ..arguments import score_tensor
+from ..distribution import _gumbel_argmax, check_count
+from ..constants import IMPOSSIBLE, NEG
+from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
 class LabelledArcs:
-    """Mixin in front of an :class:`~synattn.structs.arc_scores.ArcCRF` subclass (see the module
+    """Mixin in front of an :class:`~synattn.structs.dependency.arc_scores.ArcCRF` subclass (see the module
     docstring). ``self.scores`` are the reduced arc scores ``[B, n+1, n+1]`` (log-sum-exp over
     the labels), ``self.labelled_scores`` the validated ``[B, n+1, n+1, R]``."""
 
@@ -229,9 +229,12 @@ class LabelledArcs:
 
 @lru_cache(maxsize=None)
 def labelled_class(base: type) -> type:
-    """The labelled version of an :class:`~synattn.structs.arc_scores.ArcCRF` subclass (a
+    """The labelled version of an :class:`~synattn.structs.dependency.arc_scores.ArcCRF` subclass (a
     subclass of it, so ``isinstance(crf, base)`` holds)."""
     return type(base.__name__, (LabelledArcs, base),
                 {"_base": base, "__module__": base.__module__, "__qualname__": base.__qualname__,
                  "__doc__": f"{base.__name__} over labelled arcs (see "
-                            f":mod:`synattn.structs.labelled_arcs`)."})
+                            f":mod:`synattn.structs.dependency.labelled_arcs`)."})
+
+
+ArcCRF.labelled_class = staticmethod(labelled_class)  # (arc_scores.py does not import this module)

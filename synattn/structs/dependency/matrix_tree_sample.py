@@ -18,12 +18,12 @@ weighs 0) replaces column ``d`` of ``L`` by ``w_h* v_h*``: a rank-one change
 ``O(N²)`` after one LU (``O(N³)``) per sentence, shared by all samples of that sentence.
 
 **Exactness.** Every conditional is checked (entries ``>= -1e-9``, summing to 1 within
-:data:`TOLERANCE`); the LU must pass the certificate of :mod:`synattn.structs.matrix_tree_gth`.
+:data:`TOLERANCE`); the LU must pass the certificate of :mod:`synattn.structs.dependency.matrix_tree_gth`.
 A sample whose check fails at word ``d`` keeps the heads drawn so far (from trusted conditionals)
 and is completed by the robust conditioning sampler
 (:meth:`~synattn.structs.distribution.Decoding._continue_sample`: the marginals of the CRF with
 those heads fixed, by the GTH or log-space elimination), so the samples are exact at any scale.
-Sentences of :data:`~synattn.structs.matrix_tree_gth.LAPACK_MAX_N` words or more take that
+Sentences of :data:`~synattn.structs.dependency.matrix_tree_gth.LAPACK_MAX_N` words or more take that
 sampler throughout (batched LAPACK LU is not trusted there).
 """
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from .distribution import _gumbel_argmax
+from ..distribution import _gumbel_argmax
 from .matrix_tree_gth import CERTIFICATE, LAPACK_MAX_N, _laplacian
 
 TOLERANCE = 1e-6
@@ -44,7 +44,7 @@ CHUNK_ELEMENTS = 1 << 23
 
 def matrix_tree_sample(crf, count: int, generator: torch.Generator | None) -> torch.Tensor:
     """``[count, B, N]`` exact samples (heads, ``-1`` padding and for sentences without a tree)
-    of a :class:`~synattn.structs.matrix_tree.NonProjectiveDependencyCRF`."""
+    of a :class:`~synattn.structs.dependency.matrix_tree.NonProjectiveDependencyCRF`."""
     scores, lengths, multiroot = crf.scores.detach(), crf.lengths, crf.multiroot
     batch, L, _ = scores.shape
     N = L - 1

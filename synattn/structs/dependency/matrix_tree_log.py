@@ -1,7 +1,7 @@
 """Matrix-Tree ``log Z`` by the GTH elimination in log space: the fallback of
-:mod:`synattn.structs.matrix_tree` for extreme scales and masked arcs, differentiable by autograd.
+:mod:`synattn.structs.dependency.matrix_tree` for extreme scales and masked arcs, differentiable by autograd.
 
-The float64 GTH elimination of :mod:`synattn.structs.matrix_tree` scales each column by its
+The float64 GTH elimination of :mod:`synattn.structs.dependency.matrix_tree` scales each column by its
 largest weight; when a column's scores span more than :data:`SAFE_SPREAD` (weights underflow next
 to the largest) or a pivot falls below ``SAFE_PIVOT`` (a pivot made of underflowed or masked
 weights only), its ``log Z`` can be far off (scores ×500: 4070 against the exact 3704, or
@@ -19,7 +19,7 @@ import torch
 
 from .arc_scores import usable_arcs
 from .matrix_tree_gth import _single_root_order
-from .constants import LOG0, NEG, SAFE_SPREAD
+from ..constants import LOG0, NEG, SAFE_SPREAD
 
 
 

@@ -13,11 +13,11 @@ import torch
 
 from functools import cached_property
 
-from . import registry
-from .arguments import flag, score_tensor
-from .distribution import Decoding, StructDistribution, check_count
-from .constants import IMPOSSIBLE, NEG
-from .scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from .. import registry
+from ..arguments import flag, score_tensor
+from ..distribution import Decoding, StructDistribution, check_count
+from ..constants import IMPOSSIBLE, NEG
+from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
 def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
@@ -96,7 +96,7 @@ class ArcCRF(StructDistribution, Decoding):
         scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
             dependent ``d``; index 0 is ROOT. Entries past a sentence's length, the diagonal and
             ``scores[:, :, 0]`` are ignored. Labelled scores ``[batch_size, n+1, n+1, R]`` make the
-            CRF one over labelled trees (:mod:`synattn.structs.labelled_arcs`).
+            CRF one over labelled trees (:mod:`synattn.structs.dependency.labelled_arcs`).
         lengths: ``[batch_size]`` number of words, in ``1..n``; default all ``n``.
         multiroot: if False, exactly one word attaches to ROOT.
     """
@@ -105,11 +105,14 @@ class ArcCRF(StructDistribution, Decoding):
     """The name under which :mod:`synattn.structs.registry` keeps the reference and the
     accelerations of ``log_partition(scores, lengths, multiroot)`` and ``marginals(...)``."""
 
+    labelled_class = None
+    """``base class -> its labelled version``: :func:`~synattn.structs.dependency.labelled_arcs.
+    labelled_class`, set when that module is imported (the package imports it)."""
+
     def __new__(cls, scores=None, *args, **kwargs):
         # labelled scores [B, n+1, n+1, R]: the labelled version of the class
         if isinstance(scores, torch.Tensor) and scores.dim() == 4 and not hasattr(cls, "_base"):
-            from .labelled_arcs import labelled_class
-            cls = labelled_class(cls)
+            cls = ArcCRF.labelled_class(cls)
         return super().__new__(cls)
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,

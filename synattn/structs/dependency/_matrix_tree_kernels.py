@@ -1,7 +1,7 @@
 """Compiled CPU kernels (numba) of the Matrix-Tree theorem: GTH elimination and its derivatives.
 
 The kernels compute, per sentence, what the pure-PyTorch GTH code of
-:mod:`synattn.structs.matrix_tree` computes for the whole batch (same formulas, same column
+:mod:`synattn.structs.dependency.matrix_tree` computes for the whole batch (same formulas, same column
 shifts, same order of elimination), so the two paths agree to float64 rounding:
 
 - :func:`gth_forward`: ``log Z`` by Grassmann-Taksar-Heyman elimination of Koo et al.'s
@@ -32,8 +32,8 @@ import math
 import numba
 import numpy as np
 
-from ._numba_math import exp
-from .constants import NEG, SAFE_PIVOT, SAFE_SPREAD, TINY
+from .._numba_math import exp
+from ..constants import NEG, SAFE_PIVOT, SAFE_SPREAD, TINY
 
 
 @numba.njit(cache=True, fastmath=False)
@@ -195,7 +195,7 @@ def _balance(lengths, parts):
 @numba.njit(cache=True, fastmath=False)
 def _inverse(G, n, multiroot, X):
     """``X [n, n]`` (0-based words) = the inverse of Koo's matrix of the column-scaled weights
-    (:func:`synattn.structs.matrix_tree_gth._koo_matrix`), read off ``G = d log Z / d W``.
+    (:func:`synattn.structs.dependency.matrix_tree_gth._koo_matrix`), read off ``G = d log Z / d W``.
 
     ``d log det L / d w = <L^-T, d L / d w>``: multi-root, ``G[ROOT -> d] = X[d, d]`` and
     ``G[h -> d] = X[d, d] - X[d, h]``; single root (word 1's row replaced by the root weights),
@@ -410,7 +410,7 @@ def _koo_add(P, h, d, v, multiroot):
 @numba.njit(cache=True, fastmath=False)
 def _koo_grad(X, h, d, multiroot):
     """``d log det L / d w[h -> d]`` read off ``X`` (the contraction of
-    :func:`synattn.structs.matrix_tree_gth._koo_gradient`)."""
+    :func:`synattn.structs.dependency.matrix_tree_gth._koo_gradient`)."""
     if h == 0:
         return X[d - 1, d - 1] if multiroot else X[d - 1, 0]
     diag = X[d - 1, d - 1] if (multiroot or d != 1) else 0.0
@@ -443,7 +443,7 @@ def _matmul(A, B, C, n):
 @numba.njit(cache=True, fastmath=False)
 def _closed_form(scores, direction, b, n, multiroot, X, out, residual):
     """Sentence ``b``'s ``H v = v * mu - w * K(X P X)`` with ``P = L(v * w)`` (see
-    :func:`synattn.structs.matrix_tree_gth._compiled_closed_form_tangent`) into ``out[b]``;
+    :func:`synattn.structs.dependency.matrix_tree_gth._compiled_closed_form_tangent`) into ``out[b]``;
     returns False when a column of the result does not sum to 0 within ``residual`` times the
     direction's largest entry, or a column of the marginals ``w * K(X)`` not to 1 within
     ``residual`` (then ``out[b]`` is left for the caller to overwrite)."""

@@ -1,7 +1,7 @@
 """Second-order (adjacent-sibling) projective dependency CRF: the second-order Eisner algorithm.
 
 A tree's score adds, to its arc scores ``scores[b, h, d]`` (layout of
-:mod:`synattn.structs.arc_scores`), one **sibling score** for every pair of *adjacent* dependents
+:mod:`synattn.structs.dependency.arc_scores`), one **sibling score** for every pair of *adjacent* dependents
 of the same head on the same side (McDonald and Pereira 2006; Zhang et al. 2020, "Efficient
 Second-Order TreeCRF"):
 
@@ -32,7 +32,7 @@ inner complete span is empty). ``O(n³)`` time and ``O(n²)`` chart per sentence
 
 :func:`eisner2o_reference` is the recursion written plainly (a Python loop over spans;
 ``use_backend("reference")``). On CPU tensors the class runs compiled kernels
-(:mod:`synattn.structs._eisner2o_kernels`: inside pass, explicit outside pass for the arc and
+(:mod:`synattn.structs.dependency._eisner2o_kernels`: inside pass, explicit outside pass for the arc and
 sibling marginals, the max semiring for the best tree); elsewhere (CUDA, ``use_backend("torch")``)
 :func:`eisner2o_inside`, the same recursion vectorised over the spans of one width and the batch
 (one Python step per width, gathers by index from charts ``[5, N+1, N+1, B]``), whose marginals
@@ -48,11 +48,11 @@ from functools import cached_property
 import torch
 
 from .arc_scores import ArcCRF, heads_from_arcs, tree_score
-from .arguments import score_tensor
-from .backend import kernels, requested_backend, use_numba
-from .constants import IMPOSSIBLE, NEG
+from ..arguments import score_tensor
+from ..backend import kernels, requested_backend, use_numba
+from ..constants import IMPOSSIBLE, NEG
 from .eisner import DependencyCRF
-from .scores import check_scores, fp32_inside, mask_impossible
+from ..scores import check_scores, fp32_inside, mask_impossible
 
 # channels of the chart [5, L, L, B]: chart[c, i, j] for the span (i, j), i <= j
 CR, CL, IR, IL, SIB = range(5)
@@ -246,8 +246,8 @@ class _LogPartition2o(torch.autograd.Function):
     def forward(ctx, scores, siblings, lengths, multiroot):
         ctx.multiroot = multiroot
         if not any(ctx.needs_input_grad[:2]):
-            return kernels("_eisner2o_kernels").log_partition(scores, siblings, lengths, multiroot)
-        log_z, mu, mu_sib = kernels("_eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)
+            return kernels("dependency._eisner2o_kernels").log_partition(scores, siblings, lengths, multiroot)
+        log_z, mu, mu_sib = kernels("dependency._eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)
         ctx.save_for_backward(scores, siblings, lengths, mu, mu_sib)
         return log_z
 
@@ -268,7 +268,7 @@ class _Marginals2o(torch.autograd.Function):
     def forward(ctx, scores, siblings, lengths, multiroot):
         ctx.multiroot = multiroot
         ctx.save_for_backward(scores, siblings, lengths)
-        return kernels("_eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)[1:]
+        return kernels("dependency._eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)[1:]
 
     @staticmethod
     def backward(ctx, g, g_sib):
@@ -330,7 +330,7 @@ class Dependency2oCRF(ArcCRF):
                   allowed: torch.Tensor | None = None) -> "Dependency2oCRF":
         """The same CRF restricted to the trees consistent with known ``heads`` ``[batch_size, n]``
         (``-1`` free) and/or ``allowed`` arcs ``[batch_size, n+1, n+1]``, as
-        :meth:`DependencyCRF.constrain <synattn.structs.arc_scores.ArcCRF.constrain>`; the
+        :meth:`DependencyCRF.constrain <synattn.structs.dependency.arc_scores.ArcCRF.constrain>`; the
         sibling scores are kept (a pair of masked arcs is never used)."""
         scores = self._first_order().constrain(heads, allowed).scores
         return type(self)(scores, self.siblings, self.lengths, self.multiroot)
@@ -405,7 +405,7 @@ class Dependency2oCRF(ArcCRF):
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
             if self._compiled:
-                return kernels("_eisner2o_kernels").best(self.scores, self.siblings, self.lengths, self.multiroot)
+                return kernels("dependency._eisner2o_kernels").best(self.scores, self.siblings, self.lengths, self.multiroot)
             fn = lambda s, sib: eisner2o_inside(s, sib, self.lengths, self.multiroot, viterbi=True)  # noqa: E731
             return _gradients(fn, self.scores, self.siblings)[:2]
 

@@ -1,6 +1,6 @@
 """Compiled CPU kernels (numba) for :class:`synattn.structs.DependencyCRF`.
 
-They compute what the pure-PyTorch path of :mod:`synattn.structs.eisner` computes, with the same
+They compute what the pure-PyTorch path of :mod:`synattn.structs.dependency.eisner` computes, with the same
 recursions (Eisner 1996; see that module), the same single-root rule and the same charts, up to
 rounding (the tests compare the two):
 
@@ -32,11 +32,11 @@ import numba
 import numpy as np
 import torch
 
-from .backend import as_array, set_threads
-from ._numba_math import exp as _exp
-from .constants import NEG, SERIAL_WORK
+from ..backend import as_array, set_threads
+from .._numba_math import exp as _exp
+from ..constants import NEG, SERIAL_WORK
 
-# Channels of the chart K [7, n+1, n+1], named as in synattn.structs.eisner (C/I complete/
+# Channels of the chart K [7, n+1, n+1], named as in synattn.structs.dependency.eisner (C/I complete/
 # incomplete, R/L headed at the left/right end, S the split sum ⊕ C→ ⊗ C←; A_ stored by span
 # start at [w, i], B_ by span end at [w, j]). The adjoints G [6, n+1, n+1] use the same names
 # for the first six; a complete span's adjoint is the sum of those of its two copies.

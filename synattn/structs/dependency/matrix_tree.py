@@ -1,6 +1,6 @@
 """Non-projective dependency CRF: the Matrix-Tree theorem (Koo et al. 2007) and Chu-Liu-Edmonds.
 
-Score layout as in :mod:`synattn.structs.arc_scores` (``scores[b, h, d]``, head → dependent,
+Score layout as in :mod:`synattn.structs.dependency.arc_scores` (``scores[b, h, d]``, head → dependent,
 ROOT = 0). With ``A[h, d] = exp(s[h, d])`` for words and root weights ``r[d] = exp(s[0, d])``:
 
 - multi-root: ``Z = det(L)``, ``L[d, d] = r[d] + Σ_h A[h, d]``, ``L[h, d] = -A[h, d]``;
@@ -35,7 +35,7 @@ vector-Jacobian product equals a Jacobian-vector product, computed by forward-mo
 differentiation of the GTH code.
 
 **Compiled kernels.** For CPU tensors with numba installed (see :mod:`synattn.structs.backend`),
-every sentence takes the GTH way in compiled code (:mod:`synattn.structs._matrix_tree_kernels`:
+every sentence takes the GTH way in compiled code (:mod:`synattn.structs.dependency._matrix_tree_kernels`:
 whole sentences spread over threads, each at its own length): ``log Z``, the adjoint for the
 marginals, and for their backward the forward-mode derivative of both, written out. It needs no
 certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding. The
@@ -44,16 +44,16 @@ for the backward: ``H v = v * mu - w * K(X P X)`` (``P`` Koo's matrix of the wei
 ``K`` the closed form's contraction), two ``n × n`` matrix products per sentence instead of the
 forward-mode elimination (about 1.7× faster at ``n = 80``). A sentence is kept only if the
 result's columns sum to 0 and the marginals ``w * K(X)`` to 1 (to
-:data:`~synattn.structs.matrix_tree_gth.TANGENT_RESIDUAL`); otherwise the forward-mode kernel
+:data:`~synattn.structs.dependency.matrix_tree_gth.TANGENT_RESIDUAL`); otherwise the forward-mode kernel
 recomputes it.
 
 **Extreme scales and masks.** A sentence whose GTH pivots fall below :data:`SAFE_PIVOT` (weights
 underflowed, or a pivot made of masked arcs only) or whose columns span more than
-:data:`~synattn.structs.matrix_tree_log.SAFE_SPREAD` is recomputed by the same elimination in log
-space (:mod:`synattn.structs.matrix_tree_log`), exact at any scale; whether masks leave a tree at
+:data:`~synattn.structs.dependency.matrix_tree_log.SAFE_SPREAD` is recomputed by the same elimination in log
+space (:mod:`synattn.structs.dependency.matrix_tree_log`), exact at any scale; whether masks leave a tree at
 all is then decided by reachability.
 
-``argmax`` is Chu-Liu-Edmonds (:mod:`synattn.structs.chu_liu_edmonds`), per sentence on the CPU.
+``argmax`` is Chu-Liu-Edmonds (:mod:`synattn.structs.dependency.chu_liu_edmonds`), per sentence on the CPU.
 For a single root, every root arc gets a penalty larger than any difference of tree scores, so
 the best tree has exactly one root arc and is the best such tree.
 """
@@ -66,19 +66,18 @@ import numpy as np
 import torch
 
 from .arc_scores import ArcCRF, usable_arcs
-from .backend import use_numba
+from ..backend import use_numba
 from .chu_liu_edmonds import best_tree
-from .distribution import check_count
-from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY,
-                              _compiled_closed_form_tangent, _compiled_marginals,
-                              _compiled_marginals_tangent, _factorize, _gth_marginals,
+from ..distribution import check_count
+from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY, _compiled_closed_form_tangent,
+                              _compiled_marginals, _compiled_marginals_tangent, _factorize, _gth_marginals,
                               _lapack_marginals)
 from .matrix_tree_log import (_has_tree, _log_space_log_z, _log_space_marginals, _log_space_marginals_tangent,
                               _wide_columns)
 from .matrix_tree_sample import matrix_tree_sample
-from .registry import Implementation, numba_applies, register
-from .constants import NEG
-from .forward_mode import forward_derivative
+from ..registry import Implementation, numba_applies, register
+from ..constants import NEG
+from ..forward_mode import forward_derivative
 
 __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDependencyCRF",
            "best_tree", "matrix_tree_log_partition"]
@@ -91,7 +90,7 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
     and ``[B]`` the word that played word 1 (1: none; see below). ``with_inverse`` (compiled
     marginals only) adds a fifth output: the inverses ``[B, N, N]`` of Koo's matrices, valid for
     the sentences neither in log space nor with words swapped (for the closed-form backward,
-    :func:`~synattn.structs.matrix_tree_gth._compiled_closed_form_tangent`).
+    :func:`~synattn.structs.dependency.matrix_tree_gth._compiled_closed_form_tangent`).
 
     The compiled GTH kernels if ``compiled``, else LAPACK where certified and GTH elimination
     elsewhere. A single-root sentence flagged there (a pivot below :data:`SAFE_PIVOT`: the
@@ -184,7 +183,7 @@ def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
 
     Args:
         scores: ``[batch_size, N+1, N+1]`` arc scores with unusable entries finite
-            (see :func:`~synattn.structs.arc_scores.check_arc_scores`).
+            (see :func:`~synattn.structs.dependency.arc_scores.check_arc_scores`).
         lengths: ``[batch_size]`` word counts in ``1..N``.
         multiroot: allow several words to attach to ROOT.
     """
@@ -311,7 +310,7 @@ register("nonprojective", Implementation(
 class NonProjectiveDependencyCRF(ArcCRF):
     """Non-projective dependency trees (Matrix-Tree theorem), batched with per-sentence lengths.
 
-    Arguments as :class:`~synattn.structs.arc_scores.ArcCRF`: ``scores [batch_size, n+1, n+1]``
+    Arguments as :class:`~synattn.structs.dependency.arc_scores.ArcCRF`: ``scores [batch_size, n+1, n+1]``
     (``scores[b, h, d]`` for head ``h`` → dependent ``d``, ROOT = 0), ``lengths [batch_size]``
     and ``multiroot``.
 
@@ -330,7 +329,7 @@ class NonProjectiveDependencyCRF(ArcCRF):
         """``[count, batch_size, n]`` exact samples of non-projective trees as heads (``-1``
         padding, all ``-1`` where no tree exists): word by word from the conditional marginals,
         the inverse Laplacian updated by Sherman-Morrison (``O(n³)`` per sample; see
-        :mod:`synattn.structs.matrix_tree_sample`). Not differentiable."""
+        :mod:`synattn.structs.dependency.matrix_tree_sample`). Not differentiable."""
         check_count(count, 8 * self.scores[..., 0, 0].numel() * self.scores.shape[-1])
         return matrix_tree_sample(self, count, generator)
 

@@ -1,6 +1,6 @@
 """Compiled CPU kernels (numba) for :class:`synattn.structs.Dependency2oCRF`.
 
-The recursion of :mod:`synattn.structs.eisner2o` (second-order Eisner over complete ``C``,
+The recursion of :mod:`synattn.structs.dependency.eisner2o` (second-order Eisner over complete ``C``,
 incomplete ``I`` and sibling ``S`` items) and its explicit outside pass, the adjoint of the
 inside pass, which gives the arc and sibling marginals ``d log Z / d s``; under the max semiring
 the adjoint goes to the first best term of every sum, which marks the best tree's arcs. One
@@ -17,10 +17,10 @@ import numba
 import numpy as np
 import torch
 
-from .backend import as_array, set_threads
-from .constants import SERIAL_WORK
+from ..backend import as_array, set_threads
+from ..constants import SERIAL_WORK
 
-CR, CL, IR, IL, SIB = 0, 1, 2, 3, 4  # chart channels, as in synattn.structs.eisner2o
+CR, CL, IR, IL, SIB = 0, 1, 2, 3, 4  # chart channels, as in synattn.structs.dependency.eisner2o
 
 _jit = numba.njit(cache=True, fastmath=False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .constants import NEG
+from ..constants import NEG
 
 
 def chu_liu_edmonds(scores: np.ndarray) -> np.ndarray:

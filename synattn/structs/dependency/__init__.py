@@ -1,0 +1,24 @@
+"""Dependency trees over arc scores ``[B, n+1, n+1]`` (ROOT at index 0; labelled ``[..., R]``).
+
+- :mod:`~synattn.structs.dependency.arc_scores`: the layout, its checks and :class:`ArcCRF`, the
+  base of the tree CRFs; :mod:`~synattn.structs.dependency.labelled_arcs`: labelled arcs for all;
+- projective trees: :mod:`~synattn.structs.dependency.eisner` (``DependencyCRF``, Eisner's
+  algorithm with an explicit outside pass; compiled ``_eisner_kernels.py``);
+- second order (adjacent siblings): :mod:`~synattn.structs.dependency.eisner2o`
+  (``Dependency2oCRF``; ``_eisner2o_kernels.py``) and its approximations
+  :mod:`~synattn.structs.dependency.second_order_vi` (``DependencyMFVI``, ``DependencyLBP``);
+- non-projective trees: :mod:`~synattn.structs.dependency.matrix_tree`
+  (``NonProjectiveDependencyCRF``, the Matrix-Tree theorem) with its eliminations
+  ``matrix_tree_gth.py`` and ``matrix_tree_log.py``, compiled ``_matrix_tree_kernels.py``,
+  exact samples ``matrix_tree_sample.py`` and the best tree ``chu_liu_edmonds.py``.
+"""
+
+from . import labelled_arcs  # noqa: F401  (gives ArcCRF its labelled versions)
+from .arc_scores import ArcCRF
+from .eisner import DependencyCRF
+from .eisner2o import Dependency2oCRF
+from .matrix_tree import NonProjectiveDependencyCRF
+from .second_order_vi import DependencyLBP, DependencyMFVI
+
+__all__ = ["ArcCRF", "Dependency2oCRF", "DependencyCRF", "DependencyLBP", "DependencyMFVI",
+           "NonProjectiveDependencyCRF"]

@@ -71,6 +71,16 @@ def test_matches_enumeration(local, n, m, gap, seed):
                 assert torch.allclose(crf.score(parts[:, r])[b], expect[r])
 
 
+def test_kbest_beyond_the_only_path():
+    """One column (``m = 1``) has one global path; the subspaces left after it have none, and
+    their traceback stops instead of walking off the grid."""
+    s = torch.randn(1, 3, 1, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    crf = AlignmentCRF(s, torch.tensor([3]))
+    top, parts = crf.kbest(4)
+    assert torch.allclose(top[0, 0], crf.max[0]) and torch.equal(parts[0, 0], crf.argmax[0])
+    assert (top[0, 1:] == -float("inf")).all() and parts[0, 1:].sum() == 0
+
+
 @pytest.mark.parametrize("local", [False, True])
 def test_samples_have_the_marginals_and_log_prob_normalises(local):
     s = torch.randn(2, 3, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))

@@ -260,6 +260,8 @@ class AlignmentCRF(StructDistribution):
             w = torch.stack((alpha(i, j - 1) + e[:, RIGHT], alpha(i - 1, j - 1) + e[:, MATCH],
                              alpha(i - 1, j) + e[:, DOWN], start), -1)
             op = choose(w)
+            # (no move reaches this cell: a k-best subspace without a path stops here)
+            done = done | ~(w > IMPOSSIBLE).any(-1)
             live = ~done
             parts[torch.arange(R, device=s.device)[live], i[live], j[live], torch.where(op == 3, MATCH, op)[live]] = 1
             done = done | (op == 3)

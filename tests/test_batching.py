@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from synattn.syntax.inputs import IGNORE_INDEX
-from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
+from synattn.data.batching import PreparedDataset, collate, token_batches
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.trees.relations import distance_labels, traversal_labels, traversal_vocab

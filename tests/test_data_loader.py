@@ -13,7 +13,8 @@ from test_batching import CONLLU
 from test_train_resume import Crash, CrashingTask, _assert_same_run
 from test_train_support import config, make_trainer
 
-from synattn.data.batching import PreparedDataset, SyntaxRequest, token_batches
+from synattn.data.batching import PreparedDataset, token_batches
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.loader import collated
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.errors import ConfigError

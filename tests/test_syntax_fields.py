@@ -1,10 +1,12 @@
 """The registry of syntax fields (synattn/syntax/fields.py): batches built by iterating it equal
 the hand-written batching it replaced, field by field; SyntaxInputs holds registered fields only;
-and a method defined here, with a field of its own, trains end to end through collate and a model
-without any other file knowing about it."""
+a request's settings are those the fields declare; and a method defined here, with a field of its
+own clipped by a setting of its own, trains end to end through collate and a model without any
+other file knowing about it."""
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 from contextlib import contextmanager
 
@@ -18,7 +20,8 @@ from synattn.attention import AttentionFeature, SyntaxInputs
 from synattn.syntax.fields import (IGNORE_INDEX, SyntaxField, TreeBatch, register_field, syntax_field,
                                       syntax_fields, unregister_field)
 from synattn.syntax.inputs import require_syntax
-from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.batching import collate_examples
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.subwords import PAD
 from synattn.methods import Method, methods, register, unregister
 from synattn.models import MaskedLM, MaskedLMConfig
@@ -195,11 +198,18 @@ def _depth(trees: TreeBatch) -> list[np.ndarray]:
     return out
 
 
-DEPTH = SyntaxField("depth", "token", 0, _depth, doc="each piece's depth in the dependency tree")
+def _clipped_depth(trees: TreeBatch) -> list[np.ndarray]:
+    """:func:`_depth` clipped at the request's ``max_depth`` (the field's own setting)."""
+    return [np.minimum(depth, trees.request.max_depth) for depth in _depth(trees)]
+
+
+DEPTH = SyntaxField("depth", "token", 0, _clipped_depth, setting="max_depth", default=4,
+                    doc="each piece's depth in the dependency tree, clipped at max_depth")
 
 
 class DepthBias(AttentionFeature):
-    """Adds a learned ``w[h, min(depth_j, max_depth)]`` to the logits of key j in head h."""
+    """Adds a learned ``w[h, min(depth_j, max_depth)]`` to the logits of key j in head h (the
+    batch's depths are clipped at the stack's ``max_depth`` already: a batch has one)."""
 
     def __init__(self, heads: int, max_depth: int = 4):
         super().__init__()
@@ -249,6 +259,8 @@ def test_a_method_with_its_own_field_trains_end_to_end():
     rng = np.random.default_rng(4)
     examples = _examples(rng, 6, target=False)
     examples[0].update(src_ids=np.array([7, 8, 9, 10], np.int32), src_heads=np.array([0, 1, 2, 2], np.int16))
+    with pytest.raises(TypeError, match="no syntax field declares the setting"):
+        SyntaxRequest(max_depth=2)
     with _registered(DEPTH, DepthBiasMethod):
         torch.manual_seed(0)
         config = MaskedLMConfig.from_dict(dict(d_model=16, heads=4, ffn_dim=32, dropout=0.0, vocab_size=30,
@@ -258,11 +270,25 @@ def test_a_method_with_its_own_field_trains_end_to_end():
         assert len(biases) == 2
         request = syntax_request_for(config)
         assert request.src == {"depth"} and request.tgt == frozenset()
+        assert request.max_depth == 4 and request.setting("max_depth") == 4  # the field's default
+        config.encoder.max_depth = 2  # the stack's setting (a method declares it in its settings)
+        request = syntax_request_for(config)
+        assert request.max_depth == 2 and request.settings == {"max_depth": 2}
         task = MaskedLMTask(mask_id=4, vocab_size=30, prob=0.5, request=request)
         batch = collate_examples(examples, task.syntax_request())
-        depth = batch.src_syntax.depth  # [B, n]: word 1 is the root, 2 hangs from 1, 3 and 4 from 2
+        depth = batch.src_syntax.depth  # [B, n]: word 1 is the root, 2 hangs from 1, 3 and 4 from 2 (clipped at 2)
         n = batch.src.shape[1]
-        assert depth.shape == (6, n) and depth[0, :6].tolist() == [1, 2, 3, 3, 0, 0][:min(6, n)]
+        assert depth.shape == (6, n) and depth[0, :6].tolist() == [1, 2, 2, 2, 0, 0][:min(6, n)]
+        unclipped = collate_examples(examples, SyntaxRequest(src=frozenset({"depth"}), max_depth=9)).src_syntax.depth
+        assert unclipped[0, :4].tolist() == [1, 2, 3, 3] and torch.equal(unclipped.clamp(max=2), depth)
+        if importlib.util.find_spec("transformers") is not None:  # the Hugging Face aligner takes the setting too
+            from synattn.hf.align import SyntaxEncoder
+            from synattn.trees.dependency import DependencyTree
+
+            tree = DependencyTree("a b c d".split(), np.array([0, 1, 2, 2]), ["x"] * 4, ["X"] * 4, ["_"] * 4)
+            word_ids = [None, 0, 1, 2, 3, None]  # [CLS] a b c d [SEP]
+            assert SyntaxEncoder(["depth"], max_depth=2).encode(tree, word_ids)["depth"].tolist() == [0, 1, 2, 2, 2, 0]
+            assert SyntaxEncoder(["depth"]).encode(tree, word_ids)["depth"].tolist() == [0, 1, 2, 3, 3, 0]
         assert torch.equal(batch.src_syntax.index_select(torch.tensor([0])).depth, depth[:1])
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         loss, logs = task.loss(model, batch)
@@ -286,3 +312,29 @@ def test_the_old_attention_paths_give_the_same_registry():
 
     assert old_fields.register_field is syntax.register_field and old_fields.syntax_fields is syntax.syntax_fields
     assert old_inputs.SyntaxInputs is syntax.SyntaxInputs and old_inputs.require_syntax is syntax.require_syntax
+
+
+def test_a_request_holds_the_settings_its_fields_declare():
+    """SyntaxRequest's settings are the mapping the fields declare (name and default), readable as
+    attributes as before; a setting is declared with one default, and a default without a
+    setting (or the reverse) is refused."""
+    import dataclasses
+
+    from synattn.syntax import declared_settings
+
+    assert declared_settings() == {"max_distance": 8, "max_traversal": 4}
+    request = SyntaxRequest(src=frozenset({"tree_dist"}), max_distance=3)
+    assert (request.max_distance, request.max_traversal) == (3, 4) and request.settings == {"max_distance": 3}
+    assert SyntaxRequest(max_distance=8, max_traversal=4) == SyntaxRequest()
+    assert hash(SyntaxRequest(settings={"max_distance": 3})) == hash(SyntaxRequest(max_distance=3))
+    assert pickle.loads(pickle.dumps(request)) == request  # (batches are collated in worker processes)
+    assert dataclasses.replace(request, tgt=frozenset({"hints"})).max_distance == 3
+    with pytest.raises(AttributeError, match="no setting 'max_depth'"):
+        request.max_depth
+    with pytest.raises(ValueError, match="a setting needs its default"):
+        SyntaxField("x", "token", 0, lambda trees: None, setting="max_x")
+    with pytest.raises(ValueError, match="defaults to 5, but another field declares it with 8"):
+        register_field(SyntaxField("x", "token", 0, lambda trees: None, setting="max_distance", default=5))
+    with pytest.raises(ValueError, match="must be an identifier other than"):
+        register_field(SyntaxField("x", "token", 0, lambda trees: None, setting="src", default=5))
+    assert "x" not in [f.name for f in syntax_fields()]

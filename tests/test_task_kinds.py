@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from synattn.data.batching import SyntaxRequest
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.prepared import LABELS, MANIFEST, PreparedData
 from synattn.experiment import TASKS, ExperimentConfig
 from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, MaskedLM,

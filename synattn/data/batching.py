@@ -2,7 +2,7 @@
 
 Batches are built from the stored subword trees on the fly: relation labels, supervision targets
 and tags are computed for the whole batch at once, only for the fields a model asks for
-(:class:`SyntaxRequest`), each by the builder registered with the field
+(:class:`~synattn.syntax.request.SyntaxRequest`), each by the builder registered with the field
 (:mod:`synattn.syntax.fields`, vectorised by :mod:`synattn.trees.relations`).
 
 Target-side conventions (decoder input = ``<s> y_0 … y_{m-1}``, output = ``y_0 … y_{m-1} </s>``):
@@ -26,6 +26,7 @@ from torch import Tensor
 
 from synattn.syntax.fields import TreeBatch, build_field, is_field, syntax_field, syntax_fields
 from synattn.syntax.inputs import SyntaxInputs
+from synattn.syntax.request import SyntaxRequest  # (also importable from here, where it was defined)
 from synattn.data.subwords import BOS, EOS, PAD, spell_words
 from synattn.errors import DataError, InputError
 
@@ -121,18 +122,6 @@ def token_batches(lengths: np.ndarray, max_tokens: int, *, shuffle: bool = True,
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
-
-
-@dataclass(frozen=True)
-class SyntaxRequest:
-    """Which syntax fields a model needs, per side (computed only when asked)."""
-
-    src: frozenset[str] = frozenset()
-    tgt: frozenset[str] = frozenset()
-    max_distance: int = 8
-    max_traversal: int = 4
-    src_bos: bool = False
-    """The source framed as ``<s> x`` instead of ``x </s>`` (``ModelConfig.src_bos``)."""
 
 
 @dataclass

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from synattn.data.batching import Batch, SyntaxRequest, collate
+from synattn.data.batching import Batch, collate
+from synattn.syntax.request import SyntaxRequest
 
 
 class _Collation(Dataset):

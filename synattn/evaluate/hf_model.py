@@ -6,11 +6,12 @@ agreement with the subword tree, read through the model's own tokenizer for a pr
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import torch
 from torch import nn
 
-from synattn.data.batching import SyntaxRequest, token_batches
+from synattn.data.batching import token_batches
 from synattn.evaluate.attachment import word_predictions
 from synattn.evaluate.result import Evaluation
 from synattn.evaluate.translation import perplexity
@@ -30,8 +31,7 @@ def evaluate_hf(model: nn.Module, dataset, split: str, max_tokens: int = 4000,
     has_trees = dataset.has("src_heads")
     dataset = task.wrap_dataset(dataset)
     request = task.request
-    probe = SyntaxRequest(src=request.src | ({"head_targets"} if has_trees else set()),
-                          max_distance=request.max_distance, max_traversal=request.max_traversal)
+    probe = replace(request, src=request.src | ({"head_targets"} if has_trees else set()))
     nll, tokens = 0.0, 0
     pred: dict[str, list] = defaultdict(list)
     gold: dict[str, list] = defaultdict(list)

@@ -11,7 +11,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from synattn.data.batching import SyntaxRequest, collate_examples
+from synattn.data.batching import collate_examples
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.sentences import Sentences
 from synattn.errors import InputError
 from synattn.models import EncoderDecoderTransformer, MaskedLM

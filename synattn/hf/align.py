@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from synattn.syntax.fields import IGNORE_INDEX, TreeBatch, build_field, is_field, syntax_field, syntax_fields
-from synattn.data.batching import SyntaxRequest
+from synattn.syntax.request import SyntaxRequest
 from synattn.errors import InputError
 from synattn.trees.dependency import DependencyTree
 from synattn.trees.relations import head_targets
@@ -115,11 +115,13 @@ class SyntaxEncoder:
         max_traversal: longest traversal path with its own label.
         pos_vocab: labels of ``pos`` (from :func:`label_vocab` of the ``upos`` column).
         deprel_vocab: labels of ``deprel`` (from :func:`label_vocab` of ``deprels``).
+        settings: the settings other fields declare (a method's field ``depth`` with
+            ``setting="max_depth"``: ``max_depth=6``; :class:`~synattn.syntax.request.SyntaxRequest`).
     """
 
     def __init__(self, fields: Sequence[str] = ("head_targets",), max_distance: int = 8,
                  max_traversal: int = 4, pos_vocab: Sequence[str] | None = None,
-                 deprel_vocab: Sequence[str] | None = None):
+                 deprel_vocab: Sequence[str] | None = None, **settings: int):
         unknown = [f for f in fields if not is_field(f)]
         if unknown:
             raise ValueError(f"unknown syntax field(s) {unknown}; registered: "
@@ -127,7 +129,7 @@ class SyntaxEncoder:
         self.fields = tuple(fields)
         self.max_distance, self.max_traversal = max_distance, max_traversal
         self.request = SyntaxRequest(src=frozenset(self.fields), max_distance=max_distance,
-                                     max_traversal=max_traversal)
+                                     max_traversal=max_traversal, **settings)
         self.vocabs = {"pos": list(pos_vocab or []), "deprel": list(deprel_vocab or [])}
         for name in ("pos", "deprel"):
             if name in self.fields and not self.vocabs[name]:

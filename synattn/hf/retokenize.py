@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from synattn.data.batching import Batch, PreparedDataset, SyntaxRequest, _pad, _syntax
+from synattn.data.batching import Batch, PreparedDataset, _pad, _syntax
+from synattn.syntax.request import SyntaxRequest
 from synattn.errors import DataError
 from synattn.trees.subword import project_to_subwords, word_heads_of_pieces
 

@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import copy
 import difflib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from synattn.syntax.fields import syntax_field
 from synattn.syntax.inputs import IGNORE_INDEX
-from synattn.data.batching import Batch, SyntaxRequest
+from synattn.data.batching import Batch
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.subwords import BOS, EOS, MASK, PAD
 from synattn.errors import ConfigError
 from synattn.hf.features import FEATURES, normalize_specs
@@ -222,12 +225,12 @@ def syntax_request(config) -> SyntaxRequest:
     for spec in getattr(config, "synattn", None) or []:
         read = FEATURES[spec["feature"]].reads(spec)
         fields |= read
-        for field, clip in (("tree_dist", "max_distance"), ("traversal", "max_traversal")):
-            if field in read and clip in spec and clips.setdefault(clip, spec[clip]) != spec[clip]:
+        for field in sorted(read):  # a field's setting (max_distance) has one value per batch
+            clip = syntax_field(field).setting
+            if clip is not None and clip in spec and clips.setdefault(clip, spec[clip]) != spec[clip]:
                 raise ConfigError(f"model.features: two entries reading {field} use {clip} "
                                   f"{clips[clip]} and {spec[clip]}, but a batch has one; use the same value")
-    return SyntaxRequest(src=frozenset(fields), max_distance=clips.get("max_distance", 8),
-                         max_traversal=clips.get("max_traversal", 4))
+    return SyntaxRequest(src=frozenset(fields), settings=clips)
 
 
 def _packaged(value: str) -> bool:
@@ -323,9 +326,7 @@ class HFMaskedLMTask:
             self.tokenizer = tokenizer_of(self.text["tokenizer"])
             self.ids = TokenIds(self.tokenizer)
             if not self.text.get("mlm", True):  # the loss is summed over the words with a head target
-                self.request = SyntaxRequest(src=self.request.src | {"head_targets"},
-                                             max_distance=self.request.max_distance,
-                                             max_traversal=self.request.max_traversal)
+                self.request = replace(self.request, src=self.request.src | {"head_targets"})
 
     def syntax_request(self) -> SyntaxRequest:
         return self.request

@@ -60,7 +60,6 @@ def hf_head_attachment(model, data: str | Path, split: str, tokenizer, max_token
     (:mod:`synattn.evaluate.probe`: word-level attention, both directions, per relation) under
     ``"probe"``.
     """
-    from synattn.data.batching import SyntaxRequest
     from synattn.hf.retokenize import RetokenizedDataset, collate_pretrained
     from synattn.hf.task import syntax_request
 
@@ -68,8 +67,7 @@ def hf_head_attachment(model, data: str | Path, split: str, tokenizer, max_token
     dataset = RetokenizedDataset(PreparedDataset(data, split), tokenizer, limit)
     model.eval()
     request = syntax_request(model.config)
-    request = SyntaxRequest(src=request.src | {"head_targets"}, max_distance=request.max_distance,
-                            max_traversal=request.max_traversal)
+    request = replace(request, src=request.src | {"head_targets"})
 
     def outputs():
         for indices in token_batches(dataset.lengths(), max_tokens, shuffle=False):

@@ -57,6 +57,9 @@ from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, d
 IGNORE_INDEX = -100
 """Value of position-valued fields (``head_targets``, ``hints``) where a position has none."""
 
+REQUEST_NAMES = frozenset({"src", "tgt", "settings", "src_bos", "setting"})
+"""The attributes of a :class:`~synattn.syntax.request.SyntaxRequest`: no setting may be called so."""
+
 KINDS = ("token", "pair")
 """Shape kinds of a field: ``[batch_size, n]`` (one value per position) or ``[batch_size, n, n]``."""
 
@@ -72,8 +75,8 @@ class TreeBatch:
         length: n, the padded length of the sequence.
         offset: position of the first piece (1 after a leading ``<s>``, else 0).
         causal: the sequence is read by causal attention (a decoder's input).
-        request: the batch's ``synattn.data.batching.SyntaxRequest`` (``max_distance``,
-            ``max_traversal``).
+        request: the batch's :class:`~synattn.syntax.request.SyntaxRequest` (its settings:
+            ``request.setting("max_distance")``, or ``request.max_distance``).
         where: the dataset, for error messages.
     """
 
@@ -138,8 +141,12 @@ class SyntaxField:
             (``[batch_size, n]`` or ``[batch_size, n, n]``, numpy or torch), or one array per
             example covering its first positions (``[offset + len]`` or square), the rest of
             which is filled with ``pad``.
-        setting: the stack setting the builder reads from the request (``max_distance``): two
-            stacks asking for the field must agree on it (``synattn.train.syntax_request_for``).
+        setting: the setting the builder reads from the request (``max_distance``: the clip of
+            its labels), a key of :attr:`SyntaxRequest.settings
+            <synattn.syntax.request.SyntaxRequest.settings>` and of the stack config (two stacks
+            asking for the field must agree on it: ``synattn.train.syntax_request_for``; a stack
+            without it gives ``default``).
+        default: the setting's value when none is given (``max_distance`` 8).
         language_model: a language model's decoder may read it: built from the monolingual
             trees of its input ``<s> x``, it says nothing about the words a position predicts
             beyond what causal attention may see (the BET(SG) hints).
@@ -158,6 +165,7 @@ class SyntaxField:
     pad: int | Callable[[Any], int]
     build: Callable[[TreeBatch], Any]
     setting: str | None = None
+    default: int | None = None
     language_model: bool = False
     positions: bool = False
     outside: int | Callable[[Any], int] | None = None
@@ -166,6 +174,9 @@ class SyntaxField:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"syntax field {self.name!r}: kind {self.kind!r}, expected one of {KINDS}")
+        if (self.setting is None) != (self.default is None):
+            raise ValueError(f"syntax field {self.name!r}: a setting needs its default and a default its "
+                             f"setting (setting={self.setting!r}, default={self.default!r})")
 
     def pad_value(self, request: Any) -> int:
         """The value outside the sentence for ``request``."""
@@ -186,6 +197,12 @@ def register_field(spec: SyntaxField) -> SyntaxField:
         raise ValueError(f"syntax field {spec.name!r} is registered twice")
     if spec.name.startswith("_"):
         raise ValueError(f"syntax field name {spec.name!r} must not start with '_'")
+    if spec.setting is not None and declared_settings().get(spec.setting, spec.default) != spec.default:
+        raise ValueError(f"syntax field {spec.name!r}: setting {spec.setting} defaults to {spec.default}, but "
+                         f"another field declares it with {declared_settings()[spec.setting]}")
+    if spec.setting is not None and (spec.setting in REQUEST_NAMES or not spec.setting.isidentifier()):
+        raise ValueError(f"syntax field {spec.name!r}: setting {spec.setting!r} must be an identifier other "
+                         f"than {', '.join(sorted(REQUEST_NAMES))}")
     _FIELDS[spec.name] = spec
     return spec
 
@@ -198,6 +215,13 @@ def unregister_field(name: str) -> SyntaxField:
 def syntax_fields() -> list[SyntaxField]:
     """The registered fields, built-in ones first."""
     return list(_FIELDS.values())
+
+
+def declared_settings() -> dict[str, int]:
+    """The settings the registered fields declare, name → default (``{'max_distance': 8,
+    'max_traversal': 4}`` for the built-in ones): what a request's :attr:`settings
+    <synattn.syntax.request.SyntaxRequest.settings>` may hold."""
+    return {spec.setting: spec.default for spec in _FIELDS.values() if spec.setting is not None}
 
 
 def is_field(name: str) -> bool:
@@ -279,12 +303,12 @@ def _hints(trees: TreeBatch) -> np.ndarray:
 # special tokens one more label, "outside" (index len(vocab), after <far>)
 register_field(SyntaxField(
     "tree_dist", "pair", lambda request: len(distance_vocab(request.max_distance)) - 1,
-    lambda trees: _relation_labels(trees)[0], setting="max_distance",
+    lambda trees: _relation_labels(trees)[0], setting="max_distance", default=8,
     outside=lambda request: len(distance_vocab(request.max_distance)),
     doc="tree-distance labels (docs/methods.md §1)"))
 register_field(SyntaxField(
     "traversal", "pair", lambda request: len(traversal_vocab(request.max_traversal)) - 1,
-    lambda trees: _relation_labels(trees)[1], setting="max_traversal",
+    lambda trees: _relation_labels(trees)[1], setting="max_traversal", default=4,
     outside=lambda request: len(traversal_vocab(request.max_traversal)),
     doc="tree-traversal labels (docs/methods.md §1)"))
 register_field(SyntaxField("pos", "token", 0, _labels("upos"), doc="POS-tag ids (docs/methods.md §1)"))

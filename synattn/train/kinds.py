@@ -18,7 +18,8 @@ from typing import Any
 
 from torch import nn
 
-from synattn.data.batching import Batch, SyntaxRequest
+from synattn.data.batching import Batch
+from synattn.syntax.request import SyntaxRequest
 from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, MaskedLM,
                             MaskedLMConfig, TransformerLM)
 from synattn.data.subwords import PAD

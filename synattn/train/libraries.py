@@ -29,7 +29,7 @@ from synattn.errors import ConfigError
 if TYPE_CHECKING:
     from torch import nn
 
-    from synattn.data.batching import SyntaxRequest
+    from synattn.syntax.request import SyntaxRequest
     from synattn.train.tasks import Task
 
 

@@ -30,7 +30,8 @@ from torch import Tensor, nn
 
 from synattn.syntax.fields import syntax_field, syntax_fields
 from synattn.syntax.inputs import IGNORE_INDEX
-from synattn.data.batching import Batch, SyntaxRequest
+from synattn.data.batching import Batch
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.subwords import BOS, EOS
 from synattn.methods import methods
 
@@ -89,14 +90,15 @@ def syntax_request_for(config) -> SyntaxRequest:
 
     Encoder features read the source (``src``), decoder features of a translation model read the
     target (``tgt``); each registered method (``synattn.methods``) says what it reads
-    (``Method.reads``), and each field which stack setting its labels depend on
-    (``SyntaxField.setting``, :mod:`synattn.syntax.fields`). A language model's decoder side
+    (``Method.reads``), and each field which setting its labels depend on and its default
+    (``SyntaxField.setting``/``default``, :mod:`synattn.syntax.fields`), read from the stack (the
+    default where the stack has no such setting). A language model's decoder side
     is its input ``<s> x``, whose fields ``collate`` computes from the monolingual data's trees:
     only those a language model may read (``SyntaxField.language_model``: the BET(SG) hints).
 
     Raises:
-        ValueError: two stacks use different ``max_distance``/``max_traversal`` (a batch has
-            one), or a language model asks for decoder syntax it may not read.
+        ValueError: two stacks use different values of a field's setting (``max_distance``: a
+            batch has one), or a language model asks for decoder syntax it may not read.
     """
     sides = {"encoder": "src", "decoder": "tgt"}
     wanted: dict[str, set[str]] = {"src": set(), "tgt": set()}
@@ -108,7 +110,7 @@ def syntax_request_for(config) -> SyntaxRequest:
         for spec in syntax_fields():  # a field's setting (max_distance) has one value per batch
             clip = spec.setting
             if spec.name in fields and clip is not None:
-                value = getattr(stack, clip)
+                value = getattr(stack, clip, spec.default)
                 if clip in clips and clips[clip][0] != value:
                     raise ValueError(f"{clips[clip][1]}.{clip}={clips[clip][0]} and {name}.{clip}={value} "
                                      f"differ, but a batch has one {clip}; use the same value")
@@ -120,7 +122,7 @@ def syntax_request_for(config) -> SyntaxRequest:
                          f"batches of monolingual text carry no decoder-side syntax other than {allowed}")
     return SyntaxRequest(src=frozenset(wanted["src"]), tgt=frozenset(wanted["tgt"]),
                          src_bos=bool(getattr(config, "src_bos", False)),
-                         **{clip: value for clip, (value, _) in clips.items()})
+                         settings={clip: value for clip, (value, _) in clips.items()})
 
 
 class TranslationTask:

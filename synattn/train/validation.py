@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from synattn.data.batching import Batch, SyntaxRequest, token_batches
+from synattn.data.batching import Batch, token_batches
+from synattn.syntax.request import SyntaxRequest
 from synattn.data.loader import collated
 from synattn.train.config import HIGHER_IS_BETTER, TrainConfig
 from synattn.train.distributed import DistributedContext

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from synattn.structs import TreeCRF
 from synattn.structs.backend import numba_available, use_backend
-from synattn.structs.cky import chart_to_spans, spans_to_chart
+from synattn.structs.cky.crf import chart_to_spans, spans_to_chart
 
 BACKENDS = ["torch", "numba"] if numba_available() else ["torch"]
 INF = float("inf")

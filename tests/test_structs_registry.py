@@ -12,7 +12,7 @@ from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependen
 from synattn.structs import reference, registry
 from synattn.structs.dependency.arc_scores import check_arc_scores
 from synattn.structs.backend import numba_available, use_backend
-from synattn.structs.cky import check_span_scores
+from synattn.structs.cky.crf import check_span_scores
 from synattn.structs.chain.semimarkov import check_segment_scores
 from test_structs_chain import brute_force as chain_brute_force
 from test_structs_cky import brute_force as cky_brute_force

@@ -104,7 +104,7 @@ def test_tree_crf_kbest_is_the_sorted_brute_force_list(backend):
     from test_structs_cky import bracketings, random_batch, tree_scores
 
     from synattn.structs import TreeCRF
-    from synattn.structs.cky import spans_to_chart
+    from synattn.structs.cky.crf import spans_to_chart
 
     scores, lengths = random_batch(3, [5, 4, 1, 3])
     scores[1, 0, 1] = -INF  # forbidden spans

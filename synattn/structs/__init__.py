@@ -37,9 +37,9 @@ tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers
 from . import _old_paths
 from .alignment import AlignmentCRF
 from .autoregressive import Autoregressive
-from .cfg import SentCFG
+from .cky.cfg import SentCFG
 from .chain.crf import ChainMarginals, LinearChainCRF
-from .cky import CKYMarginals, TreeCRF
+from .cky.crf import CKYMarginals, TreeCRF
 from .dependency.eisner import DependencyCRF
 from .dependency.eisner2o import Dependency2oCRF
 from .dependency.second_order_vi import DependencyLBP, DependencyMFVI

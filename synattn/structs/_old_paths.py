@@ -39,6 +39,9 @@ MOVED: dict[str, tuple[str, ...]] = {
     "matrix_tree_log": ("dependency.matrix_tree_log",),
     "matrix_tree_sample": ("dependency.matrix_tree_sample",),
     "chu_liu_edmonds": ("dependency.chu_liu_edmonds",),
+    # constituency trees: the tree CRF (cky itself is the package) and the PCFG
+    "cky_dp": ("cky.dp",),
+    "cfg": ("cky.cfg",),
 }
 """Old module (relative to the package) → the module(s) its contents are in now."""
 

@@ -141,7 +141,7 @@ def _program(crf):
     potential tensors ``[B, ...]`` (those ``convert`` maps), the program's other arguments,
     and the map from the gradients of the potentials to the layout of ``crf.marginals``."""
     from ..chain.crf import LinearChainCRF
-    from ..cky import TreeCRF
+    from ..cky.crf import TreeCRF
     from ..dependency.eisner import DependencyCRF
     from ..chain.semimarkov import SemiMarkovCRF
 
@@ -255,7 +255,7 @@ def count(crf) -> torch.Tensor:
     rounded (exact below ``2^53``). torch-struct's ``count`` ignores the potentials (the same
     without masks)."""
     from ..dependency.arc_scores import ArcCRF
-    from ..cky import TreeCRF
+    from ..cky.crf import TreeCRF
     from ..constants import NEG
 
     def zero(x):

@@ -28,7 +28,7 @@ computed as a forward-mode derivative of inside-outside, as for Eisner (see
 with reversed width, so that for one width ``w`` the terms of all splits and starts are the two
 slices ``K[0, :w, :N-w] + K[1, N-w:, w:]`` ``[w, N-w, B]``, reduced over the first dimension. One
 Python iteration per width. On CPU tensors the same passes run as compiled numba kernels
-(:mod:`synattn.structs._cky_kernels`).
+(:mod:`synattn.structs.cky._kernels`).
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ from functools import cached_property
 
 import torch
 
-from . import registry
-from .backend import use_numba
-from .distribution import PeerNames, check_count
-from .cky_dp import (DEAD, CKYMarginals, _zero_dead, check_span_scores,
-                     cky_inside, cky_marginals, from_width_major, span_mask, to_width_major)
-from .constants import NEG
-from .semirings.log_max import MaxSemiring
-from .scores import fp32_inside
+from .. import registry
+from ..backend import use_numba
+from ..distribution import PeerNames, check_count
+from .dp import (DEAD, CKYMarginals, _zero_dead, check_span_scores, cky_inside, cky_marginals,
+                 from_width_major, span_mask, to_width_major)
+from ..constants import NEG
+from ..semirings.log_max import MaxSemiring
+from ..scores import fp32_inside
 
 __all__ = ["DEAD", "CKYMarginals", "TreeCRF", "chart_to_spans", "check_span_scores",
            "cky_inside", "cky_marginals", "sample_trees", "span_mask", "spans_to_chart"]
@@ -166,7 +166,7 @@ class TreeCRF(PeerNames):
         fewer than ``k`` exist) and 0/1 span charts ``[batch_size, k, N, N]`` (all 0 for the
         missing ones; fewer columns when every batch element has fewer than ``k`` trees: as many
         as the largest list). Lawler's partition scheme over masked CKY argmaxes
-        (:func:`~synattn.structs.kbest.tree_kbest`)."""
+        (:func:`~synattn.structs.cky.kbest.tree_kbest`)."""
         from .kbest import tree_kbest
 
         return tree_kbest(self, k)

@@ -27,10 +27,10 @@ from functools import cached_property
 
 import torch
 
-from .arguments import score_tensor
-from .distribution import StructDistribution
-from .constants import IMPOSSIBLE, NEG
-from .scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from ..arguments import score_tensor
+from ..distribution import StructDistribution
+from ..constants import IMPOSSIBLE, NEG
+from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
 class SentCFG(StructDistribution):

@@ -1,5 +1,5 @@
 """CKY inside and outside passes on the PyTorch path, the calls into the compiled kernels, and
-the autograd Functions of ``log Z`` and the span marginals. :mod:`synattn.structs.cky` documents
+the autograd Functions of ``log Z`` and the span marginals. :mod:`synattn.structs.cky.crf` documents
 the layout, the recursion and the charts; :class:`~synattn.structs.cky.TreeCRF` is the public
 interface.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import reference, registry
-from .arguments import score_tensor
-from .backend import kernels, serial_if_small, use_numba
-from .constants import IMPOSSIBLE, NEG
-from .semirings.log_max import LogSemiring, MaxSemiring, Semiring
-from .scores import check_scores, float_dtype
-from .forward_mode import forward_derivative
+from .. import reference, registry
+from ..arguments import score_tensor
+from ..backend import kernels, serial_if_small, use_numba
+from ..constants import IMPOSSIBLE, NEG
+from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
+from ..scores import check_scores, float_dtype
+from ..forward_mode import forward_derivative
 
 DEAD = IMPOSSIBLE
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
@@ -139,7 +139,7 @@ def cky_marginals(scores: torch.Tensor, lengths: torch.Tensor, semiring: Semirin
     Sentences without a valid tree get ``log_z = -inf`` and zero marginals.
     """
     if compiled:
-        log_z, mu = kernels("_cky_kernels").marginals(scores, lengths, viterbi=semiring is MaxSemiring)
+        log_z, mu = kernels("cky._kernels").marginals(scores, lengths, viterbi=semiring is MaxSemiring)
     else:
         sd = to_width_major(scores)
         with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
@@ -180,7 +180,7 @@ class CKYMarginals(torch.autograd.Function):
                 (mu,) = torch.autograd.grad(inner.sum(), x, create_graph=True)
             out = torch.autograd.grad(mu, x, g, create_graph=True)[0]
         elif ctx.compiled:
-            out = kernels("_cky_kernels").marginals_jvp(scores, lengths, g)
+            out = kernels("cky._kernels").marginals_jvp(scores, lengths, g)
         else:
             def marginals(x: torch.Tensor) -> torch.Tensor:
                 sd = to_width_major(x)
@@ -201,7 +201,7 @@ class _CKYLogPartition(torch.autograd.Function):
         ctx.compiled = compiled
         if not ctx.needs_input_grad[0]:
             if compiled:
-                return _dead_to_inf(kernels("_cky_kernels").log_partition(scores, lengths))
+                return _dead_to_inf(kernels("cky._kernels").log_partition(scores, lengths))
             sd = to_width_major(scores)
             with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
                 return _dead_to_inf(cky_inside(sd, lengths)[0])

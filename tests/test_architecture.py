@@ -208,6 +208,28 @@ def test_the_checker_sees_a_back_arrow_and_a_cycle(tmp_path, monkeypatch):
     assert cycles() == [["synattn.cli.b", "synattn.cli.c"]]
 
 
+def private_imports() -> list[str]:
+    """``file:line: name from module`` for every private name (``_x``, not a dunder) that a module
+    imports from a module of another step: what a step offers the others is public."""
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(parse(path)):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("synattn."):
+                continue
+            source = node.module if node.module in MODULES else node.module.rpartition(".")[0]
+            if step(source) == step(module) and step(module) is not None:
+                continue
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name} from {node.module}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_step_imports_another_steps_private_names():
+    found = private_imports()
+    assert not found, "private names imported from another step (make them public where they belong):\n" + \
+        "\n".join(found)
+
+
 NAMES_TRANSFORMERS = {"synattn.train.libraries": "the one table of other libraries, read by the core",
                       "synattn.reproduce.pretrained_syntax": "the study of a pretrained transformers model"}
 """The modules outside ``hf/`` whose code spells the string "transformers", → why."""

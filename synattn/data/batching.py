@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from synattn.syntax.fields import TreeBatch, build_field, is_field, syntax_field, syntax_fields
+from synattn.syntax.batch import batch_syntax
+from synattn.syntax.fields import is_field, syntax_field
 from synattn.syntax.inputs import SyntaxInputs
 from synattn.syntax.request import SyntaxRequest  # (also importable from here, where it was defined)
 from synattn.data.subwords import BOS, EOS, PAD, spell_words
@@ -168,29 +169,12 @@ class Batch:
                         for k, v in self.__dict__.items()})
 
 
-def _pad(seqs: list[np.ndarray], length: int, value: int, dtype=torch.long) -> Tensor:
+def pad_ids(seqs: list[np.ndarray], length: int, value: int, dtype=torch.long) -> Tensor:
+    """``[len(seqs), length]``: each sequence on its row from the left, ``value`` after it."""
     out = np.full((len(seqs), length), value, dtype=np.int64)
     for b, s in enumerate(seqs):
         out[b, : len(s)] = s
     return torch.as_tensor(out, dtype=dtype)
-
-
-def _syntax(examples: list[dict], side: str, wanted: frozenset[str], length: int, offset: int,
-            req: SyntaxRequest, causal: bool, name: str = "the data") -> SyntaxInputs | None:
-    """Syntax fields of one side, on a sequence where piece k sits at position ``k + offset``:
-    each one built by its registered builder (:mod:`synattn.syntax.fields`)."""
-    if not wanted:
-        return None
-    unknown = sorted(f for f in wanted if not is_field(f))
-    if unknown:
-        raise ValueError(f"the request asks for unknown syntax field(s) {', '.join(unknown)}; registered: "
-                         f"{', '.join(f.name for f in syntax_fields())}")
-    if f"{side}_heads" not in examples[0]:
-        how = "--parse-target" if side == "tgt" else "the source parsed (no --no-parse-source)"
-        raise DataError(f"the model needs {', '.join(sorted(wanted))} on the {side} side, but the dataset "
-                        f"has no {side} trees (prepare it with {how})", path=name)
-    trees = TreeBatch.from_examples(examples, side, length, offset, causal, req, where=name)
-    return SyntaxInputs(**{field: build_field(field, trees) for field in wanted})
 
 
 def collate(dataset: PreparedDataset, indices: np.ndarray, request: SyntaxRequest = SyntaxRequest()) -> Batch:
@@ -207,18 +191,18 @@ def collate_examples(examples: list[dict[str, np.ndarray]], request: SyntaxReque
     offset = int(request.src_bos)
     src = [np.concatenate([[BOS], e["src_ids"]] if offset else [e["src_ids"], [EOS]]) for e in examples]
     n = max(len(s) for s in src)
-    src_t = _pad(src, n, PAD)
+    src_t = pad_ids(src, n, PAD)
     batch = Batch(src=src_t, src_padding=src_t == PAD, index=torch.as_tensor(indices), src_offset=offset)
-    batch.src_syntax = _syntax(examples, "src", request.src, n, offset, request, causal=False, name=name)
+    batch.src_syntax = batch_syntax(examples, "src", request.src, n, offset, request, causal=False, name=name)
     if "tgt_ids" in examples[0]:
         m = max(len(e["tgt_ids"]) for e in examples) + 1
-        batch.tgt_in = _pad([np.concatenate([[BOS], e["tgt_ids"]]) for e in examples], m, PAD)
-        batch.tgt_out = _pad([np.concatenate([e["tgt_ids"], [EOS]]) for e in examples], m, PAD)
+        batch.tgt_in = pad_ids([np.concatenate([[BOS], e["tgt_ids"]]) for e in examples], m, PAD)
+        batch.tgt_out = pad_ids([np.concatenate([e["tgt_ids"], [EOS]]) for e in examples], m, PAD)
         batch.tgt_padding = batch.tgt_out == PAD
-        batch.tgt_syntax = _syntax(examples, "tgt", request.tgt, m, 1, request, causal=True, name=name)
+        batch.tgt_syntax = batch_syntax(examples, "tgt", request.tgt, m, 1, request, causal=True, name=name)
     elif not all(is_field(f) and syntax_field(f).language_model for f in request.tgt):
         raise DataError(f"the model needs {', '.join(sorted(request.tgt))} on the target side, but the "
                         f"dataset is monolingual", path=name)
     elif request.tgt:  # a language model over <s> x: its hints come from the source trees
-        batch.tgt_syntax = _syntax(examples, "src", request.tgt, n, 1, request, causal=True, name=name)
+        batch.tgt_syntax = batch_syntax(examples, "src", request.tgt, n, 1, request, causal=True, name=name)
     return batch

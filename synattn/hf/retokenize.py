@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from synattn.data.batching import Batch, PreparedDataset, _pad, _syntax
+from synattn.data.batching import Batch, PreparedDataset, pad_ids
 from synattn.syntax.request import SyntaxRequest
 from synattn.errors import DataError
+from synattn.syntax.batch import batch_syntax
 from synattn.trees.subword import project_to_subwords, word_heads_of_pieces
 
 
@@ -119,11 +120,11 @@ def collate_pretrained(dataset: RetokenizedDataset, indices, request: SyntaxRequ
     examples = [dataset[int(i)] for i in indices]
     src = [np.concatenate([[ids.cls], e["src_ids"], [ids.sep]]) for e in examples]
     n = max(len(s) for s in src)
-    tokens = _pad(src, n, ids.pad)
+    tokens = pad_ids(src, n, ids.pad)
     padding = torch.ones_like(tokens, dtype=torch.bool)
     for b, s in enumerate(src):
         padding[b, : len(s)] = False
     batch = Batch(src=tokens, src_padding=padding, index=torch.as_tensor(np.asarray(indices)), src_offset=1)
-    batch.src_syntax = _syntax(examples, "src", request.src, n, 1, request, causal=False,
-                               name=str(Path(dataset.folder) / dataset.split))
+    batch.src_syntax = batch_syntax(examples, "src", request.src, n, 1, request, causal=False,
+                                    name=str(Path(dataset.folder) / dataset.split))
     return batch

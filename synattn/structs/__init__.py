@@ -35,8 +35,8 @@ tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers
 """
 
 from . import _old_paths
-from .alignment import AlignmentCRF
-from .autoregressive import Autoregressive
+from .alignment.crf import AlignmentCRF
+from .sequence.autoregressive import Autoregressive
 from .cky.cfg import SentCFG
 from .chain.crf import ChainMarginals, LinearChainCRF
 from .cky.crf import CKYMarginals, TreeCRF

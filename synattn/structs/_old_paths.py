@@ -42,6 +42,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     # constituency trees: the tree CRF (cky itself is the package) and the PCFG
     "cky_dp": ("cky.dp",),
     "cfg": ("cky.cfg",),
+    # sequences given by a model (alignment is its own package, under its old name)
+    "autoregressive": ("sequence.autoregressive",),
 }
 """Old module (relative to the package) → the module(s) its contents are in now."""
 

@@ -27,8 +27,8 @@ from typing import Callable
 
 import torch
 
-from .arguments import count as whole_count
-from .distribution import _gumbel_argmax, check_count
+from ..arguments import count as whole_count
+from ..distribution import _gumbel_argmax, check_count
 
 State = tuple[torch.Tensor, ...]
 

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from synattn.cli.main import main
-from synattn.cli.viz_cmd import attention_maps, position_heads
+from synattn.viz.maps import attention_maps, position_heads
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.errors import InputError
 from synattn.models import EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, TransformerLM

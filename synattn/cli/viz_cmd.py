@@ -12,7 +12,8 @@ and each row's head is boxed. For a model with constituent attention, the Tree T
 induced tree is drawn too (``tree.png``). Input text (``-i``) is split into words as the run's
 dataset was (by its spaCy pipeline when ``prepare`` parsed raw text: ``servants.`` is ``servants
 .``), or at whitespace with ``--pretokenized``; ``--index`` picks the sentence (0-based line of the
-file, or index in the split).
+file, or index in the split). The maps are :func:`synattn.viz.maps.attention_maps`; this module
+reads the arguments, draws and prints.
 """
 
 from __future__ import annotations
@@ -20,12 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
-import sentencepiece as spm
-import torch
 
 from synattn.cli.checks import check_lengths, check_vocabulary, resolve_min_layer
 from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, load, run_inputs, split_sentences,
@@ -33,15 +29,12 @@ from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, lo
 from synattn.cli.induce_cmd import add_decoding_arguments, induced_trees
 from synattn.cli.options import nonnegative_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_folder
-from synattn.data.batching import collate_examples
-from synattn.data.prepared import PreparedData
-from synattn.data.subwords import BOS
 from synattn.errors import InputError
-from synattn.evaluate.induction import encoder_outputs
 from synattn.folders import FolderKind, check_own_folder
 from synattn.models import EncoderDecoderTransformer, MaskedLM, TransformerLM
 from synattn.train.tasks import syntax_request_for
 from synattn.viz.attention import plot_attention, plot_constituency
+from synattn.viz.maps import attention_maps, sentence_pieces
 
 _IMAGE = re.compile(r"(encoder|decoder|cross)_layer\d+\.png|tree\.png")
 PLOTS = FolderKind(".synattn-viz", "a folder of 'synattn viz'",
@@ -68,49 +61,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def position_heads(piece_heads: np.ndarray | None, offset: int, extra_after: int) -> np.ndarray | None:
-    """1-based heads over the attention's positions (0 = ROOT) from a subword tree: ``offset``
-    extra positions before the pieces (``<s>``) and ``extra_after`` after them (``</s>``) are no
-    words of the tree (-1: no arc, no box)."""
-    if piece_heads is None:
-        return None
-    h = np.asarray(piece_heads, dtype=np.int64)
-    return np.concatenate([np.full(offset, -1, np.int64), np.where(h > 0, h + offset, 0),
-                           np.full(extra_after, -1, np.int64)])
-
-
-@torch.no_grad()
-def attention_maps(model, example: dict[str, np.ndarray], pieces: dict[str, list[str]]
-                   ) -> list[tuple[str, list[np.ndarray], list[str], np.ndarray | None]]:
-    """The self-attention of each stack on one sentence: ``(stack, per-layer [H, t, t],
-    position labels, position heads or None)``."""
-    request = syntax_request_for(model.config)
-    if isinstance(model, TransformerLM):  # a language model reads the source side only
-        example = {k: v for k, v in example.items() if k.startswith("src_")}
-    has_target = "tgt_ids" in example
-    if isinstance(model, EncoderDecoderTransformer) and not has_target:  # text input: no target side
-        request = replace(request, tgt=frozenset())
-    batch = collate_examples([example], request)
-    maps = []
-    if isinstance(model, TransformerLM):
-        inputs = torch.cat([torch.full_like(batch.src[:, :1], BOS), batch.src[:, :-1]], dim=1)  # <s> x
-        out = model(inputs, syntax=batch.tgt_syntax, need_weights=True)
-        maps.append(("decoder", out.attentions["decoder.self"], ["<s>"] + pieces["src"],
-                     position_heads(example.get("src_heads"), 1, 0)))
-    else:
-        extras = encoder_outputs(model, batch, need_weights=True)
-        framed = (["<s>"] + pieces["src"], 1, 0) if batch.src_offset else (pieces["src"] + ["</s>"], 0, 1)
-        maps.append(("encoder", extras.attentions["encoder.self"], framed[0],
-                     position_heads(example.get("src_heads"), *framed[1:])))
-    if isinstance(model, EncoderDecoderTransformer) and has_target:  # teacher-forced on the reference
-        out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax,
-                    need_weights=True)
-        maps.append(("decoder", out.attentions["decoder.self"], ["<s>"] + pieces["tgt"],
-                     position_heads(example.get("tgt_heads"), 1, 0)))
-    return [(name, [a[0].float().cpu().numpy() for a in layers], labels, heads)
-            for name, layers, labels, heads in maps]
-
-
 def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         input_file(args.input, "-i")
@@ -130,15 +80,9 @@ def run(args: argparse.Namespace) -> int:
                                    pretokenized=args.pretokenized or None)
     check_lengths(sentences, args.max_len, None, args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
-    manifest = PreparedData(data).manifest
-    pieces = {}
-    for side in ("src", "tgt"):
-        if f"{side}_ids" in example:
-            sp = spm.SentencePieceProcessor(model_file=str(data / manifest["spm"][side]))
-            pieces[side] = [sp.id_to_piece(int(i)) for i in example[f"{side}_ids"]]
     out_dir = Path(args.output)
     written = []
-    for stack, layers, labels, heads in attention_maps(model, example, pieces):
+    for stack, layers, labels, heads in attention_maps(model, example, sentence_pieces(data, example)):
         chosen = range(len(layers)) if args.layers is None else args.layers
         for layer in chosen:
             if not 0 <= layer < len(layers):

@@ -33,15 +33,10 @@ ALLOWED: dict[tuple[str, str], str] = {}
 """Known back-arrows still to remove, ``(importer, imported)`` → why it is still there (none now).
 Only ever shrinks: a new back-arrow fails the test."""
 
-ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    # constituency.py's module __getattr__ still hands out the builders that moved to branching.py
-    # (tree_from_spans, right_branching, ...) for code written against the old path
-    frozenset({"synattn.trees.branching", "synattn.trees.constituency"}): "the builders' old import path",
-}
+ALLOWED_CYCLES: dict[frozenset[str], str] = {}
 """Known circles still to break, the modules of each → why it is still there (only ever shrinks)."""
 
-CYCLES_INSIDE: dict[str, str] = {"synattn.structs": "structs/ is being regrouped by structure (chain/, "
-                                 "dependency/, cky/): its circles go with that change"}
+CYCLES_INSIDE: dict[str, str] = {}
 """Packages whose inner circles are not checked yet, → why."""
 
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synattn.errors import InputError
-from synattn.trees.constituency import (dependency_spans, right_branching, spans, to_brackets,
-                                        tree_from_dependency)
+from synattn.trees.branching import dependency_spans, right_branching, tree_from_dependency
+from synattn.trees.constituency import spans, to_brackets
 from synattn.trees.dependency import is_projective_heads
 from synattn.trees.induce import score_induced
 

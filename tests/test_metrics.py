@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synattn.errors import InputError
-from synattn.trees.constituency import left_branching, parse_brackets, right_branching
+from synattn.trees.branching import left_branching, right_branching
+from synattn.trees.constituency import parse_brackets
 from synattn.trees.metrics import attachment_scores, bracket_f1
 
 

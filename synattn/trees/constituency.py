@@ -290,15 +290,3 @@ def read_brackets(path_or_file: PathOrFile, drop_traces: bool = True, drop_punct
         trees.append(_rebuild(tree, keep, relabel) if drop or relabel else tree)
     return trees
 
-
-_MOVED = ("tree_from_spans", "right_branching", "left_branching", "random_binary", "dependency_spans",
-          "tree_from_dependency")
-"""Builders and baselines that live in :mod:`synattn.trees.branching` (still importable from here)."""
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        from synattn.trees import branching
-
-        return getattr(branching, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,9 +44,8 @@ from typing import Any
 import numpy as np
 
 from synattn.errors import InputError
-from synattn.trees.constituency import (PTB_PUNCT_TAGS, Tree, drop_leaves, leaf_labels, leaves,
-                                        left_branching, random_binary, right_branching,
-                                        tree_from_spans)
+from synattn.trees.branching import left_branching, random_binary, right_branching, tree_from_spans
+from synattn.trees.constituency import PTB_PUNCT_TAGS, Tree, drop_leaves, leaf_labels, leaves
 from synattn.trees.metrics import BracketScores, bracket_f1
 
 BASELINES = ("right-branching", "left-branching", "random", "no brackets")

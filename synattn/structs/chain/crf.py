@@ -283,6 +283,11 @@ class LinearChainCRF(StructDistribution, Decoding):
     def _num_positions(self) -> int:
         return self.unary.shape[1]
 
+    def _semiring_program(self) -> tuple[str, list[torch.Tensor], tuple]:
+        """``(program, potentials, extra)`` for :mod:`synattn.structs.semirings.programs`: the name
+        of its generic program, the potentials ``[B, ...]`` a semiring converts, the other arguments."""
+        return "chain", [self.unary, self.edge], (self.lengths,)
+
     def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "LinearChainCRF":
         crf = LinearChainCRF.__new__(LinearChainCRF)
         unary = self.unary.detach()[index]

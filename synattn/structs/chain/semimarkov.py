@@ -345,6 +345,13 @@ class SemiMarkovCRF(StructDistribution, Decoding):
     def _from_choices(self, choices: torch.Tensor) -> torch.Tensor:
         return torch.where(choices == self.C, -1, choices)
 
+    def _semiring_program(self) -> tuple[str, list[torch.Tensor], tuple]:
+        """``(program, potentials, extra)`` for :mod:`synattn.structs.semirings.programs`: the name
+        of its generic program, the potentials ``[B, ...]`` a semiring converts, the other arguments."""
+        if self.init is not None:
+            return "semi_markov_init", [self.edge, self.init], (self.lengths,)
+        return "semi_markov", [self.edge], (self.lengths,)
+
     def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "SemiMarkovCRF":
         """The CRF of sequences ``index`` restricted to the structures whose choices
         ``allowed [M, n, C+1]`` allows: a segment ending at ``t`` labelled ``c`` needs

@@ -161,6 +161,15 @@ class TreeCRF(PeerNames):
         d = self.cross_entropy(other) - self.entropy
         return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
 
+    def _semiring_program(self) -> tuple[str, list[torch.Tensor], tuple]:
+        """``(program, potentials, extra)`` for :mod:`synattn.structs.semirings.programs`: the name
+        of its generic program, the potentials ``[B, ...]`` a semiring converts, the other arguments."""
+        return "cky", [self.scores], (self.lengths,)
+
+    def _with_scores(self, scores: torch.Tensor) -> "TreeCRF":
+        """The same lengths with other span scores (the semirings' ``count``)."""
+        return type(self)(scores, self.lengths)
+
     def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` best trees, exactly, best first: ``scores [batch_size, k]`` (``-inf`` where
         fewer than ``k`` exist) and 0/1 span charts ``[batch_size, k, N, N]`` (all 0 for the

@@ -205,6 +205,11 @@ class ArcCRF(StructDistribution, Decoding):
     def _num_positions(self) -> int:
         return self.scores.shape[-1] - 1
 
+    def _with_scores(self, scores: torch.Tensor) -> "ArcCRF":
+        """The same class, lengths and ``multiroot`` with other arc scores (the semirings'
+        ``count``)."""
+        return type(self)(scores, self.lengths, self.multiroot)
+
     def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "ArcCRF":
         s = self.scores.detach()[index]  # [M, L, L]
         keep = torch.cat((torch.ones_like(allowed[:, :1]), allowed), 1).transpose(1, 2)  # [M, L, L]

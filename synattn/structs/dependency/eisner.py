@@ -361,6 +361,11 @@ class DependencyCRF(ArcCRF):
 
     structure = "projective"  # log_partition and marginals: synattn.structs.registry
 
+    def _semiring_program(self) -> tuple[str, list[torch.Tensor], tuple]:
+        """``(program, potentials, extra)`` for :mod:`synattn.structs.semirings.programs`: the name
+        of its generic program, the potentials ``[B, ...]`` a semiring converts, the other arguments."""
+        return "eisner", [self.scores], (self.lengths, self.multiroot)
+
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples of projective trees as heads (``-1``
         padding, all ``-1`` where no tree exists): top-down from the inside chart

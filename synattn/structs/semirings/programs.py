@@ -33,6 +33,7 @@ import torch
 
 from . import log_max as _kernel_semirings
 from .generic import LogSemiring, MaxSemiring, Semiring
+from ..constants import NEG
 from ..scores import fp32_inside
 
 __all__ = ["chain", "cky", "count", "eisner", "marginals", "run", "semi_markov"]
@@ -136,30 +137,30 @@ def cky(sr: type[Semiring], scores: torch.Tensor, lengths: torch.Tensor) -> torc
 # The classes' potentials, and the API.
 # ---------------------------------------------------------------------------------------------
 
+def _semi_markov_init(sr: type[Semiring], edge: torch.Tensor, init: torch.Tensor,
+                      lengths: torch.Tensor) -> torch.Tensor:
+    """:func:`semi_markov` with the initial scores among the potentials a semiring converts."""
+    return semi_markov(sr, edge, lengths, init)
+
+
+PROGRAMS = {"chain": chain, "semi_markov": semi_markov, "semi_markov_init": _semi_markov_init,
+            "eisner": eisner, "cky": cky}
+"""The generic programs by the name a class's ``_semiring_program()`` gives."""
+
+
 def _program(crf):
     """``(program, potentials, extra, to_marginals)`` of a CRF: its generic program, its
     potential tensors ``[B, ...]`` (those ``convert`` maps), the program's other arguments,
-    and the map from the gradients of the potentials to the layout of ``crf.marginals``."""
-    from ..chain.crf import LinearChainCRF
-    from ..cky.crf import TreeCRF
-    from ..dependency.eisner import DependencyCRF
-    from ..chain.semimarkov import SemiMarkovCRF
-
-    if isinstance(crf, LinearChainCRF):
-        return chain, [crf.unary, crf.edge], (crf.lengths,), lambda grads: grads[0]
-    if isinstance(crf, SemiMarkovCRF):
-        if crf.init is not None:
-            return (lambda sr, e, i, lengths: semi_markov(sr, e, lengths, i),
-                    [crf.edge, crf.init], (crf.lengths,), lambda grads: grads[0])
-        return semi_markov, [crf.edge], (crf.lengths,), lambda grads: grads[0]
-    if isinstance(crf, DependencyCRF):
-        return (eisner, [crf.scores], (crf.lengths, crf.multiroot), lambda grads: grads[0])
-    if isinstance(crf, TreeCRF):
-        return cky, [crf.scores], (crf.lengths,), lambda grads: grads[0]
-    raise TypeError(f"semiring programs: {type(crf).__name__} has no dynamic program written for "
-                    f"any semiring (only LogSemiring and MaxSemiring apply to it: log_partition "
-                    f"and max); the programs are LinearChainCRF, SemiMarkovCRF, DependencyCRF "
-                    f"and TreeCRF")
+    and the map from the gradients of the potentials to the layout of ``crf.marginals``.
+    A class names them with ``_semiring_program()`` (LinearChainCRF, SemiMarkovCRF,
+    DependencyCRF, TreeCRF), so this module imports none of them."""
+    if not hasattr(crf, "_semiring_program"):
+        raise TypeError(f"semiring programs: {type(crf).__name__} has no dynamic program written for "
+                        f"any semiring (only LogSemiring and MaxSemiring apply to it: log_partition "
+                        f"and max); the programs are LinearChainCRF, SemiMarkovCRF, DependencyCRF "
+                        f"and TreeCRF")
+    name, potentials, extra = crf._semiring_program()
+    return PROGRAMS[name], potentials, extra, lambda grads: grads[0]
 
 
 def _check(crf, sr, other) -> type[Semiring]:
@@ -254,17 +255,11 @@ def count(crf) -> torch.Tensor:
     float64's range): ``log Z`` of the CRF with every unmasked score set to 0, exponentiated and
     rounded (exact below ``2^53``). torch-struct's ``count`` ignores the potentials (the same
     without masks)."""
-    from ..dependency.arc_scores import ArcCRF
-    from ..cky.crf import TreeCRF
-    from ..constants import NEG
-
     def zero(x):
         return torch.where(x > NEG, 0.0, -float("inf")).double().detach()
 
-    if isinstance(crf, ArcCRF):  # (the class's own kernels)
-        log_n = type(crf)(zero(crf.scores), crf.lengths, crf.multiroot).log_partition
-    elif isinstance(crf, TreeCRF):
-        log_n = TreeCRF(zero(crf.scores), crf.lengths).log_partition
+    if hasattr(crf, "_with_scores"):  # (the trees: the class's own kernels)
+        log_n = crf._with_scores(zero(crf.scores)).log_partition
     else:
         _, potentials, _, _ = _program(crf)
         zeros = [torch.where(p > NEG, 0.0, NEG).double().detach() for p in potentials]

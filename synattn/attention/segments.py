@@ -32,7 +32,7 @@ from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import padding_keys, upcast
 from synattn.attention.structured import suffix_lengths
-from synattn.structs.semimarkov import SemiMarkovCRF
+from synattn.structs import SemiMarkovCRF
 
 
 def segment_potentials(unary: Tensor, transition: Tensor, length_scores: Tensor) -> Tensor:

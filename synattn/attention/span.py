@@ -29,7 +29,7 @@ from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import bidirectional_keys, upcast
 from synattn.attention.structured import suffix_lengths
-from synattn.structs.cky import TreeCRF
+from synattn.structs import TreeCRF
 
 
 def span_weights(marginals: Tensor, lengths: Tensor) -> Tensor:

@@ -42,10 +42,7 @@ from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
 from synattn.attention.masks import bidirectional_keys, padding_keys, upcast
 from synattn.attention.sibling_scores import SiblingScorer
-from synattn.structs.chain import LinearChainCRF
-from synattn.structs.eisner import DependencyCRF
-from synattn.structs.eisner2o import Dependency2oCRF
-from synattn.structs.matrix_tree import NonProjectiveDependencyCRF
+from synattn.structs import Dependency2oCRF, DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
 
 SEGMENTATION_MODES = ("structured", "sigmoid")
 TREE_KINDS = ("projective", "nonprojective", "projective2o")

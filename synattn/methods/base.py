@@ -307,7 +307,7 @@ class HFFeature:
             first = self.method.hf_options()[0].name
             raise ConfigError(f"{first}={brief(options.get(first))} leaves {self.method.name} off; "
                               f"set {first}")
-        model = SimpleNamespace(heads=heads, num_pos_tags=1, num_deprels=1, model_type="transformers",
+        model = SimpleNamespace(heads=heads, num_pos_tags=1, num_deprels=1, model_type="Hugging Face model",
                                 has_cross_attention=lambda s: s == "cross")
         self.method.validate(model, side, stack)
 

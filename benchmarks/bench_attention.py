@@ -47,23 +47,34 @@ import platform
 import statistics
 import time
 import warnings
-
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-from synattn.attention import (MultiheadAttention, RelativePositions, SpecializedHeads,
-                               SupervisedHead, SyntaxInputs, TreeRelations)
+from synattn.attention import (
+    MultiheadAttention,
+    RelativePositions,
+    SpecializedHeads,
+    SupervisedHead,
+    SyntaxInputs,
+    TreeRelations,
+)
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
 from synattn.attention.constituent import ConstituentAttention
 from synattn.attention.span import SpanAttention
 from synattn.attention.structured import SegmentationAttention, SyntacticAttention
 from synattn.structs.backend import use_backend
-from synattn.trees.relations import (batch_distance_labels, batch_syntax_hints,
-                                     batch_traversal_labels, distance_vocab, head_targets,
-                                     traversal_vocab)
+from synattn.trees.relations import (
+    batch_distance_labels,
+    batch_syntax_hints,
+    batch_traversal_labels,
+    distance_vocab,
+    head_targets,
+    traversal_vocab,
+)
+
 from device import add_device_argument, check_device, device_info, synchronize
 from machine import cpu_name
 

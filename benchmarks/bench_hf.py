@@ -37,6 +37,7 @@ from transformers import BertConfig, BertModel
 
 import synattn.hf as sh
 from synattn.trees.relations import batch_distance_labels, head_targets
+
 from device import add_device_argument, check_device, device_info, synchronize
 from machine import machine_info
 

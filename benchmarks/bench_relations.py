@@ -24,6 +24,7 @@ import numpy as np
 
 from synattn.trees._reference import random_heads, reference_labels
 from synattn.trees.relations import batch_relation_labels
+
 from machine import machine_info
 
 

@@ -50,15 +50,14 @@ import statistics
 import threading
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from synattn.structs import (DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF,
-                             SemiMarkovCRF, TreeCRF)
-from synattn.structs import convert
-from synattn.structs.dependency.arc_scores import usable_arcs
+from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, SemiMarkovCRF, TreeCRF, convert
 from synattn.structs.backend import use_backend
+from synattn.structs.dependency.arc_scores import usable_arcs
+
 from device import add_device_argument, check_device, device_info, seconds, synchronize
 from machine import cpu_name
 
@@ -656,8 +655,7 @@ def decoding_fns(lib: str, kind: str, scores: torch.Tensor, lengths: torch.Tenso
             x = convert.arcs_to_torch_struct(scores)
             make = lambda: cls(x.clone().requires_grad_(), lengths=lengths, multiroot=True)  # noqa: E731
         return (lambda: make().sample((SAMPLES,))), (lambda: make().topk(KBEST))
-    from supar.structs import ConstituencyCRF
-    from supar.structs import DependencyCRF as SuparDep, MatrixTree
+    from supar.structs import ConstituencyCRF, DependencyCRF as SuparDep, MatrixTree
     if kind == "cky":
         x = convert.spans_to_supar(scores)
         make = lambda: ConstituencyCRF(x.clone().requires_grad_(), lengths)  # noqa: E731

@@ -51,6 +51,7 @@ from synattn.data.prepare import PrepareConfig, prepare
 from synattn.experiment import ExperimentConfig, build_model
 from synattn.train import Trainer, task_for
 from synattn.train.tasks import syntax_request_for
+
 from device import add_device_argument, check_device, device_info, synchronize
 from machine import cpu_name
 

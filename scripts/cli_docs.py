@@ -10,7 +10,6 @@ import os
 import sys
 from pathlib import Path
 
-
 GENERAL = """## Exit status, errors and safety
 
 - **Exit status**: 0 success; 2 a usage or input error (a bad option or config value, a malformed

@@ -359,7 +359,8 @@ def main() -> None:
         for name, med in medians.items():
             kind, backend = specs[name][:2]
             base, base_low = medians[f"plain {kind}"], lows[f"plain {kind}"]
-            peer = medians.get(name.replace(f"[{backend}]", "[torch-struct]")) if backend.startswith("synattn") else None
+            peer = (medians.get(name.replace(f"[{backend}]", "[torch-struct]")) if backend.startswith("synattn")
+                    else None)
             versus = f"{peer / med:>20.2f}x" if peer else ""
             print(f"{name:<38}{1000 * med:>11.1f}{med / base:>9.2f}x{1000 * lows[name]:>9.1f}"
                   f"{lows[name] / base_low:>9.2f}x{versus}")

@@ -182,7 +182,8 @@ def main() -> None:
         for name in variants:
             times[(name, "forward")].append(time_once(models[name], inputs[name], False))
             times[(name, "forward+backward")].append(time_once(models[name], inputs[name], True))
-    what = "its self-attention module" if args.scope == "attention" else ("the whole model" if folder else "the whole layer")
+    what = ("its self-attention module" if args.scope == "attention"
+            else ("the whole model" if folder else "the whole layer"))
     model_name = (f"{args.model} ({config.num_hidden_layers} layers, d={config.hidden_size}, "
                   f"{config.num_attention_heads} heads, pretrained weights)" if folder else
                   "BERT-base-sized layer (1 layer, d=768, 12 heads)")

@@ -3,7 +3,8 @@
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
 torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
 the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``[B, N+1, N+1,
-R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG`` (``--only cfg``), ``Autoregressive`` greedy and beam search (``--only autoregressive``),
+R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG``
+(``--only cfg``), ``Autoregressive`` greedy and beam search (``--only autoregressive``),
 the second-order ``Dependency2oCRF`` and ``DependencyMFVI``/``DependencyLBP`` against supar
 (``--only secondorder``).
 For every case the same random scores go to all three libraries (converted to each one's layout

@@ -179,8 +179,8 @@ def benchmark(paths: list[Path], data: Path, run_dir: Path, args: argparse.Names
             run_round(runner, train, batches[r], timed=r >= args.warmup)
 
     model = runners[0].trainer.model.config
-    print(f"\ntraining steps on {device_info(args.device)}, {len(train)} training pairs, max_tokens {max_tokens}, {args.steps} "
-          f"timed steps (+{args.warmup} warm-up) per config, interleaved; d_model {model.d_model}, "
+    print(f"\ntraining steps on {device_info(args.device)}, {len(train)} training pairs, max_tokens {max_tokens}, "
+          f"{args.steps} timed steps (+{args.warmup} warm-up) per config, interleaved; d_model {model.d_model}, "
           f"heads {model.heads}, layers " + "+".join(str(s.layers) for s in model.stacks().values()))
     base = next(r for r in runners if r.name == args.baseline)
     print(f"{'config':<18}{'step ms':>9}{'min ms':>9}{'tokens/s':>10}{'vs base':>9}{'cpu vs base':>13}"

@@ -16,21 +16,31 @@ from synattn.attention.adapter import SyntaxMultiheadAttention, bind_syntax
 from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, pointer_loss
 from synattn.attention.cache import KVCache
 from synattn.attention.claims import Claim, find_conflict
-from synattn.attention.constituent import (ConstituentAttention, ConstituentState, constituent_prior,
-                                           recorded_links)
+from synattn.attention.constituent import ConstituentAttention, ConstituentState, constituent_prior, recorded_links
 from synattn.attention.core import MultiheadAttention, attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
-from synattn.syntax.fields import SyntaxField, TreeBatch, register_field, syntax_fields
-from synattn.syntax.inputs import IGNORE_INDEX, SyntaxInputs
 from synattn.attention.masks import attention_mask, bidirectional_keys, padding_keys
-from synattn.attention.relative import (RelativeEmbedding, RelativePositions, TreeRelations,
-                                        label_logits, label_values, sequential_labels)
+from synattn.attention.relative import (
+    RelativeEmbedding,
+    RelativePositions,
+    TreeRelations,
+    label_logits,
+    label_values,
+    sequential_labels,
+)
 from synattn.attention.segments import SpanSegmentationAttention
 from synattn.attention.span import SpanAttention
 from synattn.attention.specialized import SpecializedHeads
-from synattn.attention.structured import (SEGMENTATION_MODES, TREE_KINDS, ArcScorer,
-                                          SegmentationAttention, SyntacticAttention)
+from synattn.attention.structured import (
+    SEGMENTATION_MODES,
+    TREE_KINDS,
+    ArcScorer,
+    SegmentationAttention,
+    SyntacticAttention,
+)
 from synattn.attention.supervised import SupervisedHead
+from synattn.syntax.fields import SyntaxField, TreeBatch, register_field, syntax_fields
+from synattn.syntax.inputs import IGNORE_INDEX, SyntaxInputs
 
 __all__ = [
     "IGNORE_INDEX", "SEGMENTATION_MODES", "TREE_KINDS", "ArcScorer", "AttentionContext",

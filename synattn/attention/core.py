@@ -19,8 +19,8 @@ from torch import Tensor, nn
 from synattn.attention.cache import KVCache
 from synattn.attention.claims import find_conflict
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
-from synattn.syntax.inputs import SyntaxInputs
 from synattn.attention.masks import alive_rows, attention_mask, fill_masked, upcast
+from synattn.syntax.inputs import SyntaxInputs
 
 
 class MultiheadAttention(nn.Module):

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.attention.masks import fill_masked, upcast
+from synattn.syntax.inputs import IGNORE_INDEX
 
 
 class SupervisedHead(AttentionFeature):

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from synattn.cli.paths import input_folder
+from synattn.config_io import parse_yaml
 from synattn.data.sentences import Sentences
 from synattn.errors import InputError, SynattnError
 from synattn.evaluate.runner import load_run
 from synattn.io import atomic_write
-from synattn.config_io import parse_yaml
 from synattn.runs import VOCAB, check_dataset, dataset_of, run_fingerprint, run_vocab
 from synattn.train.checkpoint import resolve_checkpoint
 

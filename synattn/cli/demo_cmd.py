@@ -153,7 +153,6 @@ def _training_plan(jobs: list, minutes: float, threads: int) -> str:
 
 def _evaluate(result: dict, args: argparse.Namespace) -> None:
     from synattn.evaluate.runner import evaluate_run, load_run
-
     from synattn.reproduce.heads import head_attachment
 
     model, exp, _ = load_run(result["run"], "last")

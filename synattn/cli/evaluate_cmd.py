@@ -12,8 +12,8 @@ import json
 import sys
 
 from synattn.cli.checks import check_vocabulary
-from synattn.cli.options import positive_int, split_name
 from synattn.cli.common import run_inputs
+from synattn.cli.options import positive_int, split_name
 from synattn.cli.paths import check_apart, input_folder, output_file
 from synattn.evaluate.runner import evaluate_run, load_run
 from synattn.io import atomic_write

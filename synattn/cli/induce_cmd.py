@@ -29,9 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, load, run_inputs, split_sentences,
-                                text_sentences, write_aligned)
+from synattn.cli.common import (
+    add_pretokenized_argument,
+    add_run_arguments,
+    load,
+    run_inputs,
+    split_sentences,
+    text_sentences,
+    write_aligned,
+)
 from synattn.cli.options import float_in, nonnegative_int, positive_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.data.sentences import Sentences

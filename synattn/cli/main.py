@@ -15,8 +15,19 @@ import os
 import sys
 
 from synattn import __version__
-from synattn.cli import (corpus_cmd, demo_cmd, evaluate_cmd, induce_cmd, parse_cmd, prepare_cmd, reproduce_cmd,
-                         stats_cmd, train_cmd, translate_cmd, viz_cmd)
+from synattn.cli import (
+    corpus_cmd,
+    demo_cmd,
+    evaluate_cmd,
+    induce_cmd,
+    parse_cmd,
+    prepare_cmd,
+    reproduce_cmd,
+    stats_cmd,
+    train_cmd,
+    translate_cmd,
+    viz_cmd,
+)
 from synattn.cli.options import positive_int
 from synattn.errors import RunFailure, SynattnError
 

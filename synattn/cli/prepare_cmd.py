@@ -17,8 +17,7 @@ from pathlib import Path
 
 from synattn.cli.options import positive_int
 from synattn.cli.paths import check_apart, input_file, output_folder
-from synattn.data.prepare import (MANIFEST, SUBWORD_MODELS, PrepareConfig, check_output_folder, check_split_name,
-                                  prepare)
+from synattn.data.prepare import MANIFEST, SUBWORD_MODELS, PrepareConfig, check_output_folder, check_split_name, prepare
 from synattn.errors import UsageError
 
 

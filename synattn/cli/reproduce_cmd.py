@@ -27,6 +27,7 @@ from synattn.errors import UsageError
 from synattn.folders import FolderKind
 from synattn.reproduce.study import Budget
 
+
 def _study_before_markers(folder: Path) -> bool:
     """A results folder of a version that wrote no marker: the ``commands.sh`` a study writes."""
     try:

@@ -17,8 +17,15 @@ import argparse
 import sys
 
 from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, require_model
-from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, load, run_inputs, split_sentences,
-                                text_sentences, write_aligned)
+from synattn.cli.common import (
+    add_pretokenized_argument,
+    add_run_arguments,
+    load,
+    run_inputs,
+    split_sentences,
+    text_sentences,
+    write_aligned,
+)
 from synattn.cli.options import finite_float, positive_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.errors import InputError

@@ -24,8 +24,14 @@ import sys
 from pathlib import Path
 
 from synattn.cli.checks import check_lengths, check_vocabulary, resolve_min_layer
-from synattn.cli.common import (add_pretokenized_argument, add_run_arguments, load, run_inputs, split_sentences,
-                                text_sentences)
+from synattn.cli.common import (
+    add_pretokenized_argument,
+    add_run_arguments,
+    load,
+    run_inputs,
+    split_sentences,
+    text_sentences,
+)
 from synattn.cli.induce_cmd import add_decoding_arguments, induced_trees
 from synattn.cli.options import nonnegative_int, split_name
 from synattn.cli.paths import check_apart, input_file, output_folder

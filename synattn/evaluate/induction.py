@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 from synattn.data.batching import collate_examples
-from synattn.syntax.request import SyntaxRequest
 from synattn.data.sentences import Sentences
 from synattn.errors import InputError
 from synattn.models import EncoderDecoderTransformer, MaskedLM
+from synattn.syntax.request import SyntaxRequest
 from synattn.train.tasks import syntax_request_for
 from synattn.trees.induce import induce_tree, no_split, word_links
 

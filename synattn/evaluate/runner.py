@@ -17,17 +17,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from synattn.config_io import config_error, parse_yaml
 from synattn.data.batching import PreparedDataset, collate, token_batches
+from synattn.errors import InputError, SynattnError, UsageError
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
 from synattn.evaluate.result import Evaluation
-from synattn.errors import InputError, SynattnError, UsageError
 from synattn.evaluate.translation import perplexity, translation_scores
 from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
-from synattn.config_io import config_error, parse_yaml
 from synattn.progress import progress
-from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, WEIGHTS, check_no_nan, list_checkpoints,
-                                     resolve_checkpoint)
+from synattn.train.checkpoint import CHECKPOINTS, SNAPSHOTS, WEIGHTS, check_no_nan, list_checkpoints, resolve_checkpoint
 from synattn.train.kinds import task_for
 from synattn.train.libraries import library_of_checkpoint, library_of_section
 from synattn.trees.metrics import attachment_scores

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from synattn.errors import InputError
 from synattn.syntax.fields import IGNORE_INDEX, TreeBatch, build_field, is_field, syntax_field, syntax_fields
 from synattn.syntax.request import SyntaxRequest
-from synattn.errors import InputError
 from synattn.trees.dependency import DependencyTree
 from synattn.trees.relations import head_targets
 from synattn.trees.subword import project_to_subwords

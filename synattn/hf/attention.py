@@ -35,9 +35,9 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from synattn.attention.bird_eye import BirdEyeReweighting
 from synattn.attention.core import attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
-from synattn.syntax.inputs import SyntaxInputs
 from synattn.attention.masks import attention_mask as build_mask
 from synattn.hf.features import Site
+from synattn.syntax.inputs import SyntaxInputs
 
 IMPLEMENTATION = "synattn"
 """Name of the attention implementation in ``transformers.AttentionInterface``."""

@@ -19,19 +19,18 @@ Two forward hooks of the model (PyTorch's own extension points) carry one forwar
 from __future__ import annotations
 
 import contextlib
-
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
-from synattn.syntax.fields import is_field, syntax_fields
 from synattn.attention.constituent import ConstituentAttention, recorded_links
-from synattn.syntax.inputs import SyntaxInputs
 from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
 from synattn.hf.features import FEATURES, SIDES, check_spec, normalize_specs, spec_options
 from synattn.hf.sites import find_sites
+from synattn.syntax.fields import is_field, syntax_fields
+from synattn.syntax.inputs import SyntaxInputs
 
 SYNTAX_FIELDS = tuple(f.name for f in syntax_fields())
 """Names of the built-in syntax inputs: ``syntax_<field>`` (the syntax of ``input_ids``) and

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from synattn.data.batching import Batch, PreparedDataset, pad_ids
-from synattn.syntax.request import SyntaxRequest
 from synattn.errors import DataError
 from synattn.syntax.batch import batch_syntax
+from synattn.syntax.request import SyntaxRequest
 from synattn.trees.subword import project_to_subwords, word_heads_of_pieces
 
 

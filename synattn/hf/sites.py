@@ -57,7 +57,7 @@ def find_sites(model: nn.Module) -> list[tuple[str, nn.Module, Site]]:
         raise ValueError(f"{type(model).__name__}: synattn features go into a transformers model "
                          "(BERT/RoBERTa, GPT-2, BART, T5: a module with a config of hidden_size); "
                          "this is none")
-    d_model = int(getattr(config, "hidden_size"))
+    d_model = int(config.hidden_size)
     found = []
     for name, module in model.named_modules():
         for pattern, side in PATTERNS:

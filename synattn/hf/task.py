@@ -40,14 +40,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from synattn.syntax.fields import syntax_field
-from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch
-from synattn.syntax.request import SyntaxRequest
 from synattn.data.subwords import BOS, EOS, MASK, PAD
 from synattn.errors import ConfigError
 from synattn.hf.features import FEATURES, normalize_specs
 from synattn.hf.model import from_pretrained
+from synattn.syntax.fields import syntax_field
+from synattn.syntax.inputs import IGNORE_INDEX
+from synattn.syntax.request import SyntaxRequest
 from synattn.train.libraries import ModelLibrary, register_library
 
 KEY = "transformers"

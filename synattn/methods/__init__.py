@@ -15,8 +15,21 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from synattn.methods.base import (SIDES, Claim, HFAlias, HFFeature, Method, Option, Site, check_claims,
-                                  check_head, check_layer, register, registered, unregister)
+from synattn.methods.base import (
+    SIDES,
+    Claim,
+    HFAlias,
+    HFFeature,
+    Method,
+    Option,
+    Site,
+    check_claims,
+    check_head,
+    check_layer,
+    register,
+    registered,
+    unregister,
+)
 
 BUILT_IN = ("relations", "specialized", "supervised", "constituent", "bird_eye", "cross_attention",
             "syntactic")

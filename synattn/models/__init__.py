@@ -4,10 +4,19 @@ Each model has one config dataclass (YAML load/save, strict validation) and save
 ``config.json`` + ``model.safetensors``.
 """
 
-from synattn.models.config import (BIRD_EYE, CROSS_ATTENTION, RELATIONS, EncoderDecoderConfig,
-                                   LanguageModelConfig, MaskedLMConfig, ModelConfig,
-                                   SpecializedHeadsConfig, StackConfig, SupervisedHeadConfig,
-                                   SyntacticAttentionConfig)
+from synattn.models.config import (
+    BIRD_EYE,
+    CROSS_ATTENTION,
+    RELATIONS,
+    EncoderDecoderConfig,
+    LanguageModelConfig,
+    MaskedLMConfig,
+    ModelConfig,
+    SpecializedHeadsConfig,
+    StackConfig,
+    SupervisedHeadConfig,
+    SyntacticAttentionConfig,
+)
 from synattn.models.encoder_decoder import EncoderDecoderTransformer
 from synattn.models.language_model import TransformerLM
 from synattn.models.masked_lm import MaskedLM

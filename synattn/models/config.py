@@ -25,6 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from synattn.config_io import StrictConfig
 from synattn.errors import ConfigError
 from synattn.limits import check_memory
 from synattn.methods import methods
@@ -36,7 +37,6 @@ from synattn.methods.supervised import SupervisedHeadConfig
 from synattn.methods.syntactic import SyntacticAttentionConfig
 from synattn.methods.tree_distance_bias import TreeDistanceBiasConfig
 from synattn.models.config_checks import StackChecks
-from synattn.config_io import StrictConfig
 
 __all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "EncoderDecoderConfig",
            "LanguageModelConfig", "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig",

@@ -102,7 +102,7 @@ class Budget:
         return {"max_minutes": self.minutes, "max_steps": self.updates}
 
     @classmethod
-    def of_train(cls, train: dict) -> "Budget | None":
+    def of_train(cls, train: dict) -> Budget | None:
         """The budget a run's ``train`` settings were given (None when neither is set)."""
         if train.get("max_minutes") is not None:
             return cls(minutes=float(train["max_minutes"]))

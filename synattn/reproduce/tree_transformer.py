@@ -43,7 +43,6 @@ from synattn.reproduce.treebank_data import TEXTS, add_treebank_argument, lm_gol
 from synattn.trees.induce import BASELINES
 from synattn.trees.subword import last_piece_index, word_heads_of_pieces
 
-
 SUBWORD_MODEL = "word"
 WORD_VOCAB = 10000
 TEXT = "lm"
@@ -340,8 +339,8 @@ def words_as_sentences(data: Path, words: list[list[str]]):
     """Encodes given word lists with the dataset's sentencepiece model (no trees needed); with whole
     words as tokens, a word outside the vocabulary is sentencepiece's ``<unk>``, the piece that the
     PTB text's own ``<unk>`` is encoded as."""
-    from synattn.data.sentences import Sentences
     from synattn.data.encoding import encode_sentence
+    from synattn.data.sentences import Sentences
 
     sp = PreparedData(data).tokenizer("src")
     examples = [encode_sentence("src", w, sp, {}) for w in words]

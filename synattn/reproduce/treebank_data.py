@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from synattn.errors import UsageError
 from synattn.reproduce.study import NEW_FOLDER, Context

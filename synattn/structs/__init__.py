@@ -36,17 +36,17 @@ tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers
 
 from . import _old_paths
 from .alignment.crf import AlignmentCRF
-from .sequence.autoregressive import Autoregressive
-from .cky.cfg import SentCFG
 from .chain.crf import ChainMarginals, LinearChainCRF
+from .chain.semimarkov import SemiMarkovCRF
+from .cky.cfg import SentCFG
 from .cky.crf import CKYMarginals, TreeCRF
+from .constants import NEG
 from .dependency.eisner import DependencyCRF
 from .dependency.eisner2o import Dependency2oCRF
-from .dependency.second_order_vi import DependencyLBP, DependencyMFVI
 from .dependency.matrix_tree import NonProjectiveDependencyCRF
-from .chain.semimarkov import SemiMarkovCRF
-from .constants import NEG
+from .dependency.second_order_vi import DependencyLBP, DependencyMFVI
 from .semirings.log_max import LogSemiring, MaxSemiring
+from .sequence.autoregressive import Autoregressive
 
 __all__ = [
     "AlignmentCRF",

@@ -27,7 +27,7 @@ import contextlib
 import functools
 import importlib
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

@@ -34,8 +34,8 @@ import torch
 from synattn.limits import check_memory
 
 from .arguments import count as whole_count
-from .kbest import lawler
 from .constants import NEG
+from .kbest import lawler
 
 
 def _inner(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -132,7 +132,7 @@ class StructDistribution(PeerNames):
         h = torch.where(ok, log_z, log_z.new_zeros(())) - _inner(self._parts())
         return torch.where(ok, h.clamp_min(0.0), h.new_zeros(()))
 
-    def cross_entropy(self, other: "StructDistribution") -> torch.Tensor:
+    def cross_entropy(self, other: StructDistribution) -> torch.Tensor:
         """``[B]`` cross-entropy ``H(p, q) = -E_p[log q(y)] = log Z_q - <θ_q, μ_p>`` with ``p =
         self``, ``q = other`` (the same class and shapes)."""
         self._check_other(other)
@@ -148,12 +148,12 @@ class StructDistribution(PeerNames):
         ce = torch.where(lost, torch.full_like(ce, float("inf")), ce)
         return torch.where(self.log_partition > -float("inf"), ce, ce.new_zeros(()))
 
-    def kl(self, other: "StructDistribution") -> torch.Tensor:
+    def kl(self, other: StructDistribution) -> torch.Tensor:
         """``[B]`` ``KL(p || q) = H(p, q) - H(p)`` with ``p = self``, ``q = other``."""
         d = self.cross_entropy(other) - self.entropy
         return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
 
-    def _check_other(self, other: "StructDistribution") -> None:
+    def _check_other(self, other: StructDistribution) -> None:
         if type(other) is not type(self):
             raise TypeError(f"{type(self).__name__}: cross_entropy/kl need another "
                             f"{type(self).__name__}, got {type(other).__name__}")

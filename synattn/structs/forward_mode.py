@@ -4,7 +4,7 @@ which for the marginals is a Hessian-vector product of ``log Z``."""
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.autograd.forward_ad as fwAD

@@ -15,7 +15,7 @@ best of many problems at once, ``split`` the subspaces left after a structure.
 from __future__ import annotations
 
 import heapq
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

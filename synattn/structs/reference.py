@@ -23,7 +23,7 @@ is taken directly, without the safeguards of :mod:`synattn.structs.dependency.ma
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -33,8 +33,8 @@ checks: masked parts hold :data:`~synattn.structs.constants.NEG`, never ``-inf``
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

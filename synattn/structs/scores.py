@@ -9,7 +9,8 @@ Masked entries use the finite constant :data:`~synattn.structs.constants.NEG`, n
 from __future__ import annotations
 
 import functools
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 

@@ -6,8 +6,18 @@ depend on), :class:`SyntaxRequest`, the fields a model asks for and their settin
 adapter read them.
 """
 
-from synattn.syntax.fields import (IGNORE_INDEX, SyntaxField, TreeBatch, build_field, declared_settings, is_field,
-                                   register_field, syntax_field, syntax_fields, unregister_field)
+from synattn.syntax.fields import (
+    IGNORE_INDEX,
+    SyntaxField,
+    TreeBatch,
+    build_field,
+    declared_settings,
+    is_field,
+    register_field,
+    syntax_field,
+    syntax_fields,
+    unregister_field,
+)
 from synattn.syntax.inputs import SyntaxInputs, require_syntax
 from synattn.syntax.request import SyntaxRequest
 

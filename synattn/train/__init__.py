@@ -6,15 +6,21 @@ loop; beside it :mod:`~synattn.train.resume`, :mod:`~synattn.train.validation` a
 helpers of :mod:`synattn.train.checkpoint`.
 """
 
-from synattn.train.checkpoint import (load_checkpoint, prune_checkpoints, resolve_checkpoint,
-                                      save_checkpoint)
+from synattn.train.checkpoint import load_checkpoint, prune_checkpoints, resolve_checkpoint, save_checkpoint
 from synattn.train.config import TrainConfig
 from synattn.train.distributed import DistributedContext, init_distributed
+from synattn.train.kinds import task_for
 from synattn.train.optim import build_optimizer, inverse_sqrt_factor
 from synattn.train.run_log import read_log
-from synattn.train.kinds import task_for
-from synattn.train.tasks import (LanguageModelTask, MaskedLMTask, Task, TranslationTask,
-                                 label_smoothed_nll, mask_tokens, syntax_request_for)
+from synattn.train.tasks import (
+    LanguageModelTask,
+    MaskedLMTask,
+    Task,
+    TranslationTask,
+    label_smoothed_nll,
+    mask_tokens,
+    syntax_request_for,
+)
 from synattn.train.trainer import Trainer, TrainResult
 
 __all__ = [

@@ -39,12 +39,23 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from synattn.checkpoints import (CHECKPOINTS, NAME, POINTERS, SNAPSHOTS, STATE, WEIGHTS,  # noqa: F401 (the
-                                 checkpoint_name, checkpoint_step, list_checkpoints,  # layout's names, read here too)
-                                 read_pointer, resolve_checkpoint)
+from synattn.checkpoints import (  # noqa: F401 (the layout's names, read here too)
+    CHECKPOINTS,
+    NAME,
+    POINTERS,
+    SNAPSHOTS,
+    STATE,
+    WEIGHTS,
+    checkpoint_name,
+    checkpoint_step,
+    list_checkpoints,
+    read_pointer,
+    resolve_checkpoint,
+)
 from synattn.errors import InputError
 from synattn.io import atomic_write
 from synattn.models.pretrained import mismatch_summary
+
 
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from synattn.errors import ConfigError
 from synattn.config_io import StrictConfig
+from synattn.errors import ConfigError
 
 BATCH_ORDER_KEYS = ("max_tokens", "max_sentences", "seed")
 SCHEDULES = ("inverse_sqrt", "cosine", "linear")

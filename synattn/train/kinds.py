@@ -19,10 +19,16 @@ from typing import Any
 from torch import nn
 
 from synattn.data.batching import Batch
-from synattn.syntax.request import SyntaxRequest
-from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, MaskedLM,
-                            MaskedLMConfig, TransformerLM)
 from synattn.data.subwords import PAD
+from synattn.models import (
+    EncoderDecoderConfig,
+    EncoderDecoderTransformer,
+    LanguageModelConfig,
+    MaskedLM,
+    MaskedLMConfig,
+    TransformerLM,
+)
+from synattn.syntax.request import SyntaxRequest
 from synattn.train.libraries import library_of_model
 from synattn.train.tasks import LanguageModelTask, MaskedLMTask, Task, TranslationTask, syntax_request_for
 

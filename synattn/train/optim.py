@@ -4,11 +4,10 @@ linear decay to the end of the run's budget (Loshchilov & Hutter 2017), in updat
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
-from collections.abc import Callable
-
 from torch.optim.lr_scheduler import LambdaLR
 
 from synattn.train.config import TrainConfig

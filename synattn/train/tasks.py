@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from synattn.syntax.fields import syntax_field, syntax_fields
-from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.data.batching import Batch
-from synattn.syntax.request import SyntaxRequest
 from synattn.data.subwords import BOS, EOS
 from synattn.methods import methods
+from synattn.syntax.fields import syntax_field, syntax_fields
+from synattn.syntax.inputs import IGNORE_INDEX
+from synattn.syntax.request import SyntaxRequest
 
 FIRST_REGULAR_ID = EOS + 1
 """The first id of an ordinary piece (ids below are ``<pad> <unk> <s> </s>``)."""

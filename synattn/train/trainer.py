@@ -48,14 +48,27 @@ from synattn.data.loader import collated
 from synattn.errors import InputError, RunFailure
 from synattn.io import atomic_write
 from synattn.locks import FolderLock
-from synattn.train.checkpoint import (CHECKPOINTS, SNAPSHOTS, drop_snapshots_after, resolve_checkpoint, rng_state,
-                                      save_snapshot, set_rng_state)
+from synattn.train.checkpoint import (
+    CHECKPOINTS,
+    SNAPSHOTS,
+    drop_snapshots_after,
+    resolve_checkpoint,
+    rng_state,
+    save_snapshot,
+    set_rng_state,
+)
 from synattn.train.config import TrainConfig
 from synattn.train.distributed import init_distributed
 from synattn.train.optim import build_optimizer
 from synattn.train.progress import TrainInterval, progress_bar
-from synattn.train.resume import (STATE_FORMAT, TRAIN_STREAM, batch_seed, check_batch_order,
-                                  read_checkpoint, write_checkpoint)
+from synattn.train.resume import (
+    STATE_FORMAT,
+    TRAIN_STREAM,
+    batch_seed,
+    check_batch_order,
+    read_checkpoint,
+    write_checkpoint,
+)
 from synattn.train.run_log import RunLog, console_line, summarize
 from synattn.train.tasks import Task
 from synattn.train.validation import improves, validation_sums

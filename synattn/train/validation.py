@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from synattn.data.batching import Batch, token_batches
-from synattn.syntax.request import SyntaxRequest
 from synattn.data.loader import collated
+from synattn.syntax.request import SyntaxRequest
 from synattn.train.config import HIGHER_IS_BETTER, TrainConfig
 from synattn.train.distributed import DistributedContext
 from synattn.train.resume import VALID_STREAM, batch_seed

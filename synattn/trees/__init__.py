@@ -5,15 +5,26 @@ Heads follow CoNLL-U: ``heads[i - 1]`` is the 1-based head of word i, 0 = ROOT; 
 may hang from the artificial ROOT.
 """
 
-from synattn.trees.conllu_io import ReadReport, read_conllu, read_conllu_with_report, write_conllu
 from synattn.trees.branching import left_branching, random_binary, right_branching, tree_from_spans
+from synattn.trees.conllu_io import ReadReport, read_conllu, read_conllu_with_report, write_conllu
 from synattn.trees.constituency import Tree, leaves, parse_brackets, read_brackets, spans, to_brackets
 from synattn.trees.dependency import DependencyTree, is_projective_heads, validate_heads
 from synattn.trees.metrics import AttachmentScores, BracketScores, attachment_scores, bracket_f1
-from synattn.trees.relations import (batch_distance_labels, batch_relation_labels, batch_syntax_hints,
-                                     batch_traversal_labels, batch_tree_distance, distance_labels,
-                                     distance_vocab, head_targets, syntax_hints, traversal_labels,
-                                     traversal_paths, traversal_vocab, tree_distance)
+from synattn.trees.relations import (
+    batch_distance_labels,
+    batch_relation_labels,
+    batch_syntax_hints,
+    batch_traversal_labels,
+    batch_tree_distance,
+    distance_labels,
+    distance_vocab,
+    head_targets,
+    syntax_hints,
+    traversal_labels,
+    traversal_paths,
+    traversal_vocab,
+    tree_distance,
+)
 from synattn.trees.subword import first_piece_index, project_to_subwords, word_index_of_pieces
 
 __all__ = [

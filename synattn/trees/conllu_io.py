@@ -21,8 +21,9 @@ import io
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO, Iterable, Literal
+from typing import IO, Literal
 
 from conllu.exceptions import ParseException
 from conllu.parser import parse_comment_line, parse_id_value, parse_int_value

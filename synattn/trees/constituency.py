@@ -14,8 +14,8 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterator, Sequence
 
 from synattn.errors import InputError, TreebankError
 from synattn.trees.conllu_io import PathOrFile, bad_byte_cause, read_text

@@ -7,8 +7,9 @@ from ROOT (all of them are root words); every word must reach ROOT by following 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -7,8 +7,8 @@ convention) and corpus-level (micro).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Collection, Sequence
 
 import numpy as np
 

@@ -44,8 +44,18 @@ import numpy as np
 
 from synattn.errors import InputError, UsageError, brief
 from synattn.limits import check_memory
-from synattn.trees._ancestors import (_ancestors, _check_heads, _climb, _from_numpy, _label_dtype, _pair_form,
-                                      _parents, _preorder, _prepare, _to_numpy)
+from synattn.trees._ancestors import (
+    _ancestors,
+    _check_heads,
+    _climb,
+    _from_numpy,
+    _label_dtype,
+    _pair_form,
+    _parents,
+    _preorder,
+    _prepare,
+    _to_numpy,
+)
 
 FAR = "<far>"
 """The overflow label shared by every relation beyond the vocabulary (and by padding pairs)."""

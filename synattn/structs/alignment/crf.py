@@ -36,9 +36,9 @@ from functools import cached_property
 import torch
 
 from ..arguments import flag, score_tensor
+from ..constants import IMPOSSIBLE, NEG
 from ..distribution import StructDistribution, _gumbel_argmax, check_count
 from ..kbest import lawler
-from ..constants import IMPOSSIBLE, NEG
 from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 RIGHT, MATCH, DOWN, END = 0, 1, 2, 3

@@ -6,8 +6,14 @@ segments (:mod:`~synattn.structs.chain.semimarkov`, kernels ``_semimarkov_kernel
 ``synattn.structs.chain`` was the linear-chain module itself: its names are still read here.
 """
 
-from .crf import (ChainLogPartition, ChainMarginals, LinearChainCRF, chain_log_partition, forward_backward,
-                  transfer_matrices)
+from .crf import (
+    ChainLogPartition,
+    ChainMarginals,
+    LinearChainCRF,
+    chain_log_partition,
+    forward_backward,
+    transfer_matrices,
+)
 from .semimarkov import SemiMarkovCRF
 
 __all__ = ["ChainLogPartition", "ChainMarginals", "LinearChainCRF", "SemiMarkovCRF", "chain_log_partition",

@@ -12,8 +12,9 @@ import numba
 import numpy as np
 import torch
 
-from ._kernels import _jit, _parallel, _threads, _alpha_beta, _length
 from ..backend import as_array
+from ._kernels import _alpha_beta, _jit, _length, _parallel, _threads
+
 
 @_jit
 def _pad_gradient(grad_u0, grad_T, b, n):

@@ -34,13 +34,23 @@ from functools import cached_property
 import torch
 
 from .. import reference, registry
-from ..backend import kernels, serial_if_small, use_numba
-from .dp import (PROMOTE_ABOVE, ChainLogPartition, ChainMarginals, _batch_first, _step_elements,
-                 chain_log_partition, forward_backward, pair_marginals, transfer_matrices, viterbi)
 from ..arguments import flag, score_tensor
-from ..distribution import Decoding, StructDistribution, check_count
+from ..backend import kernels, serial_if_small, use_numba
 from ..constants import IMPOSSIBLE, NEG
+from ..distribution import Decoding, StructDistribution, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
+from .dp import (
+    PROMOTE_ABOVE,
+    ChainLogPartition,
+    ChainMarginals,
+    _batch_first,
+    _step_elements,
+    chain_log_partition,
+    forward_backward,
+    pair_marginals,
+    transfer_matrices,
+    viterbi,
+)
 
 __all__ = ["ChainLogPartition", "ChainMarginals", "LinearChainCRF", "chain_log_partition",
            "forward_backward", "transfer_matrices"]
@@ -132,7 +142,7 @@ class LinearChainCRF(StructDistribution, Decoding):
 
     @classmethod
     def hmm(cls, transition: torch.Tensor, emission: torch.Tensor, init: torch.Tensor,
-            observations: torch.Tensor, lengths: torch.Tensor | None = None) -> "LinearChainCRF":
+            observations: torch.Tensor, lengths: torch.Tensor | None = None) -> LinearChainCRF:
         """The posterior over hidden states of a hidden Markov model (Rabiner 1989) given
         ``observations``, as a chain CRF: ``log_partition`` is ``log p(observations)`` when the
         arguments are normalised log-probabilities, ``marginals`` the smoothed state posteriors.
@@ -245,7 +255,7 @@ class LinearChainCRF(StructDistribution, Decoding):
     # --- constraints, sampling, k-best (the helpers live in decoding.py) -----------------------
 
     def constrain(self, labels: torch.Tensor | None = None,
-                  allowed: torch.Tensor | None = None) -> "LinearChainCRF":
+                  allowed: torch.Tensor | None = None) -> LinearChainCRF:
         """The same CRF restricted to the labellings consistent with a partial annotation.
 
         Args:
@@ -269,7 +279,7 @@ class LinearChainCRF(StructDistribution, Decoding):
 
         return ffbs(self, count, generator)
 
-    def _with_unary(self, unary: torch.Tensor) -> "LinearChainCRF":
+    def _with_unary(self, unary: torch.Tensor) -> LinearChainCRF:
         """A CRF with the same transitions, lengths and schedule and new unaries (no checks)."""
         crf = LinearChainCRF.__new__(LinearChainCRF)
         crf.unary, crf.edge, crf.lengths, crf.scan, crf.mask = (unary, self.edge, self.lengths,
@@ -288,7 +298,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         of its generic program, the potentials ``[B, ...]`` a semiring converts, the other arguments."""
         return "chain", [self.unary, self.edge], (self.lengths,)
 
-    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "LinearChainCRF":
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> LinearChainCRF:
         crf = LinearChainCRF.__new__(LinearChainCRF)
         unary = self.unary.detach()[index]
         crf.unary = torch.where(allowed, unary, torch.full_like(unary, NEG))

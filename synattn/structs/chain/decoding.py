@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .dp import forward_backward, transfer_matrices
-from ..distribution import _gumbel_argmax
 from ..constants import NEG
+from ..distribution import _gumbel_argmax
+from .dp import forward_backward, transfer_matrices
 
 
 def constrained_unary(unary: torch.Tensor, labels: torch.Tensor | None,

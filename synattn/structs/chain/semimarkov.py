@@ -33,8 +33,8 @@ import torch
 from .. import reference, registry
 from ..arguments import score_tensor
 from ..backend import kernels
-from ..distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
 from ..constants import IMPOSSIBLE, NEG
+from ..distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
 from ..semirings.log_max import logsumexp
 
@@ -352,7 +352,7 @@ class SemiMarkovCRF(StructDistribution, Decoding):
             return "semi_markov_init", [self.edge, self.init], (self.lengths,)
         return "semi_markov", [self.edge], (self.lengths,)
 
-    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "SemiMarkovCRF":
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> SemiMarkovCRF:
         """The CRF of sequences ``index`` restricted to the structures whose choices
         ``allowed [M, n, C+1]`` allows: a segment ending at ``t`` labelled ``c`` needs
         ``allowed[t, c]``, position 0's label ``p`` needs ``allowed[0, p]`` (:attr:`init`), every position

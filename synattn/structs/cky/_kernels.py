@@ -23,9 +23,9 @@ import numba
 import numpy as np
 import torch
 
-from ..dependency._eisner_kernels import DUAL, LOG, VITERBI, _split_adjoints, _split_sums
 from ..backend import as_array, set_threads
 from ..constants import NEG, SERIAL_WORK
+from ..dependency._eisner_kernels import DUAL, LOG, VITERBI, _split_adjoints, _split_sums
 
 CA, CB, CS = 0, 1, 2  # chart channels: beta by start, beta by end, split sums S by start
 

@@ -28,8 +28,8 @@ from functools import cached_property
 import torch
 
 from ..arguments import score_tensor
-from ..distribution import StructDistribution
 from ..constants import IMPOSSIBLE, NEG
+from ..distribution import StructDistribution
 from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 

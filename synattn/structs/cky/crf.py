@@ -39,12 +39,21 @@ import torch
 
 from .. import registry
 from ..backend import use_numba
-from ..distribution import PeerNames, check_count
-from .dp import (DEAD, CKYMarginals, _zero_dead, check_span_scores, cky_inside, cky_marginals,
-                 from_width_major, span_mask, to_width_major)
 from ..constants import NEG
-from ..semirings.log_max import MaxSemiring
+from ..distribution import PeerNames, check_count
 from ..scores import fp32_inside
+from ..semirings.log_max import MaxSemiring
+from .dp import (
+    DEAD,
+    CKYMarginals,
+    _zero_dead,
+    check_span_scores,
+    cky_inside,
+    cky_marginals,
+    from_width_major,
+    span_mask,
+    to_width_major,
+)
 
 __all__ = ["DEAD", "CKYMarginals", "TreeCRF", "chart_to_spans", "check_span_scores",
            "cky_inside", "cky_marginals", "sample_trees", "span_mask", "spans_to_chart"]
@@ -142,7 +151,7 @@ class TreeCRF(PeerNames):
         h = torch.where(alive, log_z, 0.0) - self._inner(self.scores)
         return torch.where(alive, h.clamp_min(0.0), 0.0)
 
-    def cross_entropy(self, other: "TreeCRF") -> torch.Tensor:
+    def cross_entropy(self, other: TreeCRF) -> torch.Tensor:
         """``[batch_size]`` ``H(p, q) = -E_p[log q(T)] = log Z_q - <θ_q, μ_p>`` for ``p = self``,
         ``q = other`` (a TreeCRF of the same shape and lengths): ``+inf`` where ``p`` reaches a
         span that ``q`` forbids or ``q`` has no tree, 0 where ``p`` has none."""
@@ -156,7 +165,7 @@ class TreeCRF(PeerNames):
         h = torch.where(lost, float("inf"), h)
         return torch.where(torch.isfinite(self.log_partition), h, 0.0)
 
-    def kl(self, other: "TreeCRF") -> torch.Tensor:
+    def kl(self, other: TreeCRF) -> torch.Tensor:
         """``[batch_size]`` ``KL(p || q) = H(p, q) - H(p)`` for ``p = self``, ``q = other``."""
         d = self.cross_entropy(other) - self.entropy
         return torch.where(torch.isinf(d), d, d.clamp_min(0.0))
@@ -166,7 +175,7 @@ class TreeCRF(PeerNames):
         of its generic program, the potentials ``[B, ...]`` a semiring converts, the other arguments."""
         return "cky", [self.scores], (self.lengths,)
 
-    def _with_scores(self, scores: torch.Tensor) -> "TreeCRF":
+    def _with_scores(self, scores: torch.Tensor) -> TreeCRF:
         """The same lengths with other span scores (the semirings' ``count``)."""
         return type(self)(scores, self.lengths)
 

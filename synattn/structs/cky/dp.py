@@ -6,7 +6,6 @@ interface.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
@@ -14,9 +13,9 @@ from .. import reference, registry
 from ..arguments import score_tensor
 from ..backend import kernels, serial_if_small, use_numba
 from ..constants import IMPOSSIBLE, NEG
-from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
-from ..scores import check_scores, float_dtype
 from ..forward_mode import forward_derivative
+from ..scores import check_scores, float_dtype
+from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
 
 DEAD = IMPOSSIBLE
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""

@@ -32,8 +32,8 @@ import numba
 import numpy as np
 import torch
 
-from ..backend import as_array, set_threads
 from .._numba_math import exp as _exp
+from ..backend import as_array, set_threads
 from ..constants import NEG, SERIAL_WORK
 
 # Channels of the chart K [7, n+1, n+1], named as in synattn.structs.dependency.eisner (C/I complete/

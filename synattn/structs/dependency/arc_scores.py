@@ -9,14 +9,14 @@ marginals use the same layout. A tree is given as ``heads [batch_size, n]``: the
 
 from __future__ import annotations
 
-import torch
-
 from functools import cached_property
+
+import torch
 
 from .. import registry
 from ..arguments import flag, score_tensor
-from ..distribution import Decoding, StructDistribution, check_count
 from ..constants import IMPOSSIBLE, NEG
+from ..distribution import Decoding, StructDistribution, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
@@ -152,7 +152,7 @@ class ArcCRF(StructDistribution, Decoding):
     # --- constraints, sampling, k-best ---------------------------------------------------------
 
     def constrain(self, heads: torch.Tensor | None = None,
-                  allowed: torch.Tensor | None = None) -> "ArcCRF":
+                  allowed: torch.Tensor | None = None) -> ArcCRF:
         """The same CRF restricted to the trees consistent with a partial annotation.
 
         Args:
@@ -205,12 +205,12 @@ class ArcCRF(StructDistribution, Decoding):
     def _num_positions(self) -> int:
         return self.scores.shape[-1] - 1
 
-    def _with_scores(self, scores: torch.Tensor) -> "ArcCRF":
+    def _with_scores(self, scores: torch.Tensor) -> ArcCRF:
         """The same class, lengths and ``multiroot`` with other arc scores (the semirings'
         ``count``)."""
         return type(self)(scores, self.lengths, self.multiroot)
 
-    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "ArcCRF":
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> ArcCRF:
         s = self.scores.detach()[index]  # [M, L, L]
         keep = torch.cat((torch.ones_like(allowed[:, :1]), allowed), 1).transpose(1, 2)  # [M, L, L]
         return type(self)(torch.where(keep, s, torch.full_like(s, NEG)), self.lengths[index],

@@ -51,14 +51,14 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
-from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 from ..backend import kernels, serial_if_small, use_numba
-from ..distribution import check_count
-from ..registry import Implementation, numba_applies, register
 from ..constants import IMPOSSIBLE, NEG
-from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
+from ..distribution import check_count
 from ..forward_mode import forward_derivative
+from ..registry import Implementation, numba_applies, register
 from ..scores import fp32_inside
+from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
+from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 
 # (chart, channel) of each item in K (names in the module docstring): K[0] is B (by span end),
 # K[1] is A (by span start). A holds C←, C→ and I→ shifted by one width (K[A_IR][w-1] holds

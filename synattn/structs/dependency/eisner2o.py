@@ -47,12 +47,12 @@ from functools import cached_property
 
 import torch
 
-from .arc_scores import ArcCRF, heads_from_arcs, tree_score
 from ..arguments import score_tensor
 from ..backend import kernels, requested_backend, use_numba
 from ..constants import IMPOSSIBLE, NEG
-from .eisner import DependencyCRF
 from ..scores import check_scores, fp32_inside, mask_impossible
+from .arc_scores import ArcCRF, heads_from_arcs, tree_score
+from .eisner import DependencyCRF
 
 # channels of the chart [5, L, L, B]: chart[c, i, j] for the span (i, j), i <= j
 CR, CL, IR, IL, SIB = range(5)
@@ -327,7 +327,7 @@ class Dependency2oCRF(ArcCRF):
         return DependencyCRF(self.scores if scores is None else scores, self.lengths, self.multiroot)
 
     def constrain(self, heads: torch.Tensor | None = None,
-                  allowed: torch.Tensor | None = None) -> "Dependency2oCRF":
+                  allowed: torch.Tensor | None = None) -> Dependency2oCRF:
         """The same CRF restricted to the trees consistent with known ``heads`` ``[batch_size, n]``
         (``-1`` free) and/or ``allowed`` arcs ``[batch_size, n+1, n+1]``, as
         :meth:`DependencyCRF.constrain <synattn.structs.dependency.arc_scores.ArcCRF.constrain>`; the
@@ -335,7 +335,7 @@ class Dependency2oCRF(ArcCRF):
         scores = self._first_order().constrain(heads, allowed).scores
         return type(self)(scores, self.siblings, self.lengths, self.multiroot)
 
-    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "Dependency2oCRF":
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> Dependency2oCRF:
         first = self._first_order(self.scores.detach())._restricted(index, allowed)
         return type(self)(first.scores, self.siblings.detach()[index], first.lengths, self.multiroot)
 

@@ -23,15 +23,15 @@ become labelled when given 4-d scores: the instance is then of the subclass
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 
 import torch
 
-from .arc_scores import ArcCRF, usable_arcs
 from ..arguments import score_tensor
-from ..distribution import _gumbel_argmax, check_count
 from ..constants import IMPOSSIBLE, NEG
+from ..distribution import _gumbel_argmax, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from .arc_scores import ArcCRF, usable_arcs
 
 
 class LabelledArcs:
@@ -172,7 +172,7 @@ class LabelledArcs:
     # --- constraints and k-best ----------------------------------------------------------------
 
     def constrain(self, heads: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                  allowed: torch.Tensor | None = None) -> "LabelledArcs":
+                  allowed: torch.Tensor | None = None) -> LabelledArcs:
         """The same labelled CRF restricted to consistent labelled trees: ``heads``/``labels``
         ``[B, n]`` known heads and labels (``-1`` free), ``allowed`` a bool mask ``[B, n+1,
         n+1]`` (arcs) or ``[B, n+1, n+1, R]`` ((arc, label) pairs)."""
@@ -218,7 +218,7 @@ class LabelledArcs:
         return torch.stack((choices.div(R, rounding_mode="floor").masked_fill(pad, -1),
                             (choices % R).masked_fill(pad, -1)), -1)
 
-    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> "LabelledArcs":
+    def _restricted(self, index: torch.Tensor, allowed: torch.Tensor) -> LabelledArcs:
         s = self.labelled_scores.detach()[index]  # [M, L, L, R]
         M, L, _, R = s.shape
         allowed = allowed.view(M, L - 1, L, R).transpose(1, 2)  # [M, L(h), n(d), R]
@@ -227,7 +227,7 @@ class LabelledArcs:
                           self.multiroot)
 
 
-@lru_cache(maxsize=None)
+@cache
 def labelled_class(base: type) -> type:
     """The labelled version of an :class:`~synattn.structs.dependency.arc_scores.ArcCRF` subclass (a
     subclass of it, so ``isinstance(crf, base)`` holds)."""

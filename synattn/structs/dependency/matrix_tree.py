@@ -65,19 +65,33 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from .arc_scores import ArcCRF, usable_arcs
 from ..backend import use_numba
-from .chu_liu_edmonds import best_tree
-from ..distribution import check_count
-from .matrix_tree_gth import (CERTIFICATE, LAPACK_MAX_N, SAFE_PIVOT, TINY, _compiled_closed_form_tangent,
-                              _compiled_marginals, _compiled_marginals_tangent, _factorize, _gth_marginals,
-                              _lapack_marginals)
-from .matrix_tree_log import (_has_tree, _log_space_log_z, _log_space_marginals, _log_space_marginals_tangent,
-                              _wide_columns)
-from .matrix_tree_sample import matrix_tree_sample
-from ..registry import Implementation, numba_applies, register
 from ..constants import NEG
+from ..distribution import check_count
 from ..forward_mode import forward_derivative
+from ..registry import Implementation, numba_applies, register
+from .arc_scores import ArcCRF, usable_arcs
+from .chu_liu_edmonds import best_tree
+from .matrix_tree_gth import (
+    CERTIFICATE,
+    LAPACK_MAX_N,
+    SAFE_PIVOT,
+    TINY,
+    _compiled_closed_form_tangent,
+    _compiled_marginals,
+    _compiled_marginals_tangent,
+    _factorize,
+    _gth_marginals,
+    _lapack_marginals,
+)
+from .matrix_tree_log import (
+    _has_tree,
+    _log_space_log_z,
+    _log_space_marginals,
+    _log_space_marginals_tangent,
+    _wide_columns,
+)
+from .matrix_tree_sample import matrix_tree_sample
 
 __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDependencyCRF",
            "best_tree", "matrix_tree_log_partition"]

@@ -10,12 +10,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .arc_scores import usable_arcs
-from ..backend import as_array, serial_if_small, set_threads
-from ..backend import kernels as backend_kernels
+from ..backend import as_array, kernels as backend_kernels, serial_if_small, set_threads
 from ..constants import NEG, SAFE_PIVOT, SERIAL_WORK, TINY
-
-
+from .arc_scores import usable_arcs
 
 
 def _scaled_arcs(scores: torch.Tensor,

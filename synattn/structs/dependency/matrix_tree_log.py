@@ -17,10 +17,9 @@ import math
 
 import torch
 
+from ..constants import LOG0, NEG, SAFE_SPREAD
 from .arc_scores import usable_arcs
 from .matrix_tree_gth import _single_root_order
-from ..constants import LOG0, NEG, SAFE_SPREAD
-
 
 
 def _wide_columns(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

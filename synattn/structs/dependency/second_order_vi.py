@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .arc_scores import check_arc_scores, usable_arcs
 from ..arguments import score_tensor
 from ..constants import NEG
 from ..scores import check_scores, fp32_inside, mask_impossible
+from .arc_scores import check_arc_scores, usable_arcs
 
 
 def _checked(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor | None, who: str

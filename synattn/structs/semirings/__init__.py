@@ -7,8 +7,18 @@ and the signed log-space semifield (:mod:`~synattn.structs.semirings.signed`).
 ``from synattn.structs.semirings import EntropySemiring, ...`` gives the user's semirings.
 """
 
-from .generic import (CheckpointSemiring, CrossEntropySemiring, EntropySemiring, KLSemiring, KMaxSemiring,
-                      LogSemiring, MaxSemiring, Semiring, SparseMaxSemiring, sparsemax)
+from .generic import (
+    CheckpointSemiring,
+    CrossEntropySemiring,
+    EntropySemiring,
+    KLSemiring,
+    KMaxSemiring,
+    LogSemiring,
+    MaxSemiring,
+    Semiring,
+    SparseMaxSemiring,
+    sparsemax,
+)
 
 __all__ = ["CheckpointSemiring", "CrossEntropySemiring", "EntropySemiring", "KLSemiring",
            "KMaxSemiring", "LogSemiring", "MaxSemiring", "Semiring", "SparseMaxSemiring"]

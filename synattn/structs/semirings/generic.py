@@ -29,8 +29,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from . import log_max as _kernel_semirings
 from ..constants import IMPOSSIBLE, NEG
+from . import log_max as _kernel_semirings
 
 __all__ = ["CheckpointSemiring", "CrossEntropySemiring", "EntropySemiring", "KLSemiring",
            "KMaxSemiring", "LogSemiring", "MaxSemiring", "Semiring", "SparseMaxSemiring"]

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import torch
 
-from . import log_max as _kernel_semirings
-from .generic import LogSemiring, MaxSemiring, Semiring
 from ..constants import NEG
 from ..scores import fp32_inside
+from . import log_max as _kernel_semirings
+from .generic import LogSemiring, MaxSemiring, Semiring
 
 __all__ = ["chain", "cky", "count", "eisner", "marginals", "run", "semi_markov"]
 

@@ -23,7 +23,7 @@ is unused there too).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

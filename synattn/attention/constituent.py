@@ -19,7 +19,8 @@ neighbours) at half the cost: one d × d matmul per token instead of two. The ne
 read the attention's query input ``x`` (the output of the block's LayerNorm in a pre-LN block,
 the previous block's normalised output in a post-LN one), with no LayerNorm of their own; C_ii = 1,
 the empty product (the public code's C has 1e-9 on its diagonal, so a word hardly attends to
-itself there; ``diagonal=1e-9`` reproduces it, an option for faithful reproductions only); â is clipped to at most 1 so that C ∈ [0, 1] also in float64; edges touching
+itself there; ``diagonal=1e-9`` reproduces it, an option for faithful reproductions only); â is
+clipped to at most 1 so that C ∈ [0, 1] also in float64; edges touching
 padding are not constituent links (their a is 0 in the record and they never enter C, whose
 rows and columns at padding are 0). Gradients flow into a^{l−1} from the layers above, as in
 the public code.

@@ -247,7 +247,9 @@ def check_compatible(features: Sequence[AttentionFeature]) -> None:
         >>> check_compatible([BirdEyeReweighting(16, 4), SyntaxGuidedPointer()])
         Traceback (most recent call last):
         ...
-        ValueError: BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a layer has one Bird-Eye attention (BET(SG) or BET(SF); BET(SF)'s diagonal-free mask would hide a hint equal to the position itself)
+        ValueError: BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a layer has one
+        Bird-Eye attention (BET(SG) or BET(SF); BET(SF)'s diagonal-free mask would hide a hint equal
+        to the position itself)
     """
     message = find_conflict([feature.claims() for feature in features])
     if message:

@@ -50,7 +50,7 @@ def check_vocabulary(model, trained_on: str | Path, data: str | Path, split: str
     for side, expected in sizes.items():
         if expected is not None and side not in manifest["spm"]:
             raise InputError(f"--data: the dataset has no {side} side, which the model reads", str(data))
-    for side, name in manifest["spm"].items():
+    for side in manifest["spm"]:
         expected = sizes.get(side)
         have = manifest.get("vocab_size", {}).get(side)
         if expected is not None and have is not None and have != expected:

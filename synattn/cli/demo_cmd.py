@@ -86,7 +86,8 @@ def _statistics(data: Path, out: Path) -> None:
     print("\n== source trees (spaCy), word level ==")
     print(words.format())
     print(f"\n== subword level: tree-distance overflow {pieces.distance_overflow:.1%}, traversal overflow "
-          f"{pieces.traversal_overflow:.1%}, BET hint = previous piece {pieces.hint_is_previous / max(pieces.n_hints, 1):.1%}")
+          f"{pieces.traversal_overflow:.1%}, BET hint = previous piece "
+          f"{pieces.hint_is_previous / max(pieces.n_hints, 1):.1%}")
     plot_relation_histograms({"words": words.relations, "subwords": pieces}, out / "relations.png")
 
 

@@ -37,7 +37,8 @@ def _study_before_markers(folder: Path) -> bool:
         return False
 
 
-STUDY = FolderKind(".synattn-study", "a results folder of 'synattn reproduce'", made_before_markers=_study_before_markers)
+STUDY = FolderKind(".synattn-study", "a results folder of 'synattn reproduce'",
+                   made_before_markers=_study_before_markers)
 """A study's results folder (:mod:`synattn.folders`)."""
 
 TOY_MINUTES = 0.5

@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_experiment(args: argparse.Namespace, hold: contextlib.ExitStack | None = None) -> tuple[ExperimentConfig, Path]:
+def load_experiment(args: argparse.Namespace,
+                    hold: contextlib.ExitStack | None = None) -> tuple[ExperimentConfig, Path]:
     """The checked experiment config of the command and its run directory; with ``--resume`` of a
     run that has checkpoints, the run's own ``config.yaml`` plus the overrides. ``hold``: takes a
     reader's lock on the dataset (:class:`synattn.locks.FolderLock`) before checking it, kept

@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("-i", "--input", help="text file, one sentence per line")
     source.add_argument("--split", type=split_name, help="translate a split of the run's prepared dataset")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
-    p.add_argument("--beam", type=positive_int, default=None, help="beam size (default: the run's eval.beam; 1 = greedy)")
+    p.add_argument("--beam", type=positive_int, default=None,
+                   help="beam size (default: the run's eval.beam; 1 = greedy)")
     p.add_argument("--length-penalty", type=finite_float, default=None, help="length normalisation exponent")
     p.add_argument("--batch-size", type=positive_int, default=None, help="sentences per batch")
     add_pretokenized_argument(p)

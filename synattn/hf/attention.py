@@ -16,7 +16,8 @@ features runs the steps of :class:`synattn.attention.MultiheadAttention` (see
 model are used as they are and keep their names.
 
 The state of one forward pass (the batch's syntax, the auxiliary losses, the hidden states that
-some features read, what features hand from one layer to the next) travels as one keyword argument, ``synattn_call`` (:class:`SynattnCall`), set
+some features read, what features hand from one layer to the next) travels as one keyword
+argument, ``synattn_call`` (:class:`SynattnCall`), set
 by a forward pre-hook of the model from the ``syntax_*`` inputs of the batch.
 """
 

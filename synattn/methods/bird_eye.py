@@ -56,8 +56,9 @@ class BirdEye(Method):
     sides = ("decoder",)
     # in a Hugging Face model: the name of the BET(SG) loss, the width of BET(SF)'s scorer (None: d_model)
     hf_extras = (Option("name", str, "pointer"), Option("hidden", int | None, None, minimum=1))
-    hf_aliases: ClassVar[dict[str, HFAlias]] = {"pointer": HFAlias({"variant": "sg"}, {"weight": "pointer_weight", "head": "pointer_head"}),
-                  "bird_eye_reweighting": HFAlias({"variant": "sf"})}
+    hf_aliases: ClassVar[dict[str, HFAlias]] = {
+        "pointer": HFAlias({"variant": "sg"}, {"weight": "pointer_weight", "head": "pointer_head"}),
+        "bird_eye_reweighting": HFAlias({"variant": "sf"})}
 
     def upgrade(self, data: dict[str, Any], where: str) -> dict[str, Any]:
         if isinstance(data.get("bird_eye"), str):

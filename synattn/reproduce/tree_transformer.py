@@ -21,7 +21,8 @@ as Wang et al. score against WSJ: :func:`~synattn.reproduce.treebank_data.lm_gol
 are the sentences parsed. ``--corpus ptb`` trains on Mikolov et al.'s PTB language-model text, as
 Wang et al. did, and needs ``--gold``. Without ``--gold`` the gold constituents are the yields of
 the treebank's projective gold dependency trees (``synattn.trees.branching.dependency_spans``:
-each word with all its descendants is a span; non-projective sentences are left out and counted). The decoding rule of the public code (a part whose
+each word with all its descendants is a span; non-projective sentences are left out and counted).
+The decoding rule of the public code (a part whose
 links all exceed 0.7 is decoded one layer lower) is reported next to the paper's.
 
 Along training: every run keeps its weights every 500 updates (``RUN/snapshots``), and the dev F1
@@ -212,7 +213,8 @@ class TreeTransformerStudy(Study):
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         first = runs[min(runs)]
         gold = getattr(ctx.args, "gold", None)
-        scored = (f"dev: the {first.get('dev_sentences')} trees of --gold {' '.join(gold) if len(gold) < 4 else f'({len(gold)} files: {gold[0]} … {gold[-1]})'}" if gold else
+        golds = (" ".join(gold) if len(gold) < 4 else f"({len(gold)} files: {gold[0]} … {gold[-1]})") if gold else ""
+        scored = (f"dev: the {first.get('dev_sentences')} trees of --gold {golds}" if gold else
                   f"dev: {first.get('dev_sentences')} sentences scored, {first.get('dev_left_out', 0)} non-projective "
                   "left out")
         note = (f"\n\nMean ± std over {len(runs)} seed(s) (the random baseline's seed follows the run's). "
@@ -235,7 +237,7 @@ class TreeTransformerStudy(Study):
         names = [("tree transformer", "f1_dev"), ("public-code rule", "f1_dev_original_rule"),
                  ("right-branching", "right-branching_f1_dev"), ("left-branching", "left-branching_f1_dev"),
                  ("random", "random_f1_dev"), ("no brackets", "no brackets_f1_dev")]
-        for i, (title, key) in enumerate(names):
+        for i, (_, key) in enumerate(names):
             values = [m[key] for m in runs.values() if m.get(key) is not None]
             if values:
                 ax.bar(i, float(np.mean(values)), color="#9ecae1" if i < 2 else "#bdbdbd",
@@ -289,7 +291,8 @@ def f1_by_update(run_dir: Path, dev, seed: int) -> dict[str, float]:
     curve = {}
     for snapshot in list_checkpoints(run_dir / SNAPSHOTS):
         model, _, _ = load_run(run_dir, str(snapshot))
-        curve[str(checkpoint_step(snapshot))] = 100 * induced_scores(model, sentences, gold, seed, None)[""]["induced"].sentence_f1
+        scores = induced_scores(model, sentences, gold, seed, None)
+        curve[str(checkpoint_step(snapshot))] = 100 * scores[""]["induced"].sentence_f1
     return curve
 
 

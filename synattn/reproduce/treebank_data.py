@@ -95,7 +95,8 @@ def lm_word(word: str) -> str:
 def lm_gold(tree):
     """A PTB-bracketed gold tree (:class:`~synattn.trees.constituency.Tree`) over the words the
     language-model text has, as Wang et al. (2019) score against WSJ: punctuation and the currency
-    signs ``$``, ``#`` dropped by their PTB tags (by the characters where a leaf has no tag; ``-NONE-`` elements are gone already,
+    signs ``$``, ``#`` dropped by their PTB tags (by the characters where a leaf has no tag;
+    ``-NONE-`` elements are gone already,
     :func:`~synattn.trees.constituency.read_brackets`), constituents left empty removed, words as
     :func:`lm_word`. ``None`` when no word is left."""
     from synattn.trees.constituency import Tree, drop_leaves, leaves

@@ -17,7 +17,8 @@ Choose with the environment variable ``SYNATTN_STRUCTS_BACKEND`` (``auto``, ``to
 PyTorch otherwise. Asking for ``numba`` without numba installed is an error, not a silent
 fallback. ``reference`` runs the plain reference implementations of ``log_partition`` and
 ``marginals`` (:mod:`synattn.structs.reference`, chosen through :mod:`synattn.structs.registry`;
-slow, for tests and readers) and the PyTorch code for everything else. Compiled kernels are cached on disk (numba's ``cache=True``), so a process compiles a
+slow, for tests and readers) and the PyTorch code for everything else. Compiled kernels are cached
+on disk (numba's ``cache=True``), so a process compiles a
 kernel only the first time it is ever used on a machine.
 """
 

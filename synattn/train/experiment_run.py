@@ -34,7 +34,8 @@ from synattn.train.checkpoint import resolve_checkpoint
 from synattn.train.kinds import task_for
 from synattn.train.trainer import Trainer, TrainResult
 
-ValidMetrics = Callable[[nn.Module, ExperimentConfig, PreparedDataset], "Callable[[nn.Module], dict[str, float]] | None"]
+ValidMetrics = Callable[[nn.Module, ExperimentConfig, PreparedDataset],
+                        "Callable[[nn.Module], dict[str, float]] | None"]
 """``(model, exp, dev)`` → the trainer's ``valid_metrics`` callable for the run (None: none), e.g.
 :func:`synattn.evaluate.translation.translation_metrics` (BLEU and chrF of dev translations)."""
 

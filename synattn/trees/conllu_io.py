@@ -209,7 +209,7 @@ def _parse_sentence(block: list[str], first_line: int, number: int, path: str,
 
     if not words:
         raise fail("sentence has no words", first_line)
-    for (first, last, form, _), line_number in zip(multiword, multiword_lines):
+    for (first, last, _, _), line_number in zip(multiword, multiword_lines):
         if last > len(words):
             raise fail(f"multiword token {first}-{last} ends after the last word "
                        f"{len(words)}", line_number)

@@ -133,7 +133,8 @@ class DependencyTree:
         text: the ``# text`` comment, if any.
         metadata: everything else a reader keeps for writing the sentence back. The CoNLL-U
             reader fills ``comments`` (``(key, value-or-None)`` of every comment line in
-            order; the writer takes ``sent_id`` and ``text`` from the fields), ``lemma``/``feats``/``deps``/``misc`` (``[n]`` raw column strings),
+            order; the writer takes ``sent_id`` and ``text`` from the fields),
+            ``lemma``/``feats``/``deps``/``misc`` (``[n]`` raw column strings),
             ``multiword_tokens`` (list of ``(first, last, form, misc)``, 1-based word ids) and
             ``empty_nodes`` (list of ``(after_word, raw_line)``).
 

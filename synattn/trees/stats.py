@@ -81,7 +81,8 @@ class TreebankStats:
             f"mean arc length      {_mean(self.arc_lengths):>10.2f} words",
             f"word pairs (i != j)  {r.n_pairs:>10,}",
             f"tree distance > {len(r.distance_vocab) - 2:<4} {r.distance_overflow:>10.1%} of pairs (overflow label)",
-            f"traversal > {_longest(r.traversal_vocab)} moves    {r.traversal_overflow:>10.1%} of pairs (overflow label)",
+            f"traversal > {_longest(r.traversal_vocab)} moves    "
+            f"{r.traversal_overflow:>10.1%} of pairs (overflow label)",
             f"BET hint = previous  {r.hint_is_previous / max(r.n_hints, 1):>10.1%} of positions",
             "",
             "tree distance labels: " + "  ".join(

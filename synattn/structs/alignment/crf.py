@@ -297,7 +297,7 @@ class AlignmentCRF(StructDistribution):
             n, m = int(self.lengths[b]), int(self.other_lengths[b])
             i = j = 0
             moves = [int(v) for v in prefix if v >= 0]
-            for t, mv in enumerate(moves + [None]):
+            for mv in moves + [None]:
                 allowed = {mv} if mv is not None else {c for c in range(4) if not excluded[c]}
                 at_end = (i, j) == (n - 1, m - 1)
                 if not at_end and allowed == {END}:

@@ -200,9 +200,9 @@ class ChainMarginals(torch.autograd.Function):
         for i in range(n - 1, 0, -1):
             terms = torch.cat((T[:, :, i - 1] + a_l[-1], d_alpha[:, i - 1, None]), 1)  # [C, C+1, B]
             signs = torch.cat((a_s[-1].expand_as(T[:, :, i - 1]), sg[:, i - 1, None]), 1)
-            l, s = signed_logsumexp(terms, signs, 1)  # [C, B]
-            a_l.append(l)
-            a_s.append(s)
+            log_abs, sign = signed_logsumexp(terms, signs, 1)  # [C, B]
+            a_l.append(log_abs)
+            a_s.append(sign)
         a_l, a_s = torch.stack(a_l[::-1], 1), torch.stack(a_s[::-1], 1)  # [C, N, B]
 
         # adjoint of beta, left to right: b[i] = d_beta[i] ⊕ b[i-1] ⊗ T[:, :, i-1]
@@ -210,9 +210,9 @@ class ChainMarginals(torch.autograd.Function):
         for i in range(1, n):
             terms = torch.cat((T[:, :, i - 1] + b_l[-1].unsqueeze(1), d_beta[None, :, i]), 0)  # [C+1, C, B]
             signs = torch.cat((b_s[-1].unsqueeze(1).expand_as(T[:, :, i - 1]), sg[None, :, i]), 0)
-            l, s = signed_logsumexp(terms, signs, 0)  # [C, B]
-            b_l.append(l)
-            b_s.append(s)
+            log_abs, sign = signed_logsumexp(terms, signs, 0)  # [C, B]
+            b_l.append(log_abs)
+            b_s.append(sign)
         b_l, b_s = torch.stack(b_l, 1), torch.stack(b_s, 1)  # [C, N, B]
 
         lA, sA = signed_log(-(g * mu.permute(2, 1, 0)).sum((0, 1)))  # [B]

@@ -146,7 +146,7 @@ def eisner_inside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
         a, b = _width_views(K, w, "terms")
         out = semiring.sum(a + b, 1, overwrite=True)  # [3, n, B]
         sums.append(out)
-        I = out[1] + sd[:, w, :n]  # [I←, I→] = S + [s(j→i), s(i→j)]
+        I = out[1] + sd[:, w, :n]  # noqa: E741 (Eisner's incomplete spans) [I←, I→] = S + [s(j→i), s(i→j)]
         _width_views(K, w, "out")[0].copy_(I)
         C = semiring.plus(out[0::2], I)  # add the split that uses I (C←(i,i) = C→(j,j) = 0)
         if not multiroot:  # ROOT's right complete span must cover the whole sentence
@@ -215,7 +215,8 @@ def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: boo
     them) instead of the PyTorch code.
     """
     if compiled:
-        return kernels("dependency._eisner_kernels").marginals(scores, lengths, multiroot, viterbi=semiring is MaxSemiring)
+        return kernels("dependency._eisner_kernels").marginals(scores, lengths, multiroot,
+                                                               viterbi=semiring is MaxSemiring)
     sd = to_width_major(scores)
     with serial_if_small(_step_elements(sd), sd.device):
         log_z, K, sums = eisner_inside(sd, lengths, multiroot, semiring)

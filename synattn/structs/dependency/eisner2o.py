@@ -189,7 +189,7 @@ def eisner2o_inside(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch
         n = L - w
         i = torch.arange(n, device=dev)  # span starts
         j = i + w
-        I, J = i[:, None], j[:, None]  # [n, 1]
+        I, J = i[:, None], j[:, None]  # noqa: E741 (the span ends i, j as columns) [n, 1]
         t = torch.arange(w, device=dev)[None, :]  # [1, w] split offsets
         # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
         s_ij = _semiring_sum(chart[CR, I, I + t] + chart[CL, I + t + 1, J], 1, viterbi)  # [n, B]
@@ -405,7 +405,8 @@ class Dependency2oCRF(ArcCRF):
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
             if self._compiled:
-                return kernels("dependency._eisner2o_kernels").best(self.scores, self.siblings, self.lengths, self.multiroot)
+                return kernels("dependency._eisner2o_kernels").best(self.scores, self.siblings, self.lengths,
+                                                                    self.multiroot)
             fn = lambda s, sib: eisner2o_inside(s, sib, self.lengths, self.multiroot, viterbi=True)  # noqa: E731
             return _gradients(fn, self.scores, self.siblings)[:2]
 

@@ -21,4 +21,4 @@ from .generic import (
 )
 
 __all__ = ["CheckpointSemiring", "CrossEntropySemiring", "EntropySemiring", "KLSemiring",
-           "KMaxSemiring", "LogSemiring", "MaxSemiring", "Semiring", "SparseMaxSemiring"]
+           "KMaxSemiring", "LogSemiring", "MaxSemiring", "Semiring", "SparseMaxSemiring", "sparsemax"]

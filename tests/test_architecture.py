@@ -249,3 +249,57 @@ def test_only_hf_and_the_library_table_name_transformers():
                           for name in ([a.name for a in node.names] if isinstance(node, ast.Import)
                                        else [node.module or ""]))]
     assert not found, "outside hf/, code names transformers: " + ", ".join(found)
+
+
+# ------------------------------------------------------------------------------------------------
+# the tests' own imports: shared pieces live in tests/helpers/ (tests/README.md)
+
+
+def is_test_module(name: str) -> bool:
+    """A module a test file must not import: a test module (``test_*``) or a ``conftest``, however
+    spelled (``test_x``, ``tests.cli.test_x``, ``conftest``)."""
+    last = name.rpartition(".")[2]
+    return last.startswith("test_") or last == "conftest"
+
+
+def imports_of_test_modules(tests: Path) -> list[str]:
+    """``file:line: module`` for every import, at module level or in a function, of a test module or
+    a conftest by a ``.py`` file under ``tests`` (relative imports resolved from the file's folder)."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        package = ".".join(path.relative_to(tests.parent).parent.parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            found += [f"{path.relative_to(tests.parent)}:{node.lineno}: {name}" for name in names
+                      if is_test_module(name)]
+    return found
+
+
+
+def test_no_test_module_imports_another():
+    found = imports_of_test_modules(ROOT / "tests")
+    assert not found, "test modules imported by other files (move what they share to tests/helpers/):\n" + \
+        "\n".join(found)
+
+
+def test_the_test_import_checker_sees_every_spelling(tmp_path):
+    """The check fails on made-up tests that import a test module or a conftest in four ways."""
+    for name, text in {"tests/__init__.py": "", "tests/helpers/__init__.py": "",
+                       "tests/helpers/ok.py": "from tests.helpers import ok\nimport tests.helpers.ok\n",
+                       "tests/a/__init__.py": "", "tests/a/test_x.py": "from tests.helpers.ok import f\n",
+                       "tests/a/test_y.py": "from test_x import f\ndef g():\n    from . import test_x\n",
+                       "tests/b/test_z.py": "import tests.a.test_x\nfrom conftest import EN\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert imports_of_test_modules(tmp_path / "tests") == [
+        "tests/a/test_y.py:1: test_x", "tests/a/test_y.py:3: tests.a.test_x",
+        "tests/b/test_z.py:1: tests.a.test_x", "tests/b/test_z.py:2: conftest"]

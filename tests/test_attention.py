@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attention_reference import dense_allowed, naive_attention
 
 from synattn.attention import (KVCache, MultiheadAttention, RelativePositions, SpecializedHeads,
                                SupervisedHead, SyntaxInputs, TreeRelations, attention_mask)
+from tests.helpers.attention import dense_allowed, naive_attention
 
 D, H = 16, 4
 

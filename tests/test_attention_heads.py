@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention_reference import dense_allowed, naive_attention, projections
 
 from synattn.attention import (IGNORE_INDEX, MultiheadAttention, SpecializedHeads, SupervisedHead,
                                SyntaxInputs)
+from tests.helpers.attention import dense_allowed, naive_attention, projections
 
 D, H = 16, 4
 DK = D // H

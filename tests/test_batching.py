@@ -10,12 +10,7 @@ from synattn.syntax.request import SyntaxRequest
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.trees.relations import distance_labels, traversal_labels, traversal_vocab
-
-CONLLU = ("1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tunbelievable\tx\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n"
-          "3\thappened\tx\tVERB\tVBD\t_\t0\troot\t_\t_\n4\tyesterday\tx\tNOUN\tNN\t_\t3\tobl\t_\t_\n\n"
-          "1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n"
-          "1\tSing\tx\tVERB\tVB\t_\t0\troot\t_\t_\n2\tloudly\tx\tADV\tRB\t_\t1\tadvmod\t_\t_\n"
-          "3\ttonight\tx\tNOUN\tNN\t_\t1\tobl\t_\t_\n\n")
+from tests.helpers.treebank import CONLLU
 
 
 @pytest.fixture(scope="module")

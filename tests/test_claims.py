@@ -13,7 +13,7 @@ from synattn.attention.claims import conflict
 from synattn.errors import ConfigError
 from synattn.methods import check_claims
 from synattn.models import EncoderDecoderConfig, StackConfig
-from test_methods import Claims
+from tests.helpers.claims import Claims
 
 TINY = dict(d_model=16, heads=4, ffn_dim=32, dropout=0.0, src_vocab_size=9, tgt_vocab_size=9)
 

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from synattn.cli.main import SUBCOMMANDS, build_parser, main
+from tests.helpers.paths import ROOT
 
 
 def test_help_lists_every_subcommand(capsys):
@@ -100,9 +101,8 @@ def test_threads_sets_torchs_threads_for_any_command(tmp_path):
 def test_cli_reference_covers_every_command_and_option():
     """docs/cli.md (made by scripts/cli_docs.py) names every subcommand and every option."""
     import argparse
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     missing = [f"synattn {name} {option}" for name, command in sub.choices.items()

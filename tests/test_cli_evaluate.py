@@ -12,11 +12,7 @@ from synattn.cli.main import main
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.evaluate import translation_scores
 from synattn.trees.subword import project_to_subwords, word_heads_of_pieces, word_index_of_pieces
-
-EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
-      "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
-FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
-      "nous sommes rentrés lentement", "les enfants ont joué dehors", "la pluie tombait sur le toit"]
+from tests.helpers.cli import EN, FR
 
 
 @pytest.fixture(scope="module")

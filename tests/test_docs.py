@@ -19,16 +19,14 @@ import pytest
 import yaml
 
 from synattn.cli.main import build_parser, main
+from tests.helpers.cli import EN, FR
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 _LONG = re.compile(r"<!--\s*long\b.*?-->\s*$")
 
-EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
-      "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
-FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
-      "nous sommes rentrés lentement", "les enfants ont joué dehors", "la pluie tombait sur le toit"]
+
 CONLLU = ("# sent_id = 1\n# text = The old dog barks loudly\n"
           "1\tThe\tthe\tDET\tDT\t_\t3\tdet\t_\t_\n2\told\told\tADJ\tJJ\t_\t3\tamod\t_\t_\n"
           "3\tdog\tdog\tNOUN\tNN\t_\t4\tnsubj\t_\t_\n4\tbarks\tbark\tVERB\tVBZ\t_\t0\troot\t_\t_\n"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from synattn.evaluate import head_agreement, perplexity, supervised_attachment, translation_scores, word_predictions
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores
-from test_structs_trees import all_trees
+from tests.helpers.trees import all_trees
 
 
 def test_translation_scores_match_sacrebleu():

@@ -13,11 +13,11 @@ import shutil
 from pathlib import Path
 
 import yaml
-from cli_sandbox import FUZZ_CASES, FUZZ_SCALE, count_case, digest, run_cli, sandbox
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from synattn.cli.main import build_parser
+from tests.helpers.cli import FUZZ_CASES, FUZZ_SCALE, count_case, digest, run_cli, sandbox
 
 COMMANDS = ("translate", "evaluate", "induce", "viz", "stats", "prepare")
 OUTPUTS = {"-o", "--output", "--out", "--json", "--hypotheses", "--out-prefix", "--plot"}
@@ -227,7 +227,7 @@ def clashing_argv(draw):
 @settings(max_examples=SCALE or 25, **FUZZ)
 @given(argv=clashing_argv())
 def test_fuzz_outputs_onto_inputs_and_foreign_folders(tiny_runs, monkeypatch, argv):
-    from test_cli_failures import CONLLU
+    from tests.helpers.cli import CONLLU
 
     with sandbox(tiny_runs) as box:
         (box / "in.txt").write_text("dogs bark at night\n")

@@ -7,13 +7,13 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from test_attention_reference import random_heads
 
 from synattn.attention import BirdEyeReweighting, SegmentationAttention, SyntaxInputs
 from synattn.generate import beam_search, greedy_search
 from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
                             StackConfig, TransformerLM)
 from synattn.trees.relations import batch_distance_labels, batch_traversal_labels, head_targets
+from tests.helpers.attention import random_heads
 
 TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)
 

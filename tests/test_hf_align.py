@@ -4,9 +4,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from hf_models import wordpiece_tokenizer
 
 from synattn.errors import InputError
 from synattn.hf import SyntaxCollator, SyntaxEncoder, piece_heads, tokenize_trees
@@ -15,21 +13,10 @@ from synattn.trees import DependencyTree
 from synattn.trees.relations import (batch_relation_labels, distance_vocab, head_targets,
                                      syntax_hints, traversal_vocab)
 from synattn.trees.subword import project_to_subwords
+from tests.helpers.hf_models import wordpiece_tokenizer
+from tests.helpers.strategies import trees_with_pieces
 
 ALL = ("tree_dist", "traversal", "head_targets", "hints")
-
-
-@st.composite
-def trees_with_pieces(draw):
-    """A random dependency tree (one or more roots) and a piece count per word."""
-    n = draw(st.integers(1, 7))
-    order = draw(st.permutations(list(range(n))))
-    heads = np.zeros(n, dtype=np.int64)
-    for rank, word in enumerate(order):  # each word hangs from an earlier word of `order` or ROOT
-        if rank and draw(st.booleans()):
-            heads[word] = order[draw(st.integers(0, rank - 1))] + 1
-    pieces = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
-    return heads, pieces
 
 
 def bert_word_ids(pieces):
@@ -147,7 +134,7 @@ def test_word_attachment_reads_the_final_pieces():
 
 
 def test_byte_level_pieces_train_a_gpt2_pointer_loss():
-    from hf_models import byte_bpe_tokenizer, gpt2
+    from tests.helpers.hf_models import byte_bpe_tokenizer, gpt2
 
     import synattn.hf as sh
     tokenizer = byte_bpe_tokenizer()

@@ -13,10 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_hf_align import trees_with_pieces
-from test_syntax_fields import _depth
 
-from hf_models import CONLLU, byte_bpe_tokenizer, wordpiece_tokenizer
 
 from synattn.syntax.fields import IGNORE_INDEX, SyntaxField, TreeBatch, register_field, unregister_field
 from synattn.hf import SyntaxCollator, SyntaxEncoder, tokenize_trees
@@ -24,6 +21,9 @@ from synattn.hf.align import as_tree, label_vocab, piece_heads
 from synattn.hf.features import relation_labels
 from synattn.trees import DependencyTree, read_conllu
 from synattn.trees.relations import batch_relation_labels, head_targets, syntax_hints
+from tests.helpers.hf_models import CONLLU, byte_bpe_tokenizer, wordpiece_tokenizer
+from tests.helpers.strategies import trees_with_pieces
+from tests.helpers.syntax_fields import piece_depths
 
 ALL = ("tree_dist", "traversal", "head_targets", "hints", "pos", "deprel")
 PAIR_FIELDS = ("tree_dist", "traversal")
@@ -273,7 +273,7 @@ def _siblings(trees: TreeBatch) -> np.ndarray:
     return same
 
 
-NEW_FIELDS = (SyntaxField("depth", "token", 0, _depth),
+NEW_FIELDS = (SyntaxField("depth", "token", 0, piece_depths),
               SyntaxField("grandparent", "token", IGNORE_INDEX, _grandparent, positions=True),
               SyntaxField("siblings", "pair", 2, _siblings, outside=lambda request: 3))
 

@@ -5,12 +5,12 @@ import warnings
 
 import pytest
 import torch
-from hf_models import INPUT_SIDE, MODELS, bert, gpt2
 
 import synattn.hf as sh
 from synattn.attention import MultiheadAttention, SyntaxInputs
 from synattn.hf.attention import SynattnCall
 from synattn.trees.relations import batch_relation_labels, head_targets
+from tests.helpers.hf_models import INPUT_SIDE, MODELS, bert, gpt2
 
 HEADS = torch.tensor([[2, 0, 2, 3, 4, 5], [2, 0, 2, 3, 0, 0]])  # second sentence: 4 words
 LENGTHS = torch.tensor([6, 4])
@@ -161,7 +161,7 @@ def test_gradients_reach_the_model_and_the_added_weights():
 
 def test_remaining_features_run_where_the_architecture_allows():
     torch.manual_seed(0)
-    from hf_models import bart
+    from tests.helpers.hf_models import bart
     model = bart().train()
     sh.attach(model, [
         {"feature": "constituent", "side": "encoder"},
@@ -249,7 +249,7 @@ OLD_AND_NEW = [  # older feature names and the entries they are now
 
 @pytest.mark.parametrize("old, new", OLD_AND_NEW)
 def test_older_feature_names_are_read_with_a_warning_naming_the_new_entry(old, new):
-    from hf_models import bart
+    from tests.helpers.hf_models import bart
     plain = bart()
     sh.attach(plain, [new])
     with pytest.warns(FutureWarning, match=rf"^synattn feature #0: feature '{old['feature']}' is now written "

@@ -4,13 +4,12 @@ without (float64, dropout on, the same random numbers)."""
 import pytest
 import torch
 
-# transformers 5 renames gradient_checkpointing_enable to activation_checkpointing_enable
-pytestmark = pytest.mark.filterwarnings("ignore:.*is deprecated and will be removed in v6")
-
-from hf_models import bert, gpt2
-
 import synattn.hf as sh
 from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, head_targets
+from tests.helpers.hf_models import bert, gpt2
+
+# transformers 5 renames gradient_checkpointing_enable to activation_checkpointing_enable
+pytestmark = pytest.mark.filterwarnings("ignore:.*is deprecated and will be removed in v6")
 
 HEADS = torch.tensor([[2, 0, 2, 3, 4, 5], [2, 0, 2, 3, 3, 5]])
 FEATURES = {

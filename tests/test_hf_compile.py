@@ -12,10 +12,10 @@ import os
 import pytest
 import torch
 
-from hf_models import bert, gpt2
 
 import synattn.hf as sh
 from synattn.trees.relations import batch_relation_labels, head_targets
+from tests.helpers.hf_models import bert, gpt2
 
 HEADS = torch.tensor([[2, 0, 2, 3, 4, 5], [2, 0, 2, 3, 3, 5]])
 

@@ -2,15 +2,15 @@
 
 import importlib.util
 import json
-from pathlib import Path
 
 import torch
 
-from hf_models import CONLLU, bert, wordpiece_tokenizer
 
 import synattn.hf as sh
+from tests.helpers.hf_models import CONLLU, bert, wordpiece_tokenizer
+from tests.helpers.paths import ROOT
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "hf_supervised_head.py"
+SCRIPT = ROOT / "examples" / "hf_supervised_head.py"
 
 
 
@@ -41,7 +41,7 @@ def test_example_fine_tunes_and_reports_uas(tmp_path, capsys):
 
 
 def test_example_runs_offline_on_the_installed_minilm_by_default(tmp_path, capsys):
-    from hf_models import real_minilm
+    from tests.helpers.hf_models import real_minilm
 
     real_minilm()
     data = tmp_path / "toy.conllu"

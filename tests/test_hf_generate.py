@@ -5,10 +5,10 @@ forward over the generated sequence."""
 import pytest
 import torch
 
-from hf_models import bart, gpt2
 
 import synattn.hf as sh
 from synattn.trees.relations import batch_relation_labels
+from tests.helpers.hf_models import bart, gpt2
 
 GREEDY = {"do_sample": False, "num_beams": 1, "max_new_tokens": 5, "min_new_tokens": 5,
           "pad_token_id": 0}

@@ -18,9 +18,9 @@ import yaml
 
 pytest.importorskip("transformers")
 
-from hf_models import CONLLU, pretrained_folder, real_minilm  # noqa: E402
 from synattn.errors import InputError, MissingDependencyError  # noqa: E402
 from synattn.hf import pretrained  # noqa: E402
+from tests.helpers.hf_models import CONLLU, pretrained_folder, real_minilm  # noqa: E402
 
 # ---------------------------------------------------------------- the packaged model's loader
 

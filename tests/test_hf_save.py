@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from hf_models import bert, gpt2, t5, wordpiece_tokenizer
 
 import synattn.hf as sh
 from synattn.trees import DependencyTree
+from tests.helpers.hf_models import bert, gpt2, t5, wordpiece_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import typing
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,11 @@ from synattn.methods import Claim, Method, check_claims, method, methods, regist
 from synattn.methods.relations import RelationsConfig
 from synattn.models import EncoderDecoderConfig, LanguageModelConfig, StackConfig
 from synattn.models.config import BirdEyeConfig, undeclared
+from tests.helpers.claims import Claims
+from tests.helpers.paths import ROOT
 
 TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = ROOT / "configs"
 
 
 def test_the_built_in_methods_and_their_settings():
@@ -99,21 +100,6 @@ def test_the_default_placement_check_names_the_sides():
     assert spec.allowed(mt, "decoder") and not spec.allowed(mt, "encoder")
     assert spec.misplaced(mt, "encoder", None) == ("encoder.cross_only is set, but cross_only goes into "
                                                    "translation decoders' cross-attention only")
-
-
-class Claims(Method):
-    """A method that is always on and claims what it is given (not registered)."""
-
-    name = "claims"
-
-    def __init__(self, claims):
-        self._claims = claims
-
-    def active(self, stack):
-        return True
-
-    def claims(self, model, side, stack):
-        return self._claims
 
 
 def test_claims_on_different_layers_or_heads_compose():

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention_reference import random_heads
 
 from synattn.attention import (IGNORE_INDEX, BirdEyeReweighting, ConstituentAttention, MultiheadAttention,
                                RelativePositions, SegmentationAttention, SupervisedHead,
@@ -16,17 +15,11 @@ from synattn.attention import (IGNORE_INDEX, BirdEyeReweighting, ConstituentAtte
 from synattn.data.batching import collate_examples
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.generate import beam_search, greedy_search
-from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
+from synattn.models import (EncoderDecoderConfig, LanguageModelConfig,
                             MaskedLM, MaskedLMConfig, PretrainedModel, TransformerLM)
 from synattn.train.tasks import LanguageModelTask, TranslationTask, syntax_request_for
-
-TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)
-VOCAB = 20
-
-
-def _mt(**stacks) -> EncoderDecoderTransformer:
-    return EncoderDecoderTransformer(EncoderDecoderConfig.from_dict(
-        dict(TINY, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, **stacks)))
+from tests.helpers.attention import random_heads
+from tests.helpers.models import TINY, VOCAB, copy_pairs, tiny_mt
 
 
 # ------------------------------------------------------------------------------------------------
@@ -113,7 +106,7 @@ def test_bird_eye_needs_a_causal_call():
 
 
 def test_features_land_in_the_configured_layers():
-    model = _mt(encoder=dict(layers=3, constituent=True, relations=["sequential"],
+    model = tiny_mt(encoder=dict(layers=3, constituent=True, relations=["sequential"],
                              syntactic_attention=dict(layer=1, head=1, tree="nonprojective", multiroot=True)),
                 decoder=dict(layers=2, bird_eye=dict(variant="sg", pointer_weight=0.25, pointer_head=1),
                              cross_attention="sigmoid", cross_attention_normalize=True))
@@ -131,7 +124,7 @@ def test_features_land_in_the_configured_layers():
         assert isinstance(pointer, SyntaxGuidedPointer) and (pointer.weight, pointer.head) == (0.25, 1)
         (cross,) = layer.cross_attn.features
         assert isinstance(cross, SegmentationAttention) and (cross.mode, cross.normalize) == ("sigmoid", True)
-    sf = _mt(decoder=dict(layers=2, bird_eye="sf", cross_attention="segmentation"))
+    sf = tiny_mt(decoder=dict(layers=2, bird_eye="sf", cross_attention="segmentation"))
     assert all([type(f) for f in layer.self_attn.features] == [BirdEyeReweighting] for layer in sf.decoder.layers)
     assert all(layer.cross_attn.features[0].mode == "structured" for layer in sf.decoder.layers)
     assert all(not layer.self_attn.features for layer in sf.encoder.layers)
@@ -139,7 +132,7 @@ def test_features_land_in_the_configured_layers():
 
 def test_save_load_round_trip_keeps_the_new_parameters(tmp_path):
     torch.manual_seed(0)
-    model = _mt(encoder=dict(layers=2, constituent=True, syntactic_attention=dict(layer=1)),
+    model = tiny_mt(encoder=dict(layers=2, constituent=True, syntactic_attention=dict(layer=1)),
                 decoder=dict(layers=1, bird_eye="sf", cross_attention="segmentation")).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -227,13 +220,13 @@ def test_collate_gives_shifted_hints_for_lm_and_translation_targets():
     for b, ex in enumerate(examples):
         assert hints[b].tolist() == reference_hints(ex["src_heads"], n)
     parallel = [{"src_ids": e["src_ids"], "tgt_ids": e["src_ids"], "tgt_heads": e["src_heads"]} for e in examples]
-    batch = collate_examples(parallel, syntax_request_for(_mt(decoder=dict(bird_eye="sg")).config))
+    batch = collate_examples(parallel, syntax_request_for(tiny_mt(decoder=dict(bird_eye="sg")).config))
     m = batch.tgt_in.shape[1]
     for b, ex in enumerate(examples):
         assert batch.tgt_syntax.hints[b].tolist() == reference_hints(ex["src_heads"], m)
     with pytest.raises(ValueError, match="needs hints on the tgt side, but the dataset has no tgt trees"):
         collate_examples([{"src_ids": e["src_ids"], "tgt_ids": e["src_ids"]} for e in examples],
-                         syntax_request_for(_mt(decoder=dict(bird_eye="sg")).config))
+                         syntax_request_for(tiny_mt(decoder=dict(bird_eye="sg")).config))
 
 
 def test_lm_with_bet_sg_trains_with_the_pointer_loss_of_every_block():
@@ -278,21 +271,12 @@ def test_lm_with_bet_sg_trains_with_the_pointer_loss_of_every_block():
 # segmentation cross-attention: training and cached decoding
 
 
-def _copy_pairs(count: int, seed: int) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(count):
-        ids = rng.integers(4, VOCAB, int(rng.integers(2, 7))).astype(np.int32)
-        out.append({"src_ids": ids, "tgt_ids": ids[::-1].copy()})
-    return out
-
-
 @pytest.mark.parametrize("decoder", [dict(cross_attention="segmentation"),
                                      dict(cross_attention="segmentation", bird_eye="sf")])
 def test_mt_with_segmentation_cross_attention_trains_and_decodes_with_cache(decoder):
     torch.manual_seed(6)
-    model = _mt(encoder=dict(layers=1), decoder=dict(layers=2, **decoder))
-    batch = collate_examples(_copy_pairs(12, seed=7))
+    model = tiny_mt(encoder=dict(layers=1), decoder=dict(layers=2, **decoder))
+    batch = collate_examples(copy_pairs(12, seed=7))
     task = TranslationTask(0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []

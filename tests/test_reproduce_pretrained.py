@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from hf_models import CONLLU, pretrained_folder, real_minilm  # noqa: E402
 from synattn.cli.main import main  # noqa: E402
+from tests.helpers.hf_models import CONLLU, pretrained_folder, real_minilm  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,10 @@ from synattn.data.prepared import MARKER
 from synattn.errors import RunFailure, UsageError
 from synattn.locks import LOCK_NAME, FolderLock, holder_of
 from synattn.train import read_log
+from tests.helpers.cli import EN, FR
 
 TREE = ("1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n"
         "1\tCats\tcat\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tsleep\tx\tVERB\tVBP\t_\t0\troot\t_\t_\n\n")
-EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
-      "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
-FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
-      "nous sommes rentrés lentement", "les enfants ont joué dehors", "la pluie tombait sur le toit"]
 
 
 def _tree(tmp_path, name="a.conllu"):

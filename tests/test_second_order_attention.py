@@ -8,7 +8,7 @@ import torch
 from synattn.attention import SyntacticAttention
 from synattn.attention.core import MultiheadAttention
 from synattn.structs import Dependency2oCRF
-from test_structs_second_order import brute_force
+from tests.helpers.second_order import brute_force
 
 D, H = 8, 2
 
@@ -79,19 +79,19 @@ def test_config_option_builds_a_model_that_trains():
     from synattn.data.batching import collate_examples
     from synattn.errors import ConfigError
     from synattn.train.tasks import TranslationTask
-    from test_model_features import _copy_pairs, _mt
+    from tests.helpers.models import copy_pairs, tiny_mt
 
     torch.manual_seed(2)
-    model = _mt(encoder=dict(layers=1, syntactic_attention=dict(tree="projective2o", arc_dim=4)),
+    model = tiny_mt(encoder=dict(layers=1, syntactic_attention=dict(tree="projective2o", arc_dim=4)),
                 decoder=dict(layers=1))
     feature = model.encoder.layers[0].self_attn.features[0]
     assert isinstance(feature, SyntacticAttention) and feature.siblings is not None
     with torch.no_grad():
         feature.siblings.weight.fill_(0.5)
     before = feature.siblings.weight.detach().clone()
-    loss, logs = TranslationTask(0.0).loss(model, collate_examples(_copy_pairs(4, seed=1)))
+    loss, logs = TranslationTask(0.0).loss(model, collate_examples(copy_pairs(4, seed=1)))
     loss.backward()
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     assert not torch.equal(feature.siblings.weight, before)
     with pytest.raises(ConfigError, match="tree='projective3o'"):
-        _mt(encoder=dict(layers=1, syntactic_attention=dict(tree="projective3o")))
+        tiny_mt(encoder=dict(layers=1, syntactic_attention=dict(tree="projective3o")))

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from synattn.attention import MultiheadAttention, SpanAttention, SyntacticAttention
 from synattn.attention.core import check_compatible
 from synattn.attention.span import span_weights
-from test_structs_cky import bracketings
-from test_structured_attention import assert_bidirectional_self_attention_only
+from tests.helpers.spans import bracketings
+from tests.helpers.structured import assert_bidirectional_self_attention_only
 
 D, H = 8, 2
 DK = D // H

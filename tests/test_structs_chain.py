@@ -6,8 +6,6 @@ give the same numbers.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import subprocess
 import sys
 
@@ -21,35 +19,8 @@ from synattn.structs.backend import use_backend
 from synattn.structs.chain.crf import (ChainLogPartition, chain_log_partition, forward_backward,
                                        transfer_matrices)
 from synattn.structs.semirings.signed import signed_exp, signed_log, signed_logsumexp
-
-BACKENDS = ["torch", "numba"]
-
-
-@contextlib.contextmanager
-def on(backend: str):
-    """Run the block on ``backend``; the compiled one is skipped where numba is not installed."""
-    if backend == "numba":
-        pytest.importorskip("numba")
-    with use_backend(backend):
-        yield
-
-
-def brute_force(unary: torch.Tensor, edge: torch.Tensor, n: int):
-    """log Z, node marginals ``[n, C]``, pair marginals ``[n-1, C, C]``, best score, best labels."""
-    C = unary.shape[-1]
-    labellings = torch.tensor(list(itertools.product(range(C), repeat=n)))  # [C^n, n]
-    pos = torch.arange(n)
-    scores = unary[pos, labellings].sum(1)
-    if n > 1:
-        scores = scores + edge[pos[:-1], labellings[:, :-1], labellings[:, 1:]].sum(1)
-    log_z = torch.logsumexp(scores, 0)
-    prob = (scores - log_z).exp()
-    node = torch.stack([(prob[:, None] * (labellings[:, i, None] == torch.arange(C))).sum(0)
-                        for i in range(n)])
-    pair = unary.new_zeros(max(n - 1, 0), C, C)
-    for i in range(n - 1):
-        pair[i].index_put_((labellings[:, i], labellings[:, i + 1]), prob, accumulate=True)
-    return log_z, node, pair, scores.max(), labellings[scores.argmax()]
+from tests.helpers.backends import BACKENDS, on
+from tests.helpers.chains import brute_force
 
 
 def random_chain(seed: int, lengths: list[int], C: int, scale: float, dtype=torch.float64):

@@ -7,19 +7,10 @@ import pytest
 import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
-from test_structs_chain import BACKENDS, on
-from test_structs_distribution import TREES, chain_log_probs, random_scores, tree_log_probs
+from tests.helpers.backends import BACKENDS, on
+from tests.helpers.distributions import TREES, chain_log_probs, random_scores, total_variation, tree_log_probs
 
 INF = float("inf")
-
-
-def total_variation(samples: torch.Tensor, structures: torch.Tensor, log_probs: torch.Tensor) -> float:
-    """TV distance between the empirical distribution of ``samples [S, n]`` and ``exp(log_probs)``
-    over ``structures [T, n]`` (a sample outside the list counts as mass on a missing one)."""
-    hits = (samples.unsqueeze(1) == structures.unsqueeze(0)).all(-1)  # [S, T]
-    assert bool(hits.any(1).all()), "a sample that is not a valid structure"
-    freq = hits.double().mean(0)
-    return 0.5 * (freq - log_probs.exp()).abs().sum().item()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -3,35 +3,15 @@ both backends, with and without masks, values and gradients."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF
-from test_structs_chain import BACKENDS, on
-from test_structs_trees import all_trees
+from tests.helpers.backends import BACKENDS, on
+from tests.helpers.distributions import TREES, chain_log_probs, random_scores, tree_log_probs
 
 INF = float("inf")
-
-
-def tree_log_probs(scores: torch.Tensor, n: int, projective: bool, multiroot: bool,
-                   masked: float = -INF):
-    """All trees ``[T, n]`` of one sentence and their log-probabilities ``[T]`` (differentiable;
-    give a finite ``masked`` for gradients)."""
-    trees = torch.from_numpy(all_trees(n, projective, multiroot))
-    s = torch.where(scores <= -1e9, masked, scores)
-    tree_scores = s[trees, torch.arange(1, n + 1)].sum(1)
-    return trees, tree_scores - torch.logsumexp(tree_scores, 0)
-
-
-def chain_log_probs(unary: torch.Tensor, trans: torch.Tensor, n: int, masked: float = -INF):
-    C = unary.shape[-1]
-    ys = torch.tensor(list(itertools.product(range(C), repeat=n)))
-    u = torch.where(unary <= -1e9, masked, unary)
-    t = torch.where(trans <= -1e9, masked, trans)
-    scores = u[torch.arange(n), ys].sum(1) + t[ys[:, :-1], ys[:, 1:]].sum(1)
-    return ys, scores - torch.logsumexp(scores, 0)
 
 
 def exact_entropy(lp):
@@ -44,15 +24,6 @@ def exact_cross_entropy(lp, lq):
     if bool(((p > 0) & (lq == -INF)).any()):
         return torch.tensor(INF, dtype=lp.dtype)
     return -(torch.where(p > 0, p * lq, lq.new_zeros(()))).sum()
-
-
-TREES = [(DependencyCRF, True), (NonProjectiveDependencyCRF, False)]
-
-
-def random_scores(seed, shape, p_mask, scale=1.0):
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
-    return x.masked_fill(torch.rand(*shape, generator=gen) < p_mask, -INF)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from synattn.structs import DependencyCRF
 from synattn.structs.backend import use_backend
-from test_structs_trees import (all_trees, brute_force, check_log_z_bounds, dirty_scores,
-                                random_batch)
+from tests.helpers.trees import all_trees, brute_force, check_log_z_bounds, dirty_scores, random_batch
 
 pytest.importorskip("numba")
 

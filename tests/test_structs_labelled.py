@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from synattn.structs import DependencyCRF, NonProjectiveDependencyCRF
 from synattn.structs.convert import arcs_to_torch_struct
-from test_structs_trees import all_trees
+from tests.helpers.trees import all_trees
 
 CRFS = {"projective": DependencyCRF, "nonprojective": NonProjectiveDependencyCRF}
 

@@ -16,8 +16,8 @@ from synattn.structs import NonProjectiveDependencyCRF
 from synattn.structs.dependency.arc_scores import check_arc_scores, usable_arcs
 from synattn.structs.backend import use_backend
 from synattn.structs.dependency.matrix_tree import _gth_marginals
-from test_structs_trees import brute_force as tree_brute_force
-from test_structs_trees import check_log_z_bounds, dirty_scores
+from tests.helpers.trees import check_log_z_bounds, dirty_scores
+from tests.helpers.trees import brute_force as tree_brute_force
 
 
 # The backend fixtures only enter a context that no example changes: hypothesis may share them.

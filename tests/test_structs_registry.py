@@ -14,9 +14,9 @@ from synattn.structs.dependency.arc_scores import check_arc_scores
 from synattn.structs.backend import numba_available, use_backend
 from synattn.structs.cky.crf import check_span_scores
 from synattn.structs.chain.semimarkov import check_segment_scores
-from test_structs_chain import brute_force as chain_brute_force
-from test_structs_cky import brute_force as cky_brute_force
-from test_structs_trees import brute_force as tree_brute_force
+from tests.helpers.chains import brute_force as chain_brute_force
+from tests.helpers.spans import brute_force as cky_brute_force
+from tests.helpers.trees import brute_force as tree_brute_force
 
 STRUCTURES = ["linear_chain", "projective", "nonprojective", "cky", "semi_markov"]
 

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.structs.dependency.matrix_tree import best_tree
-from test_structs_chain import BACKENDS, on
-from test_structs_chain import brute_force as chain_brute_force
-from test_structs_trees import all_trees
-from test_structs_trees import brute_force as tree_brute_force
+from tests.helpers.backends import BACKENDS, on
+from tests.helpers.chains import brute_force as chain_brute_force
+from tests.helpers.derivatives import third_derivative_check
+from tests.helpers.trees import all_trees
+from tests.helpers.trees import brute_force as tree_brute_force
 
 INF = float("inf")
 MASKS = [-INF, torch.finfo(torch.float64).min, -1e30, -1e9]
@@ -271,23 +272,6 @@ def test_chain_log_partition_between_max_and_max_plus_log_count(backend):
 # ---------------------------------------------------------------------------------------------
 # 5: derivatives of every order: right (finite differences) or an explicit error.
 # ---------------------------------------------------------------------------------------------
-
-def third_derivative_check(make, shape, seed=0):
-    """d/dx of <w, H(x) v> (the gradient of a Hessian-vector product of the marginals) in a
-    random direction, against central finite differences."""
-    gen = torch.Generator().manual_seed(seed)
-    x0, v, w, d = (torch.randn(*shape, generator=gen, dtype=torch.float64) for _ in range(4))
-
-    def f(x):
-        (hv,) = torch.autograd.grad((make(x) * v).sum(), x, create_graph=True)
-        return (hv * w).sum()
-
-    x = x0.clone().requires_grad_()
-    (grad,) = torch.autograd.grad(f(x), x)
-    eps = 1e-4
-    fd = (f((x0 + eps * d).requires_grad_()) - f((x0 - eps * d).requires_grad_())) / (2 * eps)
-    assert abs(fd.item()) > 1e-4  # a zero would hide a disconnected graph
-    assert (grad * d).sum().item() == pytest.approx(fd.item(), rel=1e-5, abs=1e-8)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

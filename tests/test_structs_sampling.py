@@ -8,9 +8,8 @@ import torch
 
 import synattn.structs.dependency.matrix_tree_sample as mts
 from synattn.structs import NonProjectiveDependencyCRF
-from test_structs_chain import BACKENDS, on
-from test_structs_decoding import total_variation
-from test_structs_distribution import random_scores, tree_log_probs
+from tests.helpers.backends import BACKENDS, on
+from tests.helpers.distributions import random_scores, total_variation, tree_log_probs
 
 INF = float("inf")
 
@@ -101,7 +100,7 @@ def test_sampling_is_seeded_and_cheap():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tree_crf_kbest_is_the_sorted_brute_force_list(backend):
-    from test_structs_cky import bracketings, random_batch, tree_scores
+    from tests.helpers.spans import bracketings, random_batch, tree_scores
 
     from synattn.structs import TreeCRF
     from synattn.structs.cky.crf import spans_to_chart

@@ -3,7 +3,6 @@ linear chain it generalises, decoding, masks and argument checks, and torch-stru
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
@@ -12,29 +11,9 @@ from hypothesis import strategies as st
 
 from synattn.structs import LinearChainCRF, SemiMarkovCRF
 from synattn.structs.backend import numba_available, use_backend
+from tests.helpers.segments import structures
 
 BACKENDS = ["torch", "reference"] + (["numba"] if numba_available() else [])
-
-
-def structures(L: int, K: int, C: int, n: int) -> torch.Tensor:
-    """``[S, n]`` every compact labelling of a sequence of ``L`` positions (padded to ``n``)."""
-    def compositions(rest):
-        if rest == 0:
-            yield []
-            return
-        for k in range(1, min(K - 1, rest) + 1):
-            for tail in compositions(rest - k):
-                yield [k, *tail]
-
-    out = []
-    for widths in compositions(L - 1):
-        for labels in itertools.product(range(C), repeat=len(widths) + 1):
-            y, t = [labels[0]] + [-1] * (n - 1), 0
-            for k, c in zip(widths, labels[1:]):
-                t += k
-                y[t] = c
-            out.append(y)
-    return torch.tensor(out)
 
 
 def brute_force(edge: torch.Tensor, L: int):
@@ -233,7 +212,7 @@ def _quiet():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_third_derivative_matches_finite_differences(backend):
-    from test_structs_robustness import third_derivative_check
+    from tests.helpers.derivatives import third_derivative_check
 
     with use_backend(backend):
         third_derivative_check(lambda x: SemiMarkovCRF(x).marginals, (1, 3, 3, 2, 2))

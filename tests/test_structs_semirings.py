@@ -17,9 +17,9 @@ from synattn.structs.semirings.sampling import GumbelCRFSemiring, MultiSampledSe
 from synattn.structs.semirings.generic import (CheckpointSemiring, CrossEntropySemiring, EntropySemiring,
                                                KLSemiring, KMaxSemiring, LogSemiring, MaxSemiring, Semiring,
                                                SparseMaxSemiring, sparsemax)
-from test_structs_cky import bracketings
-from test_structs_semimarkov import structures as segmentations
-from test_structs_trees import all_trees
+from tests.helpers.segments import structures as segmentations
+from tests.helpers.spans import bracketings
+from tests.helpers.trees import all_trees
 
 STRUCTURES = ["chain", "semimarkov", "eisner", "eisner1", "cky"]
 

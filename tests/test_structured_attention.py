@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from synattn.attention.cache import KVCache
 from synattn.attention.core import MultiheadAttention
 from synattn.attention.structured import SegmentationAttention, SyntacticAttention
-
-D, H = 8, 2
-DK = D // H
-
-
-def split(lin, x):
-    b, t, _ = x.shape
-    return F.linear(x, lin.weight, lin.bias).view(b, t, H, DK).transpose(1, 2)  # [B, H, t, d_k]
-
-
-def bilinear_scores(attn, x, context):
-    return split(attn.q_proj, x) @ split(attn.k_proj, context).transpose(-1, -2) / math.sqrt(DK)
-
-
-def output_from_weights(attn, weights, source):
-    """out_proj(Σ_j w_ij v_j) per head, ``weights [B, H, n, m]``."""
-    b, _, n, _ = weights.shape
-    mixed = (weights @ split(attn.v_proj, source)).transpose(1, 2).reshape(b, n, D)
-    return F.linear(mixed, attn.out_proj.weight, attn.out_proj.bias)
+from tests.helpers.structured import D, H, SRC_PAD, assert_bidirectional_self_attention_only, bilinear_scores, output_from_weights
 
 
 def brute_chain(theta, pairwise):
@@ -53,9 +33,6 @@ def seg_layer(mode="structured", normalize=False, seed=0):
         with torch.no_grad():
             feature.pairwise.copy_(torch.randn(H, 2, 2) * 2)
     return attn, feature
-
-
-SRC_PAD = torch.tensor([[False] * 4, [False, False, True, True], [False, True, True, True]])
 
 
 @pytest.mark.parametrize("normalize", [False, True])
@@ -242,16 +219,6 @@ def test_syntactic_length_one_has_no_nan(tree, multiroot):
     pad = torch.tensor([[False] * 3, [False, True, True]])
     out, extras = attn(x, key_padding_mask=pad, need_weights=True)
     assert torch.isfinite(out).all() and (extras.probs[1, :2] == 0).all()
-
-
-def assert_bidirectional_self_attention_only(attn, x):
-    """A structured layer over the keys' structure refuses causal, cached and cross-attention."""
-    with pytest.raises(ValueError, match="causal"):
-        attn(x, causal=True)
-    with pytest.raises(ValueError, match="cache"):
-        attn(x, cache=KVCache())
-    with pytest.raises(ValueError, match="self-attention"):
-        attn(x, context=x)
 
 
 def test_syntactic_rejections():

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
-from test_attention_reference import random_heads
 from torch import nn
 
 from synattn.attention import AttentionFeature, SyntaxInputs
@@ -27,6 +26,8 @@ from synattn.methods import Method, methods, register, unregister
 from synattn.models import MaskedLM, MaskedLMConfig
 from synattn.train.tasks import MaskedLMTask, syntax_request_for
 from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, distance_vocab, traversal_vocab
+from tests.helpers.attention import random_heads
+from tests.helpers.syntax_fields import piece_depths
 
 ALL = frozenset({"tree_dist", "traversal", "pos", "deprel", "head_targets", "hints"})
 
@@ -186,21 +187,9 @@ def test_a_builder_of_the_wrong_shape_is_named():
 # a method with a field of its own, defined here and nowhere else
 
 
-def _depth(trees: TreeBatch) -> list[np.ndarray]:
-    """Each piece's depth in its tree (the root piece 1, its dependents 2, …); 0 outside."""
-    out = []
-    for heads in trees.heads:
-        depth, node = np.zeros(len(heads), np.int64), np.arange(1, len(heads) + 1)  # 1-based
-        while (node > 0).any():
-            depth += node > 0
-            node = np.where(node > 0, heads[np.maximum(node, 1) - 1], 0)
-        out.append(np.concatenate([np.zeros(trees.offset, np.int64), depth]))
-    return out
-
-
 def _clipped_depth(trees: TreeBatch) -> list[np.ndarray]:
-    """:func:`_depth` clipped at the request's ``max_depth`` (the field's own setting)."""
-    return [np.minimum(depth, trees.request.max_depth) for depth in _depth(trees)]
+    """:func:`piece_depths` clipped at the request's ``max_depth`` (the field's own setting)."""
+    return [np.minimum(depth, trees.request.max_depth) for depth in piece_depths(trees)]
 
 
 DEPTH = SyntaxField("depth", "token", 0, _clipped_depth, setting="max_depth", default=4,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,10 @@ from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, Lan
                             MaskedLMConfig, TransformerLM)
 from synattn.train import LanguageModelTask, MaskedLMTask, TranslationTask, task_for
 from synattn.train.kinds import TASK_KINDS, TaskKind, kind_of, register_task, task_kind
+from tests.helpers.paths import ROOT
 
 TINY = dict(d_model=16, heads=2, ffn_dim=32)
-PACKAGE = Path(__file__).resolve().parent.parent / "synattn"
+PACKAGE = ROOT / "synattn"
 
 
 def test_each_kind_owns_its_classes_and_its_training_task():

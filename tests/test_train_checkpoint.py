@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 import torch
-from test_train_support import TinyTranslator
 
 from synattn.errors import InputError
 from synattn.train import load_checkpoint, resolve_checkpoint, save_checkpoint
 from synattn.train.checkpoint import list_checkpoints, rng_state, set_rng_state
+from tests.helpers.training import TinyTranslator
 
 
 def _state(step: int) -> dict:
@@ -119,7 +119,7 @@ def test_a_run_that_starts_or_resumes_drops_the_snapshots_it_will_write_again(tm
 
 
 def test_a_fresh_run_on_an_attempt_killed_before_its_first_checkpoint_keeps_none_of_its_snapshots(tmp_path):
-    from test_train_support import config, make_trainer
+    from tests.helpers.training import config, make_trainer
 
     stale = _weights(tmp_path / "snapshots" / "ckpt_000050")  # of another configuration
     make_trainer(tmp_path, config(max_steps=4, max_epochs=None, snapshot_interval_updates=2)).train()

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
-from test_train_support import TinyTranslator, config, make_trainer
 
 from synattn.train import load_checkpoint, read_log
+from tests.helpers.paths import ROOT
+from tests.helpers.training import TinyTranslator, config, make_trainer
 
-TESTS = Path(__file__).parent
 
 
 def test_torchrun_two_processes_match_one_process_with_update_freq_2(tmp_path):
@@ -21,7 +20,7 @@ def test_torchrun_two_processes_match_one_process_with_update_freq_2(tmp_path):
     settings = dict(max_epochs=2, clip_norm=1.0)
     spec = {"config": settings, "dropout": 0.0, "params_out": str(tmp_path), "train_size": 48}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(TESTS / "test_train_support.py"), str(tmp_path / "ddp"), json.dumps(spec)]
+               str(ROOT / "tests" / "helpers" / "training.py"), str(tmp_path / "ddp"), json.dumps(spec)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]

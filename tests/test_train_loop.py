@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from test_train_support import SyntheticPairs, config, make_trainer
 
 from synattn.data.batching import collate
 from synattn.data.subwords import PAD
 from synattn.train import TrainConfig, read_log, resolve_checkpoint
+from tests.helpers.training import SyntheticPairs, config, make_trainer
 
 
 def test_update_gradient_is_the_token_mean_over_accumulated_batches(tmp_path):

@@ -13,41 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_train_support import TinyTranslator, config, make_trainer
 
 from synattn.errors import InputError
-from synattn.train import TranslationTask, load_checkpoint, read_log, resolve_checkpoint
-
-class Crash(Exception):
-    pass
-
-
-class CrashingTask(TranslationTask):
-    """Raises on its ``at``-th training batch (validation batches are not counted)."""
-
-    def __init__(self, label_smoothing: float, at: int):
-        super().__init__(label_smoothing)
-        self.at, self.calls = at, 0
-
-    def loss(self, model, batch):
-        if model.training:
-            self.calls += 1
-            if self.calls == self.at:
-                raise Crash
-        return super().loss(model, batch)
-
-
-def _losses(run_dir, kind: str = "train") -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_log(run_dir, kind)]
-
-
-def _assert_same_run(a, b) -> None:
-    for kind in ("train", "valid"):
-        la, lb = _losses(a.run_dir, kind), _losses(b.run_dir, kind)
-        assert [s for s, _ in la] == [s for s, _ in lb], kind
-        np.testing.assert_allclose([x for _, x in lb], [x for _, x in la], rtol=1e-6, atol=0)
-    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values()):
-        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7, msg=name)
+from synattn.train import load_checkpoint, resolve_checkpoint
+from tests.helpers.training import Crash, CrashingTask, TinyTranslator, assert_same_run, config, logged_losses, make_trainer
 
 
 @pytest.mark.parametrize("overrides, crash_at", [
@@ -63,10 +32,10 @@ def test_resume_mid_epoch_repeats_the_uninterrupted_run(tmp_path, overrides, cra
         cut.train()
     state = load_checkpoint(tmp_path / "cut")
     assert state["epoch"] == 2 and state["batches_done"] > 0  # the resume starts mid-epoch
-    assert max(s for s, _ in _losses(tmp_path / "cut")) > state["step"]  # logged past the checkpoint
+    assert max(s for s, _ in logged_losses(tmp_path / "cut")) > state["step"]  # logged past the checkpoint
     resumed = make_trainer(tmp_path / "cut", cfg, model_seed=1)  # other initial weights: replaced by the checkpoint
     resumed.train(resume=True)
-    _assert_same_run(full, resumed)
+    assert_same_run(full, resumed)
 
 
 def test_resume_after_an_epoch_end_extends_the_run(tmp_path):
@@ -77,7 +46,7 @@ def test_resume_after_an_epoch_end_extends_the_run(tmp_path):
     longer = make_trainer(tmp_path / "part", config(max_epochs=3), model_seed=5)
     result = longer.train(resume=True)
     assert result.stopped_by == "max_epochs" and result.step == full.step
-    _assert_same_run(full, longer)
+    assert_same_run(full, longer)
 
 
 def test_resume_guards(tmp_path):
@@ -138,7 +107,7 @@ def test_sigkill_at_random_moments_leaves_a_loadable_checkpoint_and_resume_stays
     assert child.exitcode == 0
     resumed = TinyTranslator(seed=9)
     load_checkpoint(run, resumed)
-    got, expected = _losses(run), _losses(tmp_path / "ref")
+    got, expected = logged_losses(run), logged_losses(tmp_path / "ref")
     assert [s for s, _ in got] == [s for s, _ in expected]
     np.testing.assert_allclose([x for _, x in got], [x for _, x in expected], rtol=1e-6, atol=0)
     for (name, p), q in zip(reference.model.state_dict().items(), resumed.state_dict().values()):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_train_support import config, make_trainer
 
 import synattn.train.trainer as trainer_module
 from synattn.train import read_log, resolve_checkpoint
 from synattn.train.optim import decay_factor, inverse_sqrt_factor
+from tests.helpers.training import config, make_trainer
 
 
 def test_logged_lr_and_grad_norm_are_interval_means_of_the_schedule(tmp_path):

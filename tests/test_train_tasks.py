@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_train_support import VOCAB, SyntheticPairs, config
 
 from synattn.attention import SyntaxInputs
 from synattn.data.batching import PreparedDataset, collate
@@ -17,6 +16,7 @@ from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, Lan
                             MaskedLM, MaskedLMConfig, PretrainedModel, TransformerLM)
 from synattn.train import (LanguageModelTask, MaskedLMTask, Trainer, TranslationTask, mask_tokens,
                            read_log, resolve_checkpoint, syntax_request_for, task_for)
+from tests.helpers.training import VOCAB, SyntheticPairs, config
 
 TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_attention_reference import random_heads
 
 from synattn.attention import MultiheadAttention, SyntaxInputs
 from synattn.data.batching import collate_examples
@@ -15,6 +14,7 @@ from synattn.methods.tree_distance_bias import TreeDistanceBias, alibi_slopes
 from synattn.models import EncoderDecoderConfig, EncoderDecoderTransformer, MaskedLM, MaskedLMConfig
 from synattn.train.tasks import MaskedLMTask, syntax_request_for
 from synattn.trees.relations import batch_relation_labels
+from tests.helpers.attention import random_heads
 
 TINY = dict(d_model=16, heads=4, ffn_dim=32, dropout=0.0)
 VOCAB = 20
@@ -138,7 +138,7 @@ def test_cached_decoding_equals_full_recomputation():
 def test_hugging_face_models_get_it_from_the_registry():
     pytest.importorskip("transformers")
     import synattn.hf as sh
-    from hf_models import bert
+    from tests.helpers.hf_models import bert
     assert sh.FEATURES["tree_distance_bias"].defaults == {"scale": 1.0}
     assert sh.FEATURES["tree_distance_bias"].sides == ("encoder", "decoder")
     torch.manual_seed(0)

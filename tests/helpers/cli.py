@@ -11,9 +11,11 @@ import os
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from synattn.cli.main import main
 
-#: Cases the fuzzers tried in this session, by fuzzer (printed by the last test of test_fuzz_cli).
+#: Cases the fuzzers tried in this session, by fuzzer (printed by the last test of tests/cli/test_fuzz.py).
 FUZZ_CASES: dict[str, int] = {}
 #: Examples per fuzzer: the fuzzer's own default (the suite stays fast), or SYNATTN_FUZZ_EXAMPLES
 #: for a deep run.
@@ -68,3 +70,25 @@ def sandbox(protected: Path):
                     path.chmod(0o755)
         assert os.listdir(outer) == ["box"]
     assert digest(protected) == before
+
+
+# ------------------------------------------------------------------------------------------------
+# the tiny parallel text and the tiny trained runs of the ``tiny_runs`` fixture (tests/conftest.py)
+
+EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",
+      "we walked home slowly", "the children played outside all day", "rain fell on the roof"]
+FR = ["le chat était assis", "les chiens aboient la nuit", "un oiseau chante dans le vieil arbre",
+      "nous sommes rentrés lentement", "les enfants ont joué dehors", "la pluie tombait sur le toit"]
+MODEL = {"d_model": 16, "heads": 2, "ffn_dim": 32, "dropout": 0.0}
+TRAIN = {"max_tokens": 200, "max_steps": 2, "warmup_updates": 1, "progress_bar": False, "tensorboard": False}
+#: Four copies of a two-word tree, for the commands that read CoNLL-U.
+CONLLU = ("1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n") * 4
+
+
+def train_tiny(tmp: Path, name: str, task: str, model: dict) -> Path:
+    """``synattn train`` of a 2-step run ``tmp/name`` of ``task`` on the dataset ``tmp/data``."""
+    config = tmp / f"{name}.yaml"
+    config.write_text(yaml.safe_dump({"task": task, "data": str(tmp / "data"), "model": {**MODEL, **model},
+                                      "train": TRAIN, "eval": {"beam": 2, "bleu_sentences": 0}}))
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp / name)]) == 0
+    return tmp / name

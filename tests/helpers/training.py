@@ -1,7 +1,7 @@
 """Shared pieces of the training tests (no tests here): synthetic data, a tiny model, a runner.
 
-The subprocess tests (SIGKILL, torchrun) import this module with ``tests/`` on ``PYTHONPATH``
-and call :func:`main` with a JSON description of the run.
+The torchrun test runs this file as a script (:func:`main`, with a JSON description of the run), so
+it imports nothing from the tests.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from synattn.data.subwords import PAD
-from synattn.train import TrainConfig, Trainer, TranslationTask
+from synattn.train import TrainConfig, Trainer, TranslationTask, read_log
 
 VOCAB = 24
 
@@ -78,8 +78,40 @@ def make_trainer(run_dir, cfg: TrainConfig, *, model_seed: int = 0, dropout: flo
                    run_dir, valid_data=SyntheticPairs(12, seed=1), **kwargs)
 
 
+class Crash(Exception):
+    pass
+
+
+class CrashingTask(TranslationTask):
+    """Raises on its ``at``-th training batch (validation batches are not counted)."""
+
+    def __init__(self, label_smoothing: float, at: int):
+        super().__init__(label_smoothing)
+        self.at, self.calls = at, 0
+
+    def loss(self, model, batch):
+        if model.training:
+            self.calls += 1
+            if self.calls == self.at:
+                raise Crash
+        return super().loss(model, batch)
+
+
+def logged_losses(run_dir, kind: str = "train") -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_log(run_dir, kind)]
+
+
+def assert_same_run(a, b) -> None:
+    for kind in ("train", "valid"):
+        la, lb = logged_losses(a.run_dir, kind), logged_losses(b.run_dir, kind)
+        assert [s for s, _ in la] == [s for s, _ in lb], kind
+        np.testing.assert_allclose([x for _, x in lb], [x for _, x in la], rtol=1e-6, atol=0)
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7, msg=name)
+
+
 def main(argv: list[str]) -> None:
-    """``python -c 'import test_train_support as s; s.main(sys.argv[1:])' RUN_DIR JSON``."""
+    """``python tests/helpers/training.py RUN_DIR JSON`` (torchrun runs the file as a script)."""
     run_dir, spec = Path(argv[0]), json.loads(argv[1])
     torch.set_num_threads(1)
     trainer = make_trainer(run_dir, config(**spec["config"]), model_seed=spec.get("model_seed", 0),

@@ -2,7 +2,7 @@
 ``synattn`` command in-process: the exit status (2 a usage or input error, 1 a failure of the run:
 an output that cannot be written, a full disk, a locked folder), exactly one error line naming the
 option or file and the cause, no traceback, and nothing written outside the sandbox's output (the
-shared tiny runs and dataset stay byte-identical, see ``cli_sandbox``).
+shared tiny runs and dataset stay byte-identical, see ``tests/helpers/cli.py``).
 
 ``T`` in an argument stands for the shared tiny runs folder (``tiny_runs``: a dataset ``data``
 without a dev split, a translation run ``mt`` with a 2-layer constituent encoder that never

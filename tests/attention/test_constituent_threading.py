@@ -38,7 +38,7 @@ def tokens_and_lengths(seed: int, lengths: list[int]) -> torch.Tensor:
 
 def reference_encoder(model: MaskedLM, tokens: torch.Tensor, lengths: list[int]):
     """Each sentence alone, layer by layer: the attention from the pair-by-pair reference of
-    ``test_constituent`` with a^{l−1} handed explicitly from one layer to the next.
+    ``tests/attention/test_constituent.py`` with a^{l−1} handed explicitly from one layer to the next.
 
     Returns the encoder states (one ``[n, d]`` per sentence) and links (``[layers, n − 1]``).
     """

@@ -15,6 +15,7 @@ Every failure is a ``ValueError`` naming the argument.
 from __future__ import annotations
 
 import operator
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -34,6 +35,10 @@ def score_tensor(x: object, name: str, what: str) -> torch.Tensor:
     return x
 
 
+@overload
+def flag(value: object, name: str, what: str, optional: Literal[False] = False) -> bool: ...
+@overload
+def flag(value: object, name: str, what: str, optional: bool) -> bool | None: ...
 def flag(value: object, name: str, what: str, optional: bool = False) -> bool | None:
     """``value`` as a bool if it is one (Python, numpy or a one-element bool tensor), else a
     ValueError naming ``name``; ``optional``: None is allowed too."""
@@ -51,7 +56,7 @@ def count(value: object, name: str) -> int:
     """``value`` as an int if it is a whole number >= 1 (int or numpy integer, not bool), else a
     ValueError naming ``name``."""
     try:
-        whole = operator.index(value)
+        whole: int | None = operator.index(value)  # type: ignore[arg-type]  # TypeError: refused below
     except TypeError:
         whole = None
     if whole is None or isinstance(value, bool) or whole < 1:

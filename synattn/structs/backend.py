@@ -118,7 +118,8 @@ def set_threads(work: int | None = None, serial_below: int = 0) -> int:
     import numba
 
     torch_threads = torch.get_num_threads()
-    count = max(1, min(torch_threads, numba.config.NUMBA_NUM_THREADS))
+    # (numba.config sets its options at import time, unseen by its type information)
+    count = max(1, min(torch_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     if work is not None and work < serial_below:
         count = 1
     numba.set_num_threads(count)

@@ -29,6 +29,8 @@ and divergences are clamped at 0 (they can come out at ``-1e-16``-ish by roundin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from synattn.limits import check_memory
@@ -40,7 +42,7 @@ from .kbest import lawler
 
 def _inner(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     """``Σ θ μ`` per batch element over ``(θ [B, ...], μ [B, ...])`` pairs, masked parts left out."""
-    total = 0
+    total = torch.zeros(())
     for theta, mu in parts:
         theta = torch.where(theta > NEG, theta, theta.new_zeros(()))
         total = total + (theta * mu).flatten(1).sum(1)
@@ -52,6 +54,15 @@ class PeerNames:
     for them runs: ``partition`` (``log_partition``), ``mode`` (``argmax``), ``kmax(k)`` (the
     ``k`` best scores ``[k, B]``, torch-struct's layout) and ``topk(k)`` (the ``k`` best
     structures ``[k, B, ...]`` in synattn's structure layout, not torch-struct's parts)."""
+
+    if TYPE_CHECKING:  # what every CRF provides (for the type checker only)
+        @property
+        def log_partition(self) -> torch.Tensor: ...
+
+        @property
+        def argmax(self) -> Any: ...  # a tensor, or a tuple of them (SentCFG)
+
+        def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     @property
     def partition(self) -> torch.Tensor:
@@ -105,7 +116,7 @@ class StructDistribution(PeerNames):
     """Mixin: ``log_prob``, ``entropy``, ``cross_entropy`` and ``kl`` from exponential-family
     identities (see the module docstring)."""
 
-    log_partition: torch.Tensor
+    lengths: torch.Tensor
 
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(θ, μ)`` pairs ``[B, ...]``: every part's log-potential (0 where no structure can
@@ -142,9 +153,9 @@ class StructDistribution(PeerNames):
         inner = _inner([(tq, mp) for (tq, _), (_, mp) in zip(theirs, mine)])
         ce = torch.where(log_zq > -float("inf"), log_zq, log_zq.new_zeros(())) - inner
         # p's mass on parts that q masks (or no structure under q): q(y) = 0 for p-likely y
-        lost = sum(((tq <= NEG) & (mp > 64 * torch.finfo(mp.dtype).eps)).flatten(1).any(1).long()
-                   for (tq, _), (_, mp) in zip(theirs, mine)).bool()
-        lost = lost | (log_zq == -float("inf"))
+        lost = log_zq == -float("inf")
+        for (tq, _), (_, mp) in zip(theirs, mine):
+            lost = lost | ((tq <= NEG) & (mp > 64 * torch.finfo(mp.dtype).eps)).flatten(1).any(1)
         ce = torch.where(lost, torch.full_like(ce, float("inf")), ce)
         return torch.where(self.log_partition > -float("inf"), ce, ce.new_zeros(()))
 
@@ -181,6 +192,16 @@ class Decoding:
     """
 
     lengths: torch.Tensor
+
+    if TYPE_CHECKING:  # what the CRF provides (for the type checker only)
+        @property
+        def log_partition(self) -> torch.Tensor: ...
+
+        @property
+        def max(self) -> torch.Tensor: ...
+
+        @property
+        def argmax(self) -> Any: ...
 
     def _restricted(self, index: torch.Tensor, allowed: torch.Tensor):
         raise NotImplementedError

@@ -55,8 +55,8 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
     # fast path (one reduction per tensor): no entry masked anywhere and all small enough
     bounds = torch.stack([v for x, _ in xs for v in torch.aminmax(x)]).tolist()
     lows, highs = bounds[0::2], bounds[1::2]
-    nan = any(v != v for v in bounds)  # (aminmax propagates NaN: one anywhere takes the slow path)
-    if not nan and min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
+    any_nan = any(v != v for v in bounds)  # (aminmax propagates NaN: one anywhere takes the slow path)
+    if not any_nan and min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
         return False
     stats = []
     for x, usable in xs:

@@ -31,6 +31,7 @@ them PyTorch's conventions on top, for code written against ``torch.distribution
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch.distributions import Distribution, kl
@@ -70,7 +71,7 @@ class StructuredDistribution(Distribution):
         flat = value.reshape(-1, *self.batch_shape, *self.event_shape)
         return torch.stack([self.crf.log_prob(v) for v in flat]).reshape(*lead, *self.batch_shape)
 
-    def sample(self, sample_shape: torch.Size | tuple = torch.Size(),
+    def sample(self, sample_shape: Sequence[int] = torch.Size(),
                generator: torch.Generator | None = None) -> torch.Tensor:
         """``sample_shape + batch_shape + event_shape`` exact samples (not differentiable)."""
         sample_shape = torch.Size(sample_shape)

@@ -297,7 +297,7 @@ def marginals(u0: torch.Tensor, T: torch.Tensor,
     mu = np.empty((B, N, C), t.dtype)
     _threads(t)
     _marginals(as_array(u0), t, as_array(mask), alpha, beta, log_z, mu)
-    return tuple(torch.from_numpy(x) for x in (mu, alpha, beta, log_z))
+    return torch.from_numpy(mu), torch.from_numpy(alpha), torch.from_numpy(beta), torch.from_numpy(log_z)
 
 
 def viterbi(u0: torch.Tensor, T: torch.Tensor,

@@ -109,6 +109,7 @@ class LinearChainCRF(StructDistribution, Decoding):
             batch, n, C = edge.shape[0], edge.shape[1] + 1, edge.shape[-1]
             unary = edge.new_zeros(batch, n, C)
         else:
+            assert unary is not None  # (exactly one of the two is given: checked above)
             if score_tensor(unary, "unary", "LinearChainCRF").dim() != 3:
                 raise ValueError(f"unary must be [B, n, C], got {tuple(unary.shape)}")
             batch, n, C = unary.shape

@@ -196,24 +196,24 @@ class ChainMarginals(torch.autograd.Function):
         n = alpha.shape[1]
 
         # adjoint of alpha, right to left: a[i-1] = d_alpha[i-1] ⊕ T[:, :, i-1] ⊗ a[i]
-        a_l, a_s = [d_alpha[:, -1]], [sg[:, -1]]
+        a_logs, a_signs = [d_alpha[:, -1]], [sg[:, -1]]
         for i in range(n - 1, 0, -1):
-            terms = torch.cat((T[:, :, i - 1] + a_l[-1], d_alpha[:, i - 1, None]), 1)  # [C, C+1, B]
-            signs = torch.cat((a_s[-1].expand_as(T[:, :, i - 1]), sg[:, i - 1, None]), 1)
+            terms = torch.cat((T[:, :, i - 1] + a_logs[-1], d_alpha[:, i - 1, None]), 1)  # [C, C+1, B]
+            signs = torch.cat((a_signs[-1].expand_as(T[:, :, i - 1]), sg[:, i - 1, None]), 1)
             log_abs, sign = signed_logsumexp(terms, signs, 1)  # [C, B]
-            a_l.append(log_abs)
-            a_s.append(sign)
-        a_l, a_s = torch.stack(a_l[::-1], 1), torch.stack(a_s[::-1], 1)  # [C, N, B]
+            a_logs.append(log_abs)
+            a_signs.append(sign)
+        a_l, a_s = torch.stack(a_logs[::-1], 1), torch.stack(a_signs[::-1], 1)  # [C, N, B]
 
         # adjoint of beta, left to right: b[i] = d_beta[i] ⊕ b[i-1] ⊗ T[:, :, i-1]
-        b_l, b_s = [d_beta[:, 0]], [sg[:, 0]]
+        b_logs, b_signs = [d_beta[:, 0]], [sg[:, 0]]
         for i in range(1, n):
-            terms = torch.cat((T[:, :, i - 1] + b_l[-1].unsqueeze(1), d_beta[None, :, i]), 0)  # [C+1, C, B]
-            signs = torch.cat((b_s[-1].unsqueeze(1).expand_as(T[:, :, i - 1]), sg[None, :, i]), 0)
+            terms = torch.cat((T[:, :, i - 1] + b_logs[-1].unsqueeze(1), d_beta[None, :, i]), 0)  # [C+1, C, B]
+            signs = torch.cat((b_signs[-1].unsqueeze(1).expand_as(T[:, :, i - 1]), sg[None, :, i]), 0)
             log_abs, sign = signed_logsumexp(terms, signs, 0)  # [C, B]
-            b_l.append(log_abs)
-            b_s.append(sign)
-        b_l, b_s = torch.stack(b_l, 1), torch.stack(b_s, 1)  # [C, N, B]
+            b_logs.append(log_abs)
+            b_signs.append(sign)
+        b_l, b_s = torch.stack(b_logs, 1), torch.stack(b_signs, 1)  # [C, N, B]
 
         lA, sA = signed_log(-(g * mu.permute(2, 1, 0)).sum((0, 1)))  # [B]
         # gradient of the transfer matrices: three signed terms, ⊕ then signexp
@@ -221,8 +221,8 @@ class ChainMarginals(torch.autograd.Function):
         t1 = base + a_l[None, :, 1:]
         t2 = T + b_l[:, None, :-1] + beta[None, :, 1:]
         t3 = base + beta[None, :, 1:] - log_z + lA
-        signs = (a_s[None, :, 1:].expand_as(T), b_s[:, None, :-1].expand_as(T), sA.expand_as(T))
-        grad_T = signed_exp(*signed_logsumexp(torch.stack((t1, t2, t3)), torch.stack(signs), 0))
+        term_signs = (a_s[None, :, 1:].expand_as(T), b_s[:, None, :-1].expand_as(T), sA.expand_as(T))
+        grad_T = signed_exp(*signed_logsumexp(torch.stack((t1, t2, t3)), torch.stack(term_signs), 0))
         # gradient of u0: alpha[:, 0] = u0
         l0, s0 = signed_logsumexp(
             torch.stack((a_l[:, 0] + alpha[:, 0], lA + alpha[:, 0] + beta[:, 0] - log_z)),
@@ -231,7 +231,7 @@ class ChainMarginals(torch.autograd.Function):
 
 
 def _differentiable_marginals_vjp(u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor,
-                                  g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                                  g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     """The backward of :class:`ChainMarginals` built from differentiable PyTorch operations
     (autograd's double backward of forward-backward), so that derivatives of every order are
     exact. Used only when a derivative of the backward itself is wanted."""

@@ -207,7 +207,7 @@ class SemiMarkovCRF(StructDistribution, Decoding):
         self.edge, self.lengths, self.masked = check_segment_scores(log_potentials, lengths)
         _, m, self.K, self.C, _ = self.edge.shape
         self.mask = lengths_mask(self.lengths, m + 1)  # [B, n]
-        self.init = None
+        self.init: torch.Tensor | None = None
         """``[B, C]`` scores of position 0's label (None: 0); :data:`NEG` for labels excluded by
         k-best's restrictions."""
 

@@ -148,15 +148,16 @@ class SentCFG(StructDistribution):
         parameters); differentiable."""
         return self._finite(self._inside(self.terms, self.rules, self.roots, False))
 
-    def _gradient(self, viterbi: bool, create_graph: bool) -> tuple[torch.Tensor, ...]:
+    def _gradient(self, viterbi: bool, create_graph: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         parts = (self.terms, self.rules, self.roots)
         with torch.enable_grad():
-            xs = tuple(p if p.requires_grad else p.detach().requires_grad_() for p in parts)
-            value = self._inside(*xs, viterbi)
+            terms, rules, roots = (p if p.requires_grad else p.detach().requires_grad_() for p in parts)
+            value = self._inside(terms, rules, roots, viterbi)
             ok = value > IMPOSSIBLE
-            grads = torch.autograd.grad(torch.where(ok, value, value.new_zeros(())).sum(), xs,
+            grads = torch.autograd.grad(torch.where(ok, value, value.new_zeros(())).sum(), (terms, rules, roots),
                                         create_graph=create_graph)
-        return tuple(torch.where(p > NEG, g, g.new_zeros(())) for p, g in zip(parts, grads))
+        g_terms, g_rules, g_roots = (torch.where(p > NEG, g, g.new_zeros(())) for p, g in zip(parts, grads))
+        return g_terms, g_rules, g_roots
 
     @cached_property
     @fp32_inside
@@ -183,14 +184,15 @@ class SentCFG(StructDistribution):
     def argmax(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The best parse's counts ``(terms, rules, roots)`` (all 0 where no parse exists)."""
         ok = (self.max > -float("inf")).to(self.terms.dtype)
-        return tuple(p * ok.view(-1, *[1] * (p.dim() - 1)) for p in self._viterbi[1])
+        terms, rules, roots = (p * ok.view(-1, *[1] * (p.dim() - 1)) for p in self._viterbi[1])
+        return terms, rules, roots
 
     def score(self, parts) -> torch.Tensor:
         """``[B]`` score of parses given as counts ``(terms, rules, roots)``; ``-inf`` for one
         with a masked part."""
         if len(parts) != 3:
             raise ValueError("SentCFG: a parse is (terms, rules, roots) counts")
-        total = 0
+        total = torch.zeros((), dtype=self.terms.dtype, device=self.terms.device)
         for theta, count in zip((self.terms, self.rules, self.roots), parts):
             count = torch.as_tensor(count, device=theta.device)
             if count.shape != theta.shape:

@@ -9,7 +9,9 @@ marginals use the same layout. A tree is given as ``heads [batch_size, n]``: the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
+from typing import ClassVar, Literal, overload
 
 import torch
 
@@ -20,8 +22,14 @@ from ..distribution import Decoding, StructDistribution, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 
 
+@overload
 def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
-                     with_masked: bool = False) -> tuple[torch.Tensor, ...]:
+                     with_masked: Literal[False] = False) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
+                     with_masked: Literal[True]) -> tuple[torch.Tensor, torch.Tensor, bool]: ...
+def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None, with_masked: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, bool]:
     """Validate arc scores and lengths.
 
     Args:
@@ -105,14 +113,16 @@ class ArcCRF(StructDistribution, Decoding):
     """The name under which :mod:`synattn.structs.registry` keeps the reference and the
     accelerations of ``log_partition(scores, lengths, multiroot)`` and ``marginals(...)``."""
 
-    labelled_class = None
+    labelled_class: ClassVar[Callable[[type], type] | None] = None
     """``base class -> its labelled version``: :func:`~synattn.structs.dependency.labelled_arcs.
     labelled_class`, set when that module is imported (the package imports it)."""
 
     def __new__(cls, scores=None, *args, **kwargs):
         # labelled scores [B, n+1, n+1, R]: the labelled version of the class
         if isinstance(scores, torch.Tensor) and scores.dim() == 4 and not hasattr(cls, "_base"):
-            cls = ArcCRF.labelled_class(cls)
+            labelled = ArcCRF.labelled_class
+            assert labelled is not None, "synattn.structs.dependency.labelled_arcs sets it on import"
+            cls = labelled(cls)
         return super().__new__(cls)
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,

@@ -321,7 +321,7 @@ def _sampled_semiring(generator: torch.Generator | None) -> Semiring:
             pick = (terms - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(dim, keepdim=True)
             return terms.zero_().scatter_(dim, pick, grad.unsqueeze(dim))
 
-    return Sampled  # type: ignore[return-value]
+    return Sampled
 
 
 def eisner_sample(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, count: int,

@@ -136,7 +136,9 @@ def eisner2o_reference(scores: torch.Tensor, siblings: torch.Tensor, lengths: to
     zero = scores.new_zeros(B)
     CRc = {(i, i): zero for i in range(L)}
     CLc = {(i, i): zero for i in range(L)}
-    IRc, ILc, S = {}, {}, {}
+    IRc: dict[tuple[int, int], torch.Tensor] = {}
+    ILc: dict[tuple[int, int], torch.Tensor] = {}
+    S: dict[tuple[int, int], torch.Tensor] = {}
     for w in range(1, L):
         for i in range(L - w):
             j = i + w
@@ -224,7 +226,7 @@ def eisner2o_log_partition(scores: torch.Tensor, siblings: torch.Tensor, lengths
     return eisner2o_inside(scores, siblings, lengths, multiroot)
 
 
-def _gradients(fn, scores: torch.Tensor, siblings: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _gradients(fn, scores: torch.Tensor, siblings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``fn(scores, siblings) [B]`` and its gradients with respect to both, differentiable when
     gradients are enabled and either input requires them."""
     graph = torch.is_grad_enabled() and (scores.requires_grad or siblings.requires_grad)

@@ -24,6 +24,7 @@ become labelled when given 4-d scores: the instance is then of the subclass
 from __future__ import annotations
 
 from functools import cache, cached_property
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,13 +34,18 @@ from ..distribution import _gumbel_argmax, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
 from .arc_scores import ArcCRF, usable_arcs
 
+if TYPE_CHECKING:  # the mixin sits in front of an ArcCRF subclass (see labelled_class)
+    _Mixed = ArcCRF
+else:
+    _Mixed = object
 
-class LabelledArcs:
+
+class LabelledArcs(_Mixed):
     """Mixin in front of an :class:`~synattn.structs.dependency.arc_scores.ArcCRF` subclass (see the module
     docstring). ``self.scores`` are the reduced arc scores ``[B, n+1, n+1]`` (log-sum-exp over
     the labels), ``self.labelled_scores`` the validated ``[B, n+1, n+1, R]``."""
 
-    _base: type  # the unlabelled class
+    _base: type[ArcCRF]  # the unlabelled class
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
                  multiroot: bool = True):
@@ -67,7 +73,8 @@ class LabelledArcs:
     @cached_property
     def arc_marginals(self) -> torch.Tensor:
         """``[B, n+1, n+1]`` unlabelled arc marginals ``p(h → d)``; differentiable."""
-        return self._base.marginals.func(self)
+        # the base class's cached_property (mypy types a cached_property read on a class as its getter)
+        return self._base.marginals.func(self)  # type: ignore[attr-defined]
 
     @cached_property
     @fp32_inside
@@ -171,8 +178,8 @@ class LabelledArcs:
 
     # --- constraints and k-best ----------------------------------------------------------------
 
-    def constrain(self, heads: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                  allowed: torch.Tensor | None = None) -> LabelledArcs:
+    def constrain(self, heads: torch.Tensor | None = None,  # type: ignore[override]  # labels before allowed
+                  labels: torch.Tensor | None = None, allowed: torch.Tensor | None = None) -> LabelledArcs:
         """The same labelled CRF restricted to consistent labelled trees: ``heads``/``labels``
         ``[B, n]`` known heads and labels (``-1`` free), ``allowed`` a bool mask ``[B, n+1,
         n+1]`` (arcs) or ``[B, n+1, n+1, R]`` ((arc, label) pairs)."""

@@ -99,7 +99,8 @@ __all__ = ["CERTIFICATE", "LAPACK_MAX_N", "SAFE_PIVOT", "TINY", "NonProjectiveDe
 
 def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
                need_marginals: bool = True, compiled: bool = False, with_inverse: bool = False
-               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+               ) -> (tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]
+                     | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]):
     """``log Z``, (optionally) marginals, ``[B]`` True for the sentences computed in log space,
     and ``[B]`` the word that played word 1 (1: none; see below). ``with_inverse`` (compiled
     marginals only) adds a fifth output: the inverses ``[B, N, N]`` of Koo's matrices, valid for
@@ -134,6 +135,7 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
             idx, best = idx[ok], best[ok]
             log_z = log_z.index_copy(0, idx, z[ok].to(log_z.dtype))
             if need_marginals:
+                assert mu is not None and m is not None
                 mu = mu.index_copy(0, idx, _swap_words(m[ok], best).to(mu.dtype))
             unsafe = unsafe.index_fill(0, idx, False)
             swap = swap.index_copy(0, idx, best)
@@ -142,10 +144,10 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
         z, m = _log_space_marginals(scores[redo], lengths[redo], multiroot, need_marginals)
         none = ~_has_tree(scores[redo], lengths[redo], multiroot)  # (soft masks hide this)
         z = z.masked_fill(none, 2 * NEG)
-        if need_marginals:
-            m = m.masked_fill(none[:, None, None], 0.0)
         log_z = log_z.index_copy(0, redo, z)
         if need_marginals:
+            assert mu is not None and m is not None
+            m = m.masked_fill(none[:, None, None], 0.0)
             mu = mu.index_copy(0, redo, m.to(mu.dtype))
     if with_inverse:
         return log_z, mu, unsafe, swap, inverse
@@ -184,6 +186,7 @@ def _fast_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool
     redo = (~ok).nonzero().squeeze(1)
     if need_marginals:
         z, m, flag = _gth_marginals(scores[redo], lengths[redo], multiroot, with_flag=True)
+        assert mu is not None
         mu = mu.index_copy(0, redo, m)
     else:
         z, _, _, pivots = _factorize(scores[redo], lengths[redo], multiroot)
@@ -215,8 +218,9 @@ class MatrixTreeMarginals(torch.autograd.Function):
         ctx.compiled = use_numba(scores, lengths) if compiled is None else compiled
         out = _marginals(scores, lengths, multiroot, True, ctx.compiled, with_inverse=ctx.compiled)
         _, mu, log_space, swap = out[:4]
-        ctx.inverse = out[4] if ctx.compiled else None  # (for the closed-form backward)
+        ctx.inverse = out[4] if len(out) == 5 else None  # (compiled: for the closed-form backward)
         ctx.save_for_backward(scores, lengths, log_space, swap)
+        assert mu is not None
         return mu.to(scores.dtype)
 
     @staticmethod
@@ -299,7 +303,9 @@ class _MatrixTreeLogPartition(torch.autograd.Function):
         if torch.is_grad_enabled():  # double backward requested: stay differentiable
             mu = MatrixTreeMarginals.apply(scores, lengths, ctx.multiroot, ctx.compiled)
         else:
-            mu = _marginals(scores, lengths, ctx.multiroot, True, ctx.compiled)[1].to(scores.dtype)
+            mu = _marginals(scores, lengths, ctx.multiroot, True, ctx.compiled)[1]
+            assert mu is not None
+            mu = mu.to(scores.dtype)
         return mu * g[:, None, None], None, None, None
 
 
@@ -352,10 +358,10 @@ class NonProjectiveDependencyCRF(ArcCRF):
         """``[batch_size, n]`` heads of words ``1..n`` of the best tree; ``-1`` padding, and
         all ``-1`` for a sentence whose masks leave no tree."""
         scores = self.scores.detach().double().cpu().numpy()
-        heads = np.full(scores.shape[:2], -1, dtype=np.int64)[:, 1:]
+        found = np.full(scores.shape[:2], -1, dtype=np.int64)[:, 1:]
         for b, n in enumerate(self.lengths.tolist()):
-            heads[b, :n] = best_tree(scores[b, :n + 1, :n + 1], self.multiroot)
-        heads = torch.from_numpy(heads).to(self.scores.device)
+            found[b, :n] = best_tree(scores[b, :n + 1, :n + 1], self.multiroot)
+        heads = torch.from_numpy(found).to(self.scores.device)
         if self.masked:  # (CLE may only find trees with a masked arc or several root arcs)
             none = self.score(heads) == -float("inf")
             if not self.multiroot:

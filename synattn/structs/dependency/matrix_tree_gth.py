@@ -7,6 +7,8 @@ described in :mod:`synattn.structs.dependency.matrix_tree`, which chooses betwee
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 import torch
 
@@ -78,8 +80,14 @@ def _factorize(scores: torch.Tensor, lengths: torch.Tensor,
     return pivots.log().sum(1) + shift, W, M, pivots
 
 
+@overload
 def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                   with_flag: bool = False) -> tuple[torch.Tensor, ...]:
+                   with_flag: Literal[False] = False) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                   with_flag: Literal[True]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, with_flag: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``log Z`` and arc marginals ``[B, N+1, N+1]``: the adjoint of :func:`_factorize`, written out.
 
     Walking the elimination backwards, ``G`` holds ``d log Z / d M`` for the part of ``M`` still
@@ -199,8 +207,16 @@ def _work(lengths: torch.Tensor) -> int:
     return int(((lengths.long() + 1) ** 3).sum())
 
 
-def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                        need_marginals: bool, inverse: bool = False) -> tuple[torch.Tensor, ...]:
+@overload
+def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool,
+                        inverse: Literal[False] = False) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+@overload
+def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool,
+                        inverse: Literal[True]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]: ...
+def _compiled_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool,
+                        inverse: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor | None] | tuple[torch.Tensor, torch.Tensor | None,
+                                                                                torch.Tensor]:
     """``log Z [B]`` (float64) and marginals ``[B, N+1, N+1]`` (the scores' dtype, or None) by the
     compiled GTH kernels; with ``inverse``, also the inverses ``X [B, N, N]`` (float64) of Koo's
     matrices, which the adjoint determines (for :func:`_compiled_closed_form_tangent`)."""

@@ -108,7 +108,8 @@ class LogSemiring(_kernel_semirings.LogSemiring, Semiring):
     """``(logsumexp, +, NEG, 0)``: ``log Z``; its gradient gives the marginals. ``run`` takes the
     compiled kernels (or the registered PyTorch path) for it."""
 
-    zero, one = NEG, 0.0
+    zero: float | list[float] = NEG
+    one: float | list[float] = 0.0
 
     @classmethod
     def sum(cls, x: torch.Tensor, dim: int = -1, overwrite: bool = False) -> torch.Tensor:
@@ -251,7 +252,8 @@ class CrossEntropySemiring(Semiring):
         return 3
 
     @classmethod
-    def convert(cls, potentials: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def convert(cls, potentials: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:  # type: ignore[override]
+        # (a semiring over two distributions converts the pair (p, q))
         p, q = potentials
         return torch.stack((p, q, torch.zeros_like(p)))
 
@@ -287,7 +289,7 @@ def CheckpointSemiring(semiring: type[Semiring], min_size: int = 0) -> type[Semi
     the memory of the chart alone. Products of at most ``min_size`` elements are kept as
     usual (torch-struct's ``CheckpointSemiring(cls, min_size)``)."""
 
-    class _Checkpoint(semiring):
+    class _Checkpoint(semiring):  # type: ignore[valid-type, misc]  # (a class given at run time)
         @classmethod
         def sum_product(cls, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             size = torch.broadcast_shapes(a.shape, b.shape).numel()

@@ -245,8 +245,7 @@ def marginals(crf, semiring: type[Semiring], other=None, *, compiled: bool = Tru
         for r in range(rows.shape[0]):
             grads = torch.autograd.grad(rows[r].sum(), leaves, create_graph=create_graph,
                                         retain_graph=True, allow_unused=True)
-            grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
-            out.append(to_marginals(grads))
+            out.append(to_marginals([torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]))
     return out[0] if value.dim() == 1 else torch.stack(out).view(*value.shape[:-1], *out[0].shape)
 
 

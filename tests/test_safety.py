@@ -1,5 +1,6 @@
 """Nothing lost, nothing silent: output containment of ``prepare``, one writer per folder
-(locks), reproducible fresh runs, and corrupted checkpoints refused with one line."""
+(locks), reproducible fresh runs, a checkpoint that cannot be written (damaged checkpoints:
+tests/cli/test_damaged_checkpoints.py)."""
 
 import json
 import os
@@ -132,21 +133,6 @@ def test_readers_share_a_lock_that_keeps_writers_out(tmp_path):
             FolderLock(tmp_path, "prepared dataset", shared=True).acquire()
     missing = FolderLock(tmp_path / "nowhere" / "x", shared=True).acquire()  # no folder: nothing to lock
     assert not missing.held and not (tmp_path / "nowhere").exists()
-
-
-def test_a_pickle_named_model_safetensors_is_named(tmp_path):
-    import torch
-
-    from synattn.errors import InputError
-    from synattn.models import EncoderDecoderTransformer
-    from synattn.models.config import EncoderDecoderConfig
-    from synattn.models.pretrained import PretrainedModel
-
-    config = EncoderDecoderConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=8, heads=2, ffn_dim=8)
-    EncoderDecoderTransformer(config).save_pretrained(tmp_path)
-    torch.save({"weights": torch.zeros(3)}, tmp_path / "model.safetensors")
-    with pytest.raises(InputError, match=r"model\.safetensors: not a safetensors file \(.*header"):
-        PretrainedModel.from_pretrained(tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------

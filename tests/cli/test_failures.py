@@ -94,20 +94,6 @@ def _full_disk(env):
     env.monkeypatch.setattr(torch, "save", full)
 
 
-def _damaged(name: str, how: str):
-    """``B/run``: a copy of the tiny translation run with one checkpoint file damaged."""
-    def make(env):
-        shutil.copytree(env.tiny / "mt", env.box / "run", ignore=shutil.ignore_patterns(".synattn.lock"))
-        path = env.box / "run" / "checkpoints" / "ckpt_000002" / name
-        if how == "pickled-code":  # a real torch file whose unpickling would run code
-            torch.save({"step": 2, "hook": os.system}, path)
-            return
-        data = path.read_bytes()
-        path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
-                          "random": bytes((i * 7919 + 13) % 256 for i in range(len(data)))}[how])
-    return make
-
-
 def _locked(env):
     env.stack.enter_context(FolderLock(env.box / "run", "run directory"))  # another writer holds B/run
 
@@ -231,14 +217,7 @@ CASES = [
     P([*TRANSLATE, "--data", "T/other"], 2, "is not the dataset run", None, id="6-translate-another-vocabulary"),
     P([*TRAIN, "model.share_embeddings=true"], 2, "model.share_embeddings=true needs one vocabulary", None,
       id="6-share-embeddings-two-vocabularies"),
-    # 7. damaged checkpoints
-    *[P(TRANSLATE[:2] + ["B/run"] + TRANSLATE[3:], 2, "ckpt_000002", _damaged("model.safetensors", how),
-        id=f"7-model-safetensors-{how}") for how in ("truncated", "empty", "random")],
-    *[P(["train", "--run-dir", "B/run", "--resume", "train.max_steps=3"], 2, "ckpt_000002", _damaged("state.pt", how),
-        id=f"7-state-pt-{how}") for how in ("truncated", "empty", "random")],
-    P(["train", "--run-dir", "B/run", "--resume", "train.max_steps=3"], 2,
-      "cannot read this checkpoint (UnpicklingError: not a tensors-only file); delete it",
-      _damaged("state.pt", "pickled-code"), id="7-state-pt-pickled-code-is-not-loaded"),
+    # 7. damaged checkpoints: tests/cli/test_damaged_checkpoints.py
     # 7. bad input files and options
     P(["corpus", "ptb", "-o", "B/ptb", "--splits", "train", "dev"], 2,
       "--splits: unknown ptb split(s) dev; ptb has train, valid, test", None,

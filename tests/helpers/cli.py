@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from hypothesis import HealthCheck, Phase
+from hypothesis import strategies as st
 
 from synattn.cli.main import main
 
@@ -20,6 +22,45 @@ FUZZ_CASES: dict[str, int] = {}
 #: Examples per fuzzer: the fuzzer's own default (the suite stays fast), or SYNATTN_FUZZ_EXAMPLES
 #: for a deep run.
 FUZZ_SCALE = int(os.environ.get("SYNATTN_FUZZ_EXAMPLES", "0")) or None
+
+#: The fuzzers' settings: no deadline, no health checks, no shrinking (a failing example is printed
+#: as found; shrinking runs of the command takes minutes).
+FUZZ = dict(deadline=None, suppress_health_check=list(HealthCheck),
+            phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+
+def damage(data: bytes, how: str, position: float, seed: int) -> bytes:
+    """``data`` damaged ``how`` (one of :data:`DAMAGE`, or ``nan`` for a safetensors file): cut at
+    ``position`` (0-1), emptied, zeroed, random bytes, 8 flipped bits, 64 random bytes appended."""
+    rng = __import__("random").Random(seed)
+    cut = int(len(data) * position)
+    if how == "truncate":
+        return data[:cut]
+    if how == "zero":
+        return b""
+    if how == "zeros":
+        return bytes(len(data))
+    if how == "random":
+        return bytes(rng.randrange(256) for _ in range(max(len(data), 1)))
+    if how == "flip":
+        out = bytearray(data)
+        for _ in range(8):
+            if out:
+                k = rng.randrange(len(out))
+                out[k] ^= 1 << rng.randrange(8)
+        return bytes(out)
+    if how == "nan":  # a well-formed safetensors file whose weights hold NaN (a diverged run)
+        from safetensors.torch import load, save
+
+        tensors = load(data)
+        floats = sorted(k for k, v in tensors.items() if v.is_floating_point())
+        name = floats[seed % len(floats)]
+        tensors[name].view(-1)[seed % tensors[name].numel()] = float("nan")
+        return save(tensors)
+    return data + bytes(rng.randrange(256) for _ in range(64))  # "append"
+
+
+DAMAGE = st.sampled_from(["truncate", "zero", "zeros", "random", "flip", "append"])
 
 
 def count_case(fuzzer: str) -> None:

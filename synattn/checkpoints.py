@@ -30,7 +30,10 @@ def checkpoint_name(step: int) -> str:
 
 def checkpoint_step(path: str | Path) -> int:
     """The update of a checkpoint or snapshot directory: 123 for ``ckpt_000123``."""
-    return int(NAME.fullmatch(Path(path).name).group(1))
+    match = NAME.fullmatch(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path}: not a checkpoint directory (ckpt_NNNNNN)")
+    return int(match.group(1))
 
 
 def list_checkpoints(folder: str | Path) -> list[Path]:

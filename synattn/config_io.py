@@ -77,7 +77,7 @@ def check_type(tp: Any, value: Any, where: str) -> None:
         for i, v in enumerate(value):
             check_type(item, v, f"{where}[{i}]")
         return
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, tp):
             raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {brief(value)}")
         check_fields(value, where + ".")
@@ -104,10 +104,10 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         if value is None:
             return None
         for arg in typing.get_args(tp):
-            if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+            if isinstance(arg, type) and dataclasses.is_dataclass(arg) and isinstance(value, dict):
                 return from_dict(arg, value, where + ".")
         return value
-    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict):
         return from_dict(tp, value, where + ".")
     if typing.get_origin(tp) is list and isinstance(value, list):
         (item,) = typing.get_args(tp)
@@ -121,6 +121,8 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     where = prefix.rstrip(".") or cls.__name__
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of keys to values, got {type(data).__name__} ({brief(data)})")
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"from_dict: {cls.__name__} is not a dataclass")
     upgrade = getattr(cls, "upgrade", None)  # a config that still reads older spellings of its keys
     if upgrade is not None:
         data = upgrade(data, prefix)

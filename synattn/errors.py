@@ -85,6 +85,9 @@ class ConfigError(UsageError):
     The message names the file (or the ``key=value`` override), the key and the cause.
     """
 
+    prefixed = False
+    """True once the message starts with the key path of the config that holds the key."""
+
 
 class RunFailure(SynattnError, RuntimeError):
     """The command could not finish for a reason outside the user's input (disk full, a run

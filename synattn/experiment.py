@@ -21,6 +21,7 @@ mistake.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,14 +110,14 @@ class ExperimentConfig(StrictConfig):
         return TASK_KINDS[self.task]
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: list[str] = (), data: str | None = None) -> ExperimentConfig:
+    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = (), data: str | None = None) -> ExperimentConfig:
         """Read ``path`` and apply ``key.sub=value`` overrides (values parsed as YAML), then ``data``
         (``--data``). Errors name the file, or the override when the file alone is fine."""
         raw = read_yaml(path)
         return cls.from_sections(raw, str(path), overrides, data)
 
     @classmethod
-    def from_sections(cls, raw: Any, where: str, overrides: list[str] = (), data: str | None = None,
+    def from_sections(cls, raw: Any, where: str, overrides: Sequence[str] = (), data: str | None = None,
                       ) -> ExperimentConfig:
         """Builds the config from YAML data read from ``where``, applying ``overrides`` and ``data``."""
         raw = {} if raw is None else raw
@@ -132,7 +133,9 @@ class ExperimentConfig(StrictConfig):
             exp = cls.from_dict(merged)
         except ConfigError as err:
             raise config_error(err, _culprit(cls, raw, where, overrides, data, err)) from None
-        exp.sources = {"file": where, "overrides": list(overrides), "data": data, "raw": raw}
+        # (where the config was read from: an attribute, not a config key)
+        exp.sources = {"file": where, "overrides": list(overrides), "data": data,  # type: ignore[attr-defined]
+                       "raw": raw}
         return exp
 
     def blame(self, err: Exception) -> ConfigFileError:
@@ -155,7 +158,7 @@ class ExperimentConfig(StrictConfig):
 
     def _passes(self, overrides) -> bool:
         """Whether this config's file with ``overrides`` (and its ``--data``) passes ``check_data``."""
-        sources = self.sources
+        sources = self.sources  # type: ignore[attr-defined]  # (set by from_sections)
         try:
             type(self).from_sections(sources["raw"], sources["file"], overrides, sources["data"]).check_data()
         except ConfigError:
@@ -183,7 +186,7 @@ class ExperimentConfig(StrictConfig):
                                   f"{filled.get(key, 'none')} (leave it out: it is read from the data)")
         data.update({k: data.get(k, v) for k, v in filled.items()})
         try:
-            config = from_dict(config_cls, data, "model.")
+            config: Any = from_dict(config_cls, data, "model.")
             from synattn.train.tasks import syntax_request_for
 
             syntax_request_for(config)
@@ -232,7 +235,7 @@ class ExperimentConfig(StrictConfig):
         return manifest, labels
 
 
-def _culprit(cls, raw: Any, where: str, overrides: list[str], data: str | None, err: Exception) -> str:
+def _culprit(cls, raw: Any, where: str, overrides: Sequence[str], data: str | None, err: Exception) -> str:
     """What to blame for ``err``: the file when it fails alone with the same error, else the
     override (or ``--data``) whose key the message names, else every override."""
     if not overrides and data is None:

@@ -35,7 +35,7 @@ from synattn.errors import RunFailure
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = ".synattn.lock"
 

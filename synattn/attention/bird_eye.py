@@ -181,6 +181,7 @@ class BirdEyeReweighting(AttentionFeature):
         h = F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask, scale=ctx.scale)
         b, _, n, _ = h.shape
         h = h.transpose(1, 2).reshape(b, n, -1)  # [B, n, d]
+        assert ctx.x is not None  # (reads_hidden: the attention passes its input)
         return self.level(torch.cat([ctx.x, h.to(ctx.x.dtype)], dim=-1)).transpose(1, 2)  # [B, H, n]
 
     def _with_past(self, r: Tensor, ctx: AttentionContext) -> Tensor:

@@ -43,7 +43,7 @@ class KVCache:
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Appends new ``[batch_size, heads, t_new, d_k]`` keys/values; returns all of them."""
-        if self.key is not None:
+        if self.key is not None and self.value is not None:  # (set together)
             key = torch.cat([self.key, key], dim=2)  # [B, H, t + t_new, d_k]
             value = torch.cat([self.value, value], dim=2)
         self.key, self.value = key, value
@@ -51,7 +51,7 @@ class KVCache:
 
     def reorder(self, index: Tensor) -> None:
         """Keeps the batch rows ``index`` (``[new_batch]`` long), e.g. the surviving beams."""
-        if self.key is not None:
+        if self.key is not None and self.value is not None:  # (set together)
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
         self.extra = {name: value.index_select(0, index) for name, value in self.extra.items()}

@@ -224,6 +224,7 @@ class ConstituentAttention(AttentionFeature):
 
     def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
         keys = bidirectional_keys(ctx, "constituent attention")
+        assert ctx.x is not None  # (reads_hidden: the attention passes its input)
         b, n = ctx.x.shape[:2]
         valid = (torch.ones(b, n, dtype=torch.bool, device=ctx.x.device) if keys is None
                  else keys.expand(b, n))  # [B, n]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -100,7 +101,7 @@ class MultiheadAttention(nn.Module):
                 raise ValueError(f"{type(feature).__name__} does not support a key/value cache")
         q = self._split(self.q_proj(x))  # [B, H, n, d_k]
         query_start = cache.length if (cache is not None and is_self) else 0
-        if cache is not None and cache.static and cache.key is not None:
+        if cache is not None and cache.static and cache.key is not None and cache.value is not None:
             k, v = cache.key, cache.value
         else:
             source = x if is_self else context
@@ -120,7 +121,8 @@ class MultiheadAttention(nn.Module):
                                carry={} if carry is None else carry)
         plain_causal = causal and key_padding_mask is None and attn_mask is None and query_start == 0
         dropout = self.dropout if self.training else 0.0
-        mixed = attend_features(self.features, ctx, dropout=dropout, need_weights=need_weights,
+        features = cast(Sequence[AttentionFeature], self.features)  # (an nn.ModuleList of them)
+        mixed = attend_features(features, ctx, dropout=dropout, need_weights=need_weights,
                                 plain_causal=plain_causal)
         b, _, n, _ = mixed.shape
         out = self.out_proj(mixed.transpose(1, 2).reshape(b, n, self.d_model))  # [B, n, d]

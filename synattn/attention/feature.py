@@ -66,7 +66,8 @@ class AttentionContext:
         q: ``[batch_size, heads, n, d_k]`` queries (after ``queries_keys``).
         k: ``[batch_size, heads, m, d_k]`` keys (including cached keys).
         v: ``[batch_size, heads, m, d_k]`` values (including cached values).
-        x: ``[batch_size, n, d_model]`` the input of the queries.
+        x: ``[batch_size, n, d_model]`` the input of the queries (None in a Hugging Face model's
+            attention when no feature of the site reads it: ``reads_hidden``).
         allowed: ``[batch_size | 1, 1, n, m]`` bool, True where query i may attend key j
             (None: every pair allowed).
         query_start: absolute position of the first query (the cache length in incremental
@@ -86,7 +87,7 @@ class AttentionContext:
     q: Tensor
     k: Tensor
     v: Tensor
-    x: Tensor
+    x: Tensor | None
     allowed: Tensor | None
     query_start: int
     scale: float

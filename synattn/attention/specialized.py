@@ -39,6 +39,7 @@ class SpecializedHeads(AttentionFeature):
     """
 
     cacheable = False
+    heads: Tensor  # a buffer: the indices of the heads
 
     def __init__(self, num_labels: int, head_dim: int, heads: Sequence[int] = (0,),
                  source: str = "pos", label_dim: int | None = None):

@@ -117,6 +117,7 @@ class SegmentationAttention(AttentionFeature):
     def marginals(self, unary: Tensor, lengths: Tensor) -> Tensor:
         """p(z_i = 1) ``[batch_size, heads, n, m]`` of unary scores ``[batch_size, heads, n, m]``."""
         b, h, n, m = unary.shape
+        assert self.pairwise is not None  # (mode "structured")
         pairwise = self.pairwise.to(unary.dtype)[None, :, None].expand(b, h, n, 2, 2)  # [B, H, n, 2, 2]
         chains = lengths.to(unary.device)[:, None, None].expand(b, h, n).reshape(-1)  # [B·H·n]
         p = chain_marginals(unary.reshape(-1, m), pairwise.reshape(-1, 2, 2), chains, self.chain_crf)
@@ -217,6 +218,7 @@ class SyntacticAttention(AttentionFeature):
         """p(i → j) ``[batch_size, n + 1, n + 1]`` of arc scores of the same shape (0 = ROOT) and,
         for ``tree="projective2o"``, sibling scores ``[batch_size, n + 1, n + 1, n + 1]``."""
         if self.tree == "projective2o":
+            assert siblings is not None  # (scored for this tree)
             return Dependency2oCRF(scores, siblings, lengths, multiroot=self.multiroot).marginals
         crf = DependencyCRF if self.tree == "projective" else NonProjectiveDependencyCRF
         return crf(scores, lengths, multiroot=self.multiroot).marginals
@@ -225,6 +227,7 @@ class SyntacticAttention(AttentionFeature):
         who = "syntactic attention"
         b, _, n, _ = probs.shape
         lengths = suffix_lengths(bidirectional_keys(ctx, who), b, n, who).to(probs.device)
+        assert ctx.x is not None  # (reads_hidden: the attention passes its input)
         scores = self.scorer(upcast(ctx.x))  # [B, n+1, n+1]
         siblings = None if self.siblings is None else self.siblings(upcast(ctx.x))  # [B, n+1, n+1, n+1]
         arcs = self.arc_marginals(scores, lengths, siblings)[:, 1:, 1:]  # [B, n, n] (head i, dependent j)

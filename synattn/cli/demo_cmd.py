@@ -30,6 +30,7 @@ import glob
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ DEMO = FolderKind(".synattn-demo", "a folder of 'synattn demo'", made_before_mar
 # the updates of 4000 at the same loss per token seen).
 BASE = {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.0, "norm": "pre",
         "encoder": {"layers": 1}, "decoder": {"layers": 1}}
-SUPERVISED = {"layer": 0, "head": 0, "weight": 1.0}
+SUPERVISED: dict[str, Any] = {"layer": 0, "head": 0, "weight": 1.0}
 # Both encoders have Shaw et al.'s relative positions, so that the difference between the two
 # models is the syntax alone: tree-distance relations and the supervised head.
 BASELINE = {**BASE, "encoder": {"layers": 1, "relations": ["sequential"]}}
@@ -133,7 +134,9 @@ def _training_plan(jobs: list, minutes: float, threads: int) -> str:
     from synattn.cli.side_by_side import _progress
     from synattn.train import resolve_checkpoint
 
-    finished, resumed, new = [], [], []
+    finished: list[str] = []
+    resumed: list[str] = []
+    new: list[str] = []
     for job in jobs:
         seconds, step, _ = _progress(job)
         if resolve_checkpoint(job.run_dir) is None:

@@ -16,6 +16,7 @@ output folder that holds an input, two outputs that are one file, are usage erro
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from synattn.errors import RunFailure, UsageError
@@ -104,8 +105,8 @@ def _same_file(a: Path, b: Path) -> bool:
         return a == b
 
 
-def check_apart(outputs: dict[str, str | Path | None],
-                inputs: dict[str, str | Path | None] | list[tuple[str, str | Path | None]]) -> None:
+def check_apart(outputs: Mapping[str, str | Path | None],
+                inputs: Mapping[str, str | Path | None] | Sequence[tuple[str, str | Path | None]]) -> None:
     """Raises :class:`UsageError` when an output would replace or write into an input.
 
     Args:
@@ -117,7 +118,7 @@ def check_apart(outputs: dict[str, str | Path | None],
     An output file may not be an input file or lie inside an input folder; an output folder may
     not hold an input or lie inside an input folder; two outputs may not be one file.
     """
-    pairs = inputs.items() if isinstance(inputs, dict) else inputs
+    pairs = inputs.items() if isinstance(inputs, Mapping) else inputs
     given_in = [(k, Path(v)) for k, v in pairs if v not in (None, "")]
     given_out = {k: Path(v) for k, v in outputs.items() if v not in (None, "")}
     seen: dict[Path, str] = {}

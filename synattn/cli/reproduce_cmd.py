@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.list:
             raise UsageError("name a study (synattn reproduce --list shows them)")
         for name, study in STUDIES.items():
-            arms = ", ".join(a.name for a in study.arms)
-            print(f"{name:22} {study.title}\n{'':22} arms: {arms}; default {study.seeds} seeds × "
+            arm_names = ", ".join(a.name for a in study.arms)
+            print(f"{name:22} {study.title}\n{'':22} arms: {arm_names}; default {study.seeds} seeds × "
                   f"{study.minutes:g} min")
         return 0
     if args.threads:

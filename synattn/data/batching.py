@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -159,14 +160,16 @@ class Batch:
 
     def to(self, device, non_blocking: bool = False) -> Batch:
         """A copy on ``device`` (``non_blocking``: asynchronous copies from pinned memory)."""
-        move = {k: (v.to(device, non_blocking=non_blocking) if isinstance(v, (Tensor, SyntaxInputs)) else v)
-                for k, v in self.__dict__.items()}
+        move: dict[str, Any] = {k: (v.to(device, non_blocking=non_blocking)
+                                    if isinstance(v, (Tensor, SyntaxInputs)) else v)
+                                for k, v in self.__dict__.items()}
         return Batch(**move)
 
     def pin_memory(self) -> Batch:
         """A copy with every tensor in page-locked memory (what ``DataLoader(pin_memory=True)`` calls)."""
-        return Batch(**{k: (v.pin_memory() if isinstance(v, (Tensor, SyntaxInputs)) else v)
-                        for k, v in self.__dict__.items()})
+        pinned: dict[str, Any] = {k: (v.pin_memory() if isinstance(v, (Tensor, SyntaxInputs)) else v)
+                                  for k, v in self.__dict__.items()}
+        return Batch(**pinned)
 
 
 def pad_ids(seqs: list[np.ndarray], length: int, value: int, dtype=torch.long) -> Tensor:

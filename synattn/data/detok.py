@@ -99,7 +99,8 @@ class Spacing:
     def learn(cls, examples: Iterable[tuple[Sequence[str], str]], min_pair: int = 2) -> Spacing:
         """Learn from ``(words, text)`` pairs; sentences whose words do not spell their text are
         skipped (counted in ``skipped``)."""
-        pair_total, pair_space = Counter(), Counter()
+        pair_total: Counter[tuple[str, str]] = Counter()
+        pair_space: Counter[tuple[str, str]] = Counter()
         sentences = skipped = 0
         for words, text in examples:
             spaces = spaces_between(words, text)

@@ -28,7 +28,7 @@ def encode_sentence(side: str, words: list[str], sp, labels: dict[str, list[str]
     """
     pieces, per_word = segment_words(sp, words, out_type=int)
     word_of_piece = np.repeat(np.arange(len(words)), per_word)  # [pieces]
-    out = {f"{side}_ids": np.asarray(pieces, dtype=np.int32), f"{side}_word": word_of_piece}
+    out: dict[str, np.ndarray] = {f"{side}_ids": np.asarray(pieces, dtype=np.int32), f"{side}_word": word_of_piece}
     if tree is not None:
         upos_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_upos", []))}
         rel_index = {lab: i for i, lab in enumerate(labels.get(f"{side}_deprels", []))}

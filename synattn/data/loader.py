@@ -67,6 +67,8 @@ def collated(data, batches: Sequence[np.ndarray], request: SyntaxRequest,
             yield batch.pin_memory() if pin_memory else batch
         return
     loader = DataLoader(_Collation(data, batches, request, collate_fn), batch_size=None, shuffle=False,
-                        num_workers=num_workers, collate_fn=_as_is, pin_memory=pin_memory,
+                        # (batch_size=None: collate_fn gets one item, not the list torch's types say)
+                        num_workers=num_workers, collate_fn=_as_is,  # type: ignore[arg-type]
+                        pin_memory=pin_memory,
                         generator=torch.Generator().manual_seed(0))  # (not the global generator)
     yield from loader

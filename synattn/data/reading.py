@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 from synattn.data.text import SkipReport, check_text_file, read_lines
 from synattn.errors import DataError, UsageError
@@ -77,7 +77,8 @@ def _load_text(cfg: PrepareConfig) -> dict[str, dict[str, Side]]:
                 _attach_given_trees(out[split]["src"], cfg.src_trees[split])
     elif cfg.src_trees:
         for split, path in cfg.src_trees.items():
-            trees = _within_max_words(read_conllu(path, on_error=cfg.on_error), cfg, path)
+            on_error = cast(Literal["raise", "skip"], cfg.on_error)  # (checked by PrepareConfig)
+            trees = _within_max_words(read_conllu(path, on_error=on_error), cfg, path)
             out[split] = {"src": Side([" ".join(t.words) for t in trees], list(range(1, len(trees) + 1)),
                                       path, trees)}
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
@@ -23,6 +24,9 @@ from synattn.data.prepared import PreparedData
 from synattn.data.subwords import pieces_by_word
 from synattn.data.text import SkipReport, read_lines
 from synattn.errors import InputError
+
+if TYPE_CHECKING:
+    from synattn.trees.dependency import DependencyTree
 
 
 class Sentences:
@@ -96,13 +100,13 @@ class Sentences:
             if not lines:
                 raise InputError(f"no sentence at line {line + 1} (0-based index {line})", path)
         words = [text.split() for _, text in lines]
-        trees = [None] * len(lines)
+        trees: list[DependencyTree | None] = [None] * len(lines)
         if needs_trees:
             from synattn.data.parsing import parse
 
-            trees = list(parse([text for _, text in lines], manifest["config"]["src_model"],
-                               pretokenized=pretokenized))
-            words = [tree.words for tree in trees]
+            parsed = list(parse([text for _, text in lines], manifest["config"]["src_model"],
+                                pretokenized=pretokenized))
+            trees, words = list(parsed), [tree.words for tree in parsed]
         elif not pretokenized:
             from synattn.data.parsing import tokenize
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from synattn.config_io import config_error, parse_yaml
 from synattn.data.batching import PreparedDataset, collate, token_batches
@@ -69,7 +70,7 @@ def _kept(run: Path) -> str:
     return f"give best, last, a checkpoint of the run ({kept}) or a checkpoint's folder"
 
 
-def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, ExperimentConfig, Path]:
+def load_run(run: str | Path, which: str = "best") -> tuple[nn.Module, ExperimentConfig, Path]:
     """The model of a run directory's ``best``/``last`` checkpoint (or a checkpoint path) and its
     experiment config (from the run's ``config.yaml``; ``exp.run`` is set to the run directory, so
     that :func:`evaluate_run` checks the dataset against the run's fingerprint).
@@ -113,7 +114,7 @@ def load_run(run: str | Path, which: str = "best") -> tuple[PretrainedModel, Exp
     except Exception as err:  # YAML errors
         raise InputError(f"not a config.yaml of 'synattn train' ({type(err).__name__}: "
                          f"{' '.join(str(err).split())[:200]})", str(config_path)) from None
-    exp.run = run
+    exp.run = run  # type: ignore[attr-defined]  # (the run directory: an attribute, not a config key)
     return model, exp, checkpoint
 
 
@@ -137,7 +138,7 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
     if getattr(exp, "run", None) is not None:
         from synattn.runs import check_dataset
 
-        check_dataset(exp.run, data or exp.data)
+        check_dataset(exp.run, data or exp.data)  # type: ignore[attr-defined]  # (set by load_run)
     try:
         dataset = PreparedDataset(data or exp.data, split)
     except (FileNotFoundError, KeyError) as err:
@@ -166,6 +167,7 @@ def evaluate_run(model, exp: ExperimentConfig, split: str = "test", *, data: str
         nll, tokens = nll + float(logs["nll_loss"]), tokens + int(logs["ntokens"])
         if not exp.kind.attention_analysis:
             continue
+        assert exp.kind.evaluate is not None  # (a kind with attention analysis has its evaluation hook)
         out = exp.kind.evaluate(model, batch)
         examples = [dataset[int(i)] for i in indices]
         for key, log_probs in out.head_log_probs.items():

@@ -58,7 +58,7 @@ def as_tree(sentence: Any) -> DependencyTree:
                      "DependencyTree, a spaCy Doc or (words, heads)")
 
 
-def piece_heads(heads: Sequence[int], word_ids: Sequence[int | None]) -> np.ndarray:
+def piece_heads(heads: Sequence[int] | np.ndarray, word_ids: Sequence[int | None]) -> np.ndarray:
     """Heads of a token sequence from word heads and ``word_ids()``.
 
     Args:
@@ -74,7 +74,7 @@ def piece_heads(heads: Sequence[int], word_ids: Sequence[int | None]) -> np.ndar
         >>> piece_heads([2, 0], [None, 0, 0, 1, None]).tolist()  # [CLS] a ##b c [SEP]
         [-1, 3, 4, 0, -1]
     """
-    heads = np.asarray(heads, dtype=np.int64)
+    word_heads = np.asarray(heads, dtype=np.int64)
     real = np.array([t for t, w in enumerate(word_ids) if w is not None], dtype=np.int64)
     words = np.array([word_ids[t] for t in real], dtype=np.int64)
     out = np.full(len(word_ids), -1, dtype=np.int64)
@@ -88,9 +88,9 @@ def piece_heads(heads: Sequence[int], word_ids: Sequence[int | None]) -> np.ndar
         raise InputError(f"the tokens' word ids must run 0, 1, 2, ... in order with every word present, but "
                          f"{what}; tokenize one sentence with is_split_into_words=True")
     kept = int(words[-1]) + 1  # words beyond it were cut by truncation
-    if kept > len(heads):
-        raise InputError(f"the tokens cover {kept} words but the tree has {len(heads)}")
-    word_heads = np.where(heads[:kept] > kept, 0, heads[:kept])  # arcs to cut words go to ROOT
+    if kept > len(word_heads):
+        raise InputError(f"the tokens cover {kept} words but the tree has {len(word_heads)}")
+    word_heads = np.where(word_heads[:kept] > kept, 0, word_heads[:kept])  # arcs to cut words go to ROOT
     pieces = np.bincount(words, minlength=kept)
     sub = project_to_subwords(word_heads, pieces)  # [m] 1-based over the real pieces
     out[real] = np.where(sub > 0, real[np.maximum(sub - 1, 0)] + 1, 0)
@@ -128,8 +128,8 @@ class SyntaxEncoder:
                              f"{', '.join(f.name for f in syntax_fields())}")
         self.fields = tuple(fields)
         self.max_distance, self.max_traversal = max_distance, max_traversal
-        self.request = SyntaxRequest(src=frozenset(self.fields), max_distance=max_distance,
-                                     max_traversal=max_traversal, **settings)
+        self.request = SyntaxRequest(src=frozenset(self.fields), settings=settings, max_distance=max_distance,
+                                     max_traversal=max_traversal)
         self.vocabs = {"pos": list(pos_vocab or []), "deprel": list(deprel_vocab or [])}
         for name in ("pos", "deprel"):
             if name in self.fields and not self.vocabs[name]:
@@ -247,13 +247,13 @@ class SyntaxCollator:
             spec = syntax_field(key.split("syntax_", 1)[1])
             fill = self.encoder.outside(spec.name)
             if spec.kind == "pair":
-                values = [np.asarray(item[key]) for item in items]
-                low = min([fill, *(int(v.min()) for v in values if v.size)])
-                high = max([fill, *(int(v.max()) for v in values if v.size)])
+                arrays = [np.asarray(item[key]) for item in items]
+                low = min([fill, *(int(v.min()) for v in arrays if v.size)])
+                high = max([fill, *(int(v.max()) for v in arrays if v.size)])
                 dtype = next(d for d in (torch.int8, torch.int16, torch.int64)
                              if torch.iinfo(d).min <= low and high <= torch.iinfo(d).max)
                 grid = torch.full((len(items), t, t), fill, dtype=dtype)
-                for b, (value, off) in enumerate(zip(values, offsets)):
+                for b, (value, off) in enumerate(zip(arrays, offsets)):
                     n = lengths[b]
                     grid[b, off:off + n, off:off + n] = torch.as_tensor(value, dtype=dtype)
                 batch[key] = grid

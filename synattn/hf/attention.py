@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -94,9 +94,12 @@ class SiteAttention(nn.Module):
         self.features = nn.ModuleList(features)
         self.reads_hidden = reads_hidden
 
+    def _features(self) -> Sequence[AttentionFeature]:
+        return cast(Sequence[AttentionFeature], self.features)  # (an nn.ModuleList of them)
+
     def check(self, is_self: bool, causal: bool, query_start: int) -> None:
         """Raises ``ValueError`` when a feature cannot run in this call."""
-        for feature in self.features:
+        for feature in self._features():
             name = type(feature).__name__
             if feature.self_attention_only and not is_self:
                 raise ValueError(f"{name} at {self.site.key} is a self-attention feature")
@@ -135,7 +138,7 @@ class SiteAttention(nn.Module):
                                is_self=is_self, extras=AttentionExtras(), mask_bias=extra,
                                carry=call.carry.setdefault(side, {}))
         need_weights = bool(kwargs.get("output_attentions", False)) or call.need_weights
-        mixed = attend_features(self.features, ctx, dropout=dropout if module.training else 0.0,
+        mixed = attend_features(self._features(), ctx, dropout=dropout if module.training else 0.0,
                                 need_weights=need_weights,
                                 plain_causal=causal and mask is None and query_start == 0)
         for name, loss in ctx.extras.losses.items():

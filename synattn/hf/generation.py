@@ -29,13 +29,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from torch import nn
-
 from synattn.hf.attention import cacheable
-from synattn.hf.model import syntax_from_inputs
+from synattn.hf.model import HFModel, syntax_from_inputs
 
 
-def _holder(model: nn.Module) -> Any:
+def _holder(model: HFModel) -> Any:
     holder = model._modules.get("synattn")
     if holder is None:
         raise ValueError(f"{type(model).__name__} has no synattn features (synattn.hf.attach)")
@@ -43,7 +41,7 @@ def _holder(model: nn.Module) -> Any:
 
 
 @contextmanager
-def use_syntax(model: nn.Module, **syntax: Any) -> Iterator[None]:
+def use_syntax(model: HFModel, **syntax: Any) -> Iterator[None]:
     """Within the block, every forward of ``model`` that is given no syntax uses ``syntax``.
 
     Args:
@@ -60,7 +58,7 @@ def use_syntax(model: nn.Module, **syntax: Any) -> Iterator[None]:
         holder.standing_syntax = previous
 
 
-def uncacheable_sites(model: nn.Module) -> list[str]:
+def uncacheable_sites(model: HFModel) -> list[str]:
     """``"<site>: <feature>"`` of the self-attention features that cannot decode with a cache."""
     out = []
     for key, site in _holder(model).sites().items():
@@ -70,7 +68,7 @@ def uncacheable_sites(model: nn.Module) -> list[str]:
     return out
 
 
-def generate(model: nn.Module, *args: Any, **kwargs: Any) -> Any:
+def generate(model: HFModel, *args: Any, **kwargs: Any) -> Any:
     """``model.generate(*args, **kwargs)`` with the ``syntax_*`` / ``decoder_syntax_*`` entries of
     ``kwargs`` as standing syntax (:func:`use_syntax`).
 

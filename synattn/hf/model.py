@@ -32,6 +32,11 @@ from synattn.hf.sites import find_sites
 from synattn.syntax.fields import is_field, syntax_fields
 from synattn.syntax.inputs import SyntaxInputs
 
+HFModel = Any
+"""A ``transformers`` model: its config, its methods (``generate``, ``get_encoder``, ...) and the
+submodule ``synattn`` that :func:`attach` adds are read by name, which ``nn.Module``'s types do not
+declare."""
+
 SYNTAX_FIELDS = tuple(f.name for f in syntax_fields())
 """Names of the built-in syntax inputs: ``syntax_<field>`` (the syntax of ``input_ids``) and
 ``decoder_syntax_<field>`` (of ``decoder_input_ids``); any field registered later
@@ -85,7 +90,7 @@ class SynattnModule(nn.Module):
                 self.last_links = links
 
 
-def attach(model: nn.Module, features: list[dict[str, Any]]) -> SynattnModule:
+def attach(model: HFModel, features: list[dict[str, Any]]) -> SynattnModule:
     """Adds synattn features to a loaded ``transformers`` model, in place.
 
     Args:
@@ -184,7 +189,7 @@ def syntax_from_inputs(inputs: dict[str, Any], input_side: str) -> dict[str, Syn
     return syntax
 
 
-def _separate_encoder(model: nn.Module) -> nn.Module | None:
+def _separate_encoder(model: HFModel) -> nn.Module | None:
     """The encoder submodule of an encoder-decoder model (None for other models)."""
     if not getattr(model.config, "is_encoder_decoder", False) or not hasattr(model, "get_encoder"):
         return None
@@ -192,12 +197,12 @@ def _separate_encoder(model: nn.Module) -> nn.Module | None:
     return None if encoder is model else encoder
 
 
-def _need_weights(model: nn.Module, kwargs: dict) -> bool:
+def _need_weights(model: HFModel, kwargs: dict) -> bool:
     need = kwargs.get("output_attentions")
     return bool(getattr(model.config, "output_attentions", False) if need is None else need)
 
 
-def _start_call(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _start_call(model: HFModel, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if kwargs.get("synattn_call") is None:
         syntax = syntax_from_inputs(kwargs, model.synattn.input_side)
         if not syntax and model.synattn.standing_syntax is not None:
@@ -227,7 +232,7 @@ def _finish_encoder_call(holder: SynattnModule):
     return hook
 
 
-def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+def _finish_call(model: HFModel, args: tuple, kwargs: dict, output: Any) -> Any:
     call: SynattnCall = kwargs["synattn_call"]
     call.hidden.clear()  # not kept beyond the forward (a checkpointed layer captures it again)
     model.synattn.last_call = call  # call.carry stays: a checkpointed layer's recomputation reads it
@@ -239,7 +244,7 @@ def _finish_call(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> An
         total = torch.stack([loss.float() for loss in call.losses.values()]).sum()
         if output.get("loss") is not None:
             output["loss"] = output["loss"] + total.to(output["loss"].dtype)
-        elif "loss" in output.__dataclass_fields__:
+        elif "loss" in output.__dataclass_fields__:  # type: ignore[attr-defined]  # (its subclasses are dataclasses)
             output = type(output)(**{**dict(output), "loss": total})  # loss stays the first field
     output.synattn_losses = call.losses
     output.synattn_head_log_probs = call.head_log_probs
@@ -263,12 +268,12 @@ def _check_gradients(model: nn.Module, call: SynattnCall) -> None:
 _WITH_FEATURES: dict[type, type] = {}
 
 
-def with_features(cls: type) -> type:
+def with_features(cls: type[Any]) -> type[Any]:
     """A subclass of the ``transformers`` model class ``cls`` whose ``__init__`` attaches the
     features named in ``config.synattn``, so that ``from_pretrained`` finds every saved weight a
     home (same class name and module, so saved configs name ``cls``)."""
     if cls not in _WITH_FEATURES:
-        def __init__(self: nn.Module, config: Any, *args: Any, **kwargs: Any) -> None:
+        def __init__(self: HFModel, config: Any, *args: Any, **kwargs: Any) -> None:
             cls.__init__(self, config, *args, **kwargs)
             specs = getattr(config, "synattn", None)
             if specs is not None:
@@ -304,7 +309,7 @@ def with_features(cls: type) -> type:
     return _WITH_FEATURES[cls]
 
 
-def from_pretrained(cls: type, path: str, **kwargs: Any) -> Any:
+def from_pretrained(cls: type[Any], path: str, **kwargs: Any) -> Any:
     """Loads a model saved with synattn features (``model.save_pretrained(path)``).
 
     Args:

@@ -41,7 +41,7 @@ from synattn.errors import InputError, MissingDependencyError
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ class RetokenizedDataset:
                             f"model's tokenizer, more than the {max_length - 2} it reads",
                             str(self.folder / self.split))
         word_of_piece = np.repeat(np.arange(len(words)), per_word)
-        out = {"src_ids": np.array([t for p in pieces for t in p], dtype=np.int32), "src_word": word_of_piece}
+        out: dict[str, np.ndarray] = {"src_ids": np.array([t for p in pieces for t in p], dtype=np.int32),
+                                      "src_word": word_of_piece}
         if "src_heads" in stored:
             heads = word_heads_of_pieces(stored["src_heads"], stored["src_word"])  # [words], 1-based
             out["src_heads"] = project_to_subwords(heads, per_word)

@@ -44,7 +44,7 @@ from synattn.data.batching import Batch
 from synattn.data.subwords import BOS, EOS, MASK, PAD
 from synattn.errors import ConfigError
 from synattn.hf.features import FEATURES, normalize_specs
-from synattn.hf.model import from_pretrained
+from synattn.hf.model import HFModel, from_pretrained
 from synattn.syntax.fields import syntax_field
 from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.syntax.request import SyntaxRequest
@@ -260,7 +260,7 @@ def build_model(exp) -> nn.Module:
     return from_pretrained_config(config)
 
 
-def freeze_pretrained(model: nn.Module) -> None:
+def freeze_pretrained(model: HFModel) -> None:
     """With ``model.freeze``, only synattn's added weights (``model.synattn``) train."""
     if (getattr(model.config, TEXT, None) or {}).get("freeze"):
         for name, parameter in model.named_parameters():
@@ -276,7 +276,7 @@ def model_class(config):
     return AutoModel if text is not None and not text.get("mlm", True) else _auto()[1]
 
 
-def text_of(model: nn.Module) -> dict | None:
+def text_of(model: HFModel) -> dict | None:
     """The ``synattn_text`` settings of a model that reads its own tokenizer's pieces, or None."""
     return getattr(model.config, TEXT, None)
 
@@ -314,7 +314,7 @@ class HFMaskedLMTask:
         prob: share of the pieces chosen (0.15).
     """
 
-    def __init__(self, model: nn.Module, prob: float = 0.15):
+    def __init__(self, model: HFModel, prob: float = 0.15):
         self.vocab_size, self.prob = model.config.vocab_size, prob
         self.request = syntax_request(model.config)
         self.text = text_of(model)
@@ -348,11 +348,11 @@ class HFMaskedLMTask:
 
         return collate if self.ids is None else collate_pretrained
 
-    def forward(self, model: nn.Module, inputs: Tensor, batch: Batch, **kwargs: Any):
+    def forward(self, model: HFModel, inputs: Tensor, batch: Batch, **kwargs: Any):
         return model(input_ids=inputs, attention_mask=(~batch.src_padding).long(),
                      **syntax_kwargs(batch.src_syntax), **kwargs)
 
-    def loss(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+    def loss(self, model: HFModel, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         from types import SimpleNamespace
 
         from synattn.train.tasks import label_smoothed_nll, loss_and_logs, mask_tokens
@@ -360,7 +360,9 @@ class HFMaskedLMTask:
         tokens = batch.src  # [B, n]
         if self.text is not None and not self.text.get("mlm", True):
             out = self.forward(model, tokens, batch)
-            words = (batch.src_syntax.head_targets >= 0).sum()  # the words that have a head
+            syntax = batch.src_syntax
+            assert syntax is not None and syntax.head_targets is not None  # (requested: see syntax_request)
+            words = (syntax.head_targets >= 0).sum()  # the words that have a head
             losses = getattr(out, "synattn_losses", {})
             if not losses:
                 raise ValueError("model.mlm is false but no feature has a loss: nothing would train "

@@ -286,11 +286,12 @@ class HFFeature:
         """The method's settings (an instance of ``Method.config``) from an entry's ``options``, for
         layer ``layer``; checks the types of the settings and the extras."""
         method = self.method
+        assert method.config is not None  # (an HF feature is a method with settings)
         hints = typing.get_type_hints(method.config)
         data = {k: v for k, v in options.items() if k in hints}
         for key in set(method.hf_layer_keys) & set(hints):
             data[key] = layer if hints[key] is int else None
-        settings = from_dict(method.config, {**data, **method.hf_fixed})
+        settings: Any = from_dict(method.config, {**data, **method.hf_fixed})
         check_fields(settings)
         for option in method.hf_extras:
             value = options.get(option.name, option.default_value())

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -52,6 +54,7 @@ class SyntaxInputs:
     """
 
     __slots__ = ("_values",)
+    _values: dict[str, Tensor]  # the set fields in the registry's order (set through object.__setattr__)
 
     def __init__(self, **values: Tensor | None):
         unknown = [name for name in values if not is_field(name)]
@@ -110,11 +113,11 @@ class SyntaxInputs:
         return value
 
 
-def _ordered(values: dict[str, Tensor | None]) -> dict[str, Tensor]:
+def _ordered(values: Mapping[str, Tensor | None]) -> dict[str, Tensor]:
     """The set values in the registry's order (fields no longer registered last)."""
     rank = {f.name: i for i, f in enumerate(syntax_fields())}
     names = sorted(values, key=lambda name: rank.get(name, len(rank)))
-    return {name: values[name] for name in names if values[name] is not None}
+    return {name: value for name in names if (value := values[name]) is not None}
 
 
 def _rebuild(values: dict[str, Tensor]) -> SyntaxInputs:

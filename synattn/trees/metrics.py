@@ -121,7 +121,7 @@ class AttachmentScores:
     n_labeled_correct: int | None
 
 
-def _concat(name: str, arrays: Sequence[Sequence], lengths: np.ndarray) -> np.ndarray:
+def _concat(name: str, arrays: Sequence[Sequence | np.ndarray], lengths: np.ndarray) -> np.ndarray:
     if len(arrays) != len(lengths):
         raise InputError(f"{name} has {len(arrays)} sentences, gold heads {len(lengths)}")
     for k, (a, n) in enumerate(zip(arrays, lengths)):
@@ -130,7 +130,8 @@ def _concat(name: str, arrays: Sequence[Sequence], lengths: np.ndarray) -> np.nd
     return np.concatenate([np.asarray(a) for a in arrays]) if len(arrays) else np.zeros(0)
 
 
-def attachment_scores(pred_heads: Sequence[Sequence[int]], gold_heads: Sequence[Sequence[int]],
+def attachment_scores(pred_heads: Sequence[Sequence[int] | np.ndarray],
+                      gold_heads: Sequence[Sequence[int] | np.ndarray],
                       pred_rels: Sequence[Sequence[str]] | None = None,
                       gold_rels: Sequence[Sequence[str]] | None = None,
                       upos: Sequence[Sequence[str]] | None = None, punct: bool = True,

@@ -38,7 +38,8 @@ class PlainProgress:
         self.interval = INTERVAL_S if interval is None else interval
         self.postfix = ""
         self.started = self.last = time.monotonic()
-        self.lines, self.written, self.closed = 0, None, False
+        self.lines, self.closed = 0, False
+        self.written: tuple[float, str] | None = None
 
     def line(self) -> str:
         """The current state as one line."""

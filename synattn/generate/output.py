@@ -43,5 +43,6 @@ def next_log_probs(model: Decoder, state: DecoderState, prefix: Tensor, fed: int
     without, the whole prefix is recomputed.
     """
     tokens = prefix if state.layers is None else prefix[:, fed:]
-    logits = model.decode_step(tokens, state, syntax).logits[:, -1]  # [B, V]
-    return torch.log_softmax(logits.float(), dim=-1)
+    logits = model.decode_step(tokens, state, syntax).logits  # [B, t, V]
+    assert logits is not None  # (a decoder's output)
+    return torch.log_softmax(logits[:, -1].float(), dim=-1)

@@ -101,7 +101,8 @@ class Relations(Method):
                        ) -> list[AttentionFeature]:
         if stack.relation_layers is not None and site.layer not in stack.relation_layers:
             return []
-        values, features = stack.relative_values, []
+        values = stack.relative_values
+        features: list[AttentionFeature] = []
         for relation in stack.relations:
             if relation == "sequential":
                 features.append(RelativePositions(stack.max_relative_position, site.head_dim, values))

@@ -55,6 +55,8 @@ class TreeDistanceBias(AttentionFeature):
         scale: multiplies every slope.
     """
 
+    slopes: Tensor  # a buffer: ``[H]`` the heads' slopes times ``scale``
+
     def __init__(self, heads: int, scale: float = 1.0):
         super().__init__()
         self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32) * scale,

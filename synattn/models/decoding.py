@@ -18,10 +18,16 @@ the other queries).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from torch import Tensor
 
 from synattn.attention import SyntaxInputs
 from synattn.models.state import DecoderState, ModelOutput
+
+if TYPE_CHECKING:
+    from synattn.models.embeddings import TokenEmbedding
+    from synattn.models.stack import TransformerStack
 
 
 def padding_or_none(padding: Tensor) -> Tensor | None:
@@ -31,6 +37,13 @@ def padding_or_none(padding: Tensor) -> Tensor | None:
 
 class IncrementalDecoding:
     """Mixin: ``decode_step`` over a :class:`DecoderState`."""
+
+    if TYPE_CHECKING:  # what the model class provides (for the type checker only)
+        config: Any
+        embed_target: TokenEmbedding
+        decoder: TransformerStack
+
+        def project(self, h: Tensor) -> Tensor: ...
 
     def decode_step(self, tokens: Tensor, state: DecoderState, syntax: SyntaxInputs | None = None,
                     need_weights: bool = False) -> ModelOutput:

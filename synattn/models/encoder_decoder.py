@@ -69,6 +69,7 @@ class EncoderDecoderTransformer(IncrementalDecoding, PretrainedModel):
         """
         state = self.start_decoding(src, src_syntax, use_cache=False, need_weights=need_weights)
         out = self.decode_step(tgt, state, tgt_syntax, need_weights=need_weights)
+        assert state.encoder_extras is not None  # (start_decoding ran the encoder)
         out.update(state.encoder_extras)
         return out
 

@@ -64,13 +64,14 @@ class TransformerLayer(nn.Module):
             return out
 
         def cross_attention(h: Tensor) -> Tensor:
+            assert self.cross_attn is not None
             out, extras["cross"] = self.cross_attn(h, memory, key_padding_mask=memory_padding_mask,
                                                    cache=cross_cache, need_weights=need_weights,
                                                    carry=carry)
             return out
 
         x = self._residual(x, self.self_norm, self_attention)
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and self.cross_norm is not None:  # (both or neither)
             x = self._residual(x, self.cross_norm, cross_attention)
         x = self._residual(x, self.ffn_norm, self.ffn)
         return x, extras["self"], extras.get("cross")

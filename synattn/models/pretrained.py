@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import ClassVar, TypeVar, cast
 
 import torch
 from safetensors import SafetensorError
@@ -117,7 +117,7 @@ class PretrainedModel(nn.Module):
                              str(weights_path)) from None
         if device is not None or dtype is not None:
             model.to(device=device, dtype=dtype)
-        return model.eval()
+        return cast(M, model.eval())  # (cls itself, or for PretrainedModel the class of model_type)
 
 
 def mismatch_summary(error: BaseException) -> str:

@@ -73,7 +73,7 @@ def hf_head_attachment(model, data: str | Path, split: str, tokenizer, max_token
         for indices in token_batches(dataset.lengths(), max_tokens, shuffle=False):
             batch = collate_pretrained(dataset, indices, request)
             syntax = {f"syntax_{k}": v for k, v in batch.src_syntax.present().items()} \
-                if getattr(model, "synattn", None) is not None else {}
+                if getattr(model, "synattn", None) is not None and batch.src_syntax is not None else {}
             out = model(input_ids=batch.src, attention_mask=(~batch.src_padding).long(), output_attentions=True,
                         **syntax)
             stack = torch.stack([a.float() for a in out.attentions], 1).numpy()  # [B, L, H, t, t]

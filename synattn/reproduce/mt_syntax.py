@@ -100,6 +100,7 @@ class MTSyntaxStudy(Study):
         model, exp = self.load(ctx, run_dir)
         count = 20 if ctx.toy else ctx.args.test_sentences
         ev = evaluate_run(model, exp, "test", translate=True, max_translate=count, show_progress=not ctx.toy)
+        assert ev.hypotheses is not None and ev.translation is not None  # (translate=True)
         with atomic_write(run_dir / "test.hyp") as f:
             f.write("\n".join(ev.hypotheses) + "\n")
         out = {"bleu": ev.translation["bleu"], "chrf": ev.translation["chrf"], "ppl": ev.perplexity,
@@ -118,6 +119,7 @@ class MTSyntaxStudy(Study):
         from synattn.data.prepared import PreparedData
         from synattn.evaluate.translation import translation_scores
 
+        assert ctx.data is not None  # (set by Study.prepare)
         spacing = PreparedData(ctx.data).spacing("tgt")
         tokens = (run_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
         text = [spacing.detokenize(t) for t in tokens] if spacing is not None else tokens
@@ -143,6 +145,7 @@ class MTSyntaxStudy(Study):
                     continue
                 hyp = (run / "test.hyp").read_text(encoding="utf-8").splitlines()
                 base = (base_run / "test.hyp").read_text(encoding="utf-8").splitlines()
+                assert ctx.data is not None  # (set by Study.prepare)
                 refs = PreparedDataset(ctx.data, "test").text("tgt")[:len(hyp)]
                 out.setdefault(arm, {})[str(seed)] = paired_bootstrap(base, hyp, refs, samples=resamples(ctx))
         return out
@@ -159,7 +162,7 @@ class MTSyntaxStudy(Study):
             cells = [f"seed {s}: ΔBLEU {c['bleu']['delta']:+.2f} (p = {c['bleu']['p_value']:.3f}), "
                      f"ΔchrF {c['chrf']['delta']:+.2f} (p = {c['chrf']['p_value']:.3f})" for s, c in by_seed.items()]
             lines.append(f"- `{arm}`: " + "; ".join(cells))
-        first = next((m for runs in metrics.values() for m in runs.values()), {})
+        first: dict = next((m for runs in metrics.values() for m in runs.values()), {})
         if first:
             lines += ["", f"BLEU: `{first.get('bleu_signature')}`; chrF: `{first.get('chrf_signature')}`; "
                           f"{first.get('sentences')} test verses."]

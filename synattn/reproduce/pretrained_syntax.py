@@ -142,6 +142,7 @@ class PretrainedSyntaxStudy(Study):
             from transformers import AutoModel
 
             model, tokenizer = load_pretrained(spec, AutoModel, attn_implementation="eager")
+        assert ctx.data is not None  # (set by Study.prepare)
         splits = ["dev"] + (["test"] if (Path(ctx.data) / "test").is_dir() else [])
         scores = {split: hf_head_attachment(model, ctx.data, split, tokenizer, probe=not arm.trained)
                   for split in splits}

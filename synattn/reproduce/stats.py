@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def paired_difference(method: dict[int, float], baseline: dict[int, float]) -> S
 
 
 def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
-                     samples: int = 1000, seed: int = 12345) -> dict[str, dict[str, float]]:
+                     samples: int = 1000, seed: int = 12345) -> dict[str, dict[str, Any]]:
     """sacreBLEU's paired bootstrap test of ``system`` against ``baseline`` (BLEU and chrF).
 
     Args:
@@ -80,7 +81,7 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
     import os
 
     from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
+    from sacrebleu.significance import PairedTest, Result
 
     if not len(baseline) == len(system) == len(references):
         raise ValueError(f"{len(baseline)} baseline and {len(system)} system outputs for "
@@ -97,14 +98,16 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references:
             os.environ.pop("SACREBLEU_SEED", None)
         else:
             os.environ["SACREBLEU_SEED"] = previous
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for key, name, metric_class in (("bleu", "BLEU", BLEU), ("chrf", "chrF2", CHRF)):
         metric = next(k for k in scores if k.startswith(name))
         base, sys_ = scores[metric]
+        assert isinstance(base, Result) and isinstance(sys_, Result)  # (the two systems' results)
+        # (the bootstrap test sets the system's ci and p_value)
         out[key] = {"baseline": float(base.score), "system": float(sys_.score),
-                    "delta": float(sys_.score - base.score), "ci": float(sys_.ci),
+                    "delta": float(sys_.score - base.score), "ci": float(cast(float, sys_.ci)),
                     "delta_interval": _delta_interval(metric_class(), baseline, system, references, samples, seed),
-                    "p_value": 1.0 if sys_.score == base.score else float(sys_.p_value),
+                    "p_value": 1.0 if sys_.score == base.score else float(cast(float, sys_.p_value)),
                     "signature": str(signatures[metric])}
     return out
 

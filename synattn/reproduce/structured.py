@@ -98,10 +98,11 @@ class StructuredAttentionStudy(Study):
 
         model, exp = self.load(ctx, run_dir)
         ev = evaluate_run(model, exp, "test", translate=True, show_progress=not ctx.toy)
+        assert ev.hypotheses is not None and ev.translation is not None  # (translate=True)
         refs = (ctx.out / "text" / "test.tgt").read_text(encoding="utf-8").splitlines()[:len(ev.hypotheses)]
         exact = sum(h.split() == r.split() for h, r in zip(ev.hypotheses, refs))
         words = sum(len(r.split()) for r in refs)
-        right = sum(sum(a == b for a, b in zip(h.split(), r.split())) for h, r in zip(ev.hypotheses, refs))
+        right = sum(sum(int(a == b) for a, b in zip(h.split(), r.split())) for h, r in zip(ev.hypotheses, refs))
         with atomic_write(run_dir / "test.hyp") as f:
             f.write("\n".join(ev.hypotheses) + "\n")
         return {"exact": 100 * exact / max(len(refs), 1), "word_accuracy": 100 * right / max(words, 1),

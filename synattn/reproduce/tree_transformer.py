@@ -180,6 +180,7 @@ class TreeTransformerStudy(Study):
 
         seed = int(run_dir.name.removeprefix("seed"))
         added: dict = {}
+        assert ctx.data is not None  # (set by Study.prepare)
         if "f1_dev_by_update" not in metrics and list_checkpoints(run_dir / SNAPSHOTS):
             added["f1_dev_by_update"] = f1_by_update(run_dir, gold_sentences(ctx, ctx.data, "dev"), seed)
         if "no brackets_f1_dev" not in metrics:  # from the gold trees alone: no model needed

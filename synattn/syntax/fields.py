@@ -221,7 +221,9 @@ def declared_settings() -> dict[str, int]:
     """The settings the registered fields declare, name → default (``{'max_distance': 8,
     'max_traversal': 4}`` for the built-in ones): what a request's :attr:`settings
     <synattn.syntax.request.SyntaxRequest.settings>` may hold."""
-    return {spec.setting: spec.default for spec in _FIELDS.values() if spec.setting is not None}
+    # (a field declares a setting and its default together: SyntaxField.__post_init__)
+    return {spec.setting: spec.default for spec in _FIELDS.values()
+            if spec.setting is not None and spec.default is not None}
 
 
 def is_field(name: str) -> bool:
@@ -245,7 +247,8 @@ def build_field(name: str, trees: TreeBatch) -> Tensor:
         shape = (b, n) if spec.kind == "token" else (b, n, n)
         out = np.full(shape, spec.pad_value(trees.request), dtype=np.int64)
         for row, v in enumerate(value):
-            out[(row, *(slice(0, k) for k in np.shape(v)))] = v
+            index: tuple[int | slice, ...] = (row, *(slice(0, k) for k in np.shape(v)))
+            out[index] = v
         value = out
     value = torch.as_tensor(value)
     expected = (b, n) if spec.kind == "token" else (b, n, n)

@@ -69,7 +69,7 @@ def build_optimizer(model: nn.Module, config: TrainConfig,
             see :class:`synattn.train.TrainConfig`); by default ``updates / max_steps``.
     """
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.betas[0], config.betas[1]), eps=config.eps,
                                   weight_decay=config.weight_decay)
     warmup = config.warmup_updates
     if config.schedule == "inverse_sqrt":
@@ -77,7 +77,8 @@ def build_optimizer(model: nn.Module, config: TrainConfig,
     if progress is None:
         if config.max_steps is None:
             raise ValueError(f"schedule={config.schedule} needs max_steps or a progress measure")
-        progress = lambda done: done / config.max_steps  # noqa: E731
+        max_steps = config.max_steps
+        progress = lambda done: done / max_steps  # noqa: E731
     schedule, floor = config.schedule, config.min_lr_ratio
     return optimizer, LambdaLR(optimizer, lambda done: decay_factor(done + 1, warmup, progress(done), schedule,
                                                                    floor))

@@ -200,7 +200,7 @@ def _common_ancestors(ancestors: np.ndarray, depth: np.ndarray, parent: np.ndarr
         ``[batch_size, n, n]`` exact integers.
     """
     batch_size, n = depth.shape
-    out = np.empty((batch_size, n, n), dtype=dtype)
+    out: np.ndarray = np.empty((batch_size, n, n), dtype=dtype)
     for b in range(batch_size):
         level_of = ancestors[b, :, :n + 1].sum(axis=1).astype(np.int64)  # [n] the tree's depths
         by_depth = np.argsort(level_of, kind="stable")  # [n] words, shallowest first

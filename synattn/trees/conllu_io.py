@@ -23,8 +23,9 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO, Literal
+from typing import IO, Literal, cast
 
+import numpy as np
 from conllu.exceptions import ParseException
 from conllu.parser import parse_comment_line, parse_id_value, parse_int_value
 
@@ -114,7 +115,7 @@ class ReadReport:
 
 def _sentence_blocks(lines: list[str]) -> Iterable[tuple[int, list[str]]]:
     """Yield ``(first line number (1-based), lines)`` of each run of non-blank lines."""
-    start, block = 0, []
+    start, block = 0, list[str]()
     for number, line in enumerate(lines, start=1):
         if line.strip():
             if not block:
@@ -133,7 +134,12 @@ def _parse_sentence(block: list[str], first_line: int, number: int, path: str,
     sent_id: str | None = None
     text: str | None = None
     comments: list[tuple[str, str | None]] = []
-    words, heads, deprels, upos, xpos, word_lines = [], [], [], [], [], []
+    words: list[str] = []
+    heads: list[int] = []
+    deprels: list[str] = []
+    upos: list[str] = []
+    xpos: list[str] = []
+    word_lines: list[int] = []
     extra: dict[str, list[str]] = {c: [] for c in _EXTRA_COLUMNS}
     multiword: list[tuple[int, int, str, str]] = []
     multiword_lines: list[int] = []
@@ -218,7 +224,7 @@ def _parse_sentence(block: list[str], first_line: int, number: int, path: str,
         raise fail(problem[1], word_lines[problem[0]])
     metadata = {"comments": comments, **extra, "multiword_tokens": multiword,
                 "empty_nodes": empty_nodes}
-    return DependencyTree(words, heads, deprels, upos, xpos, sent_id, text, metadata)
+    return DependencyTree(words, np.asarray(heads, dtype=np.int64), deprels, upos, xpos, sent_id, text, metadata)
 
 
 def read_conllu_with_report(path_or_file: PathOrFile,
@@ -365,5 +371,5 @@ def write_conllu(trees: Iterable[DependencyTree], path_or_file: PathOrFile) -> N
             f.write(text)
     elif isinstance(path_or_file, (io.RawIOBase, io.BufferedIOBase)):
         path_or_file.write(text.encode("utf-8"))
-    else:
-        path_or_file.write(text)
+    else:  # (a text file)
+        cast(IO[str], path_or_file).write(text)

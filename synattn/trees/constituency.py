@@ -80,7 +80,7 @@ def _walk(tree: Tree) -> Iterator[tuple[str, Tree]]:
 
 def leaves(tree: Tree) -> list[str]:
     """The words of ``tree`` from left to right."""
-    return [node.word for event, node in _walk(tree) if event == "leaf"]
+    return [node.word for event, node in _walk(tree) if event == "leaf" and node.word is not None]
 
 
 def leaf_labels(tree: Tree) -> list[str]:
@@ -99,7 +99,7 @@ def to_brackets(tree: Tree) -> str:
     """
     parts: list[str] = []
     for event, node in _walk(tree):
-        if event == "leaf":
+        if event == "leaf" and node.word is not None:  # (a leaf has its word)
             word = node.word.replace("(", "-LRB-").replace(")", "-RRB-")
             parts.append(f"({node.label} {word})" if node.label else word)
         elif event == "open":

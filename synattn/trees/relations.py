@@ -237,7 +237,7 @@ def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = 8
     code += rank[:, None, :] < rank[:, :, None]  # index (a * (deepest + 1) + b) * 2 + left
     code = code.astype(np.intp)
     clipped = np.minimum(np.arange(deepest + 1), clip)  # a, b beyond the clip read its row
-    extend = np.ix_(clipped, clipped, [0, 1])
+    extend = np.ix_(clipped, clipped, np.array([0, 1]))
     distance_table = distance_table.reshape(clip + 1, clip + 1, 2)[extend].ravel()
     traversal_table = traversal_table.reshape(clip + 1, clip + 1, 2)[extend].ravel()
     return (_from_numpy(distance_table.take(code), device),

@@ -32,7 +32,7 @@ def turkish_treebank_paths() -> dict[str, Path]:
         dist = importlib.metadata.distribution("turkish-treebanks")
     except importlib.metadata.PackageNotFoundError:
         raise MissingDependencyError("the Turkish Web Treebank", "turkish-treebanks") from None
-    paths = {Path(f).stem: Path(dist.locate_file(f)) for f in dist.files or []
+    paths = {Path(f).stem: Path(str(dist.locate_file(f))) for f in dist.files or []
              if f.suffix == ".conllu"}
     if sorted(paths) != sorted(SECTIONS) or not all(p.is_file() for p in paths.values()):
         raise MissingDependencyError("the Turkish Web Treebank data files (web.conllu, "

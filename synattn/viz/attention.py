@@ -115,7 +115,7 @@ def _layout(tree: Tree, depth: int, leaves: list[str], nodes: list, edges: list)
     """
     if tree.is_leaf or not tree.children:
         x = float(len(leaves))
-        leaves.append(tree.word if tree.is_leaf else tree.label)
+        leaves.append(tree.word if tree.word is not None else tree.label)  # (a leaf's word)
         nodes.append((x, depth, leaves[-1], True))
         return x
     xs = [_layout(child, depth + 1, leaves, nodes, edges) for child in tree.children]

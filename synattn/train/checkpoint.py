@@ -33,6 +33,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -74,8 +75,9 @@ def _discard(path: Path) -> None:
 
 
 def _write_weights(model: nn.Module, folder: Path) -> None:
-    if hasattr(model, "save_pretrained"):
-        model.save_pretrained(folder)  # config.json + model.safetensors
+    save_pretrained = getattr(model, "save_pretrained", None)
+    if save_pretrained is not None:
+        save_pretrained(folder)  # config.json + model.safetensors
     else:
         save_model(model, str(folder / WEIGHTS))
 
@@ -226,7 +228,8 @@ def check_no_nan(model: nn.Module, weights: str | Path) -> None:
 def rng_state() -> dict:
     """The states of Python's, NumPy's and torch's (CPU and CUDA) global generators, as tensors."""
     version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    # (the legacy tuple form, get_state's default)
+    name, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     return {
         "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
                    "gauss": gauss},

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -26,6 +26,7 @@ from synattn.models import (
     LanguageModelConfig,
     MaskedLM,
     MaskedLMConfig,
+    PretrainedModel,
     TransformerLM,
 )
 from synattn.syntax.request import SyntaxRequest
@@ -109,7 +110,7 @@ def task_for(model: nn.Module, label_smoothing: float = 0.1) -> Task:
     if (library := library_of_model(model)) is not None:  # another library's model
         return library.task(model)
     kind = kind_of(model)  # TypeError for a model of no registered kind
-    config = model.config
+    config = cast(PretrainedModel, model).config  # (a registered kind's model)
     if config.pad_id != PAD:
         raise ValueError(f"model pad_id={config.pad_id}, but prepared data pads with {PAD}")
     return kind.training(model, label_smoothing, syntax_request_for(config))
@@ -125,8 +126,11 @@ register_task(TaskKind(
     "lm", LanguageModelConfig, TransformerLM,
     lambda model, smoothing, request: LanguageModelTask(request=request),
     attention_analysis=False))
+def _masked_lm_task(model: nn.Module, smoothing: float, request: SyntaxRequest) -> Task:
+    config = cast(MaskedLMConfig, model.config)  # (a MaskedLM's)
+    return MaskedLMTask(config.mask_id, config.vocab_size, request=request)
+
+
 register_task(TaskKind(
-    "mlm", MaskedLMConfig, MaskedLM,
-    lambda model, smoothing, request: MaskedLMTask(model.config.mask_id, model.config.vocab_size,
-                                                   request=request),
+    "mlm", MaskedLMConfig, MaskedLM, _masked_lm_task,
     evaluate=lambda model, batch: model(batch.src, syntax=batch.src_syntax, need_weights=True)))

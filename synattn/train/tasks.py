@@ -109,7 +109,7 @@ def syntax_request_for(config) -> SyntaxRequest:
             fields |= method.reads(stack)
         for spec in syntax_fields():  # a field's setting (max_distance) has one value per batch
             clip = spec.setting
-            if spec.name in fields and clip is not None:
+            if spec.name in fields and clip is not None and spec.default is not None:  # (set together)
                 value = getattr(stack, clip, spec.default)
                 if clip in clips and clips[clip][0] != value:
                     raise ValueError(f"{clips[clip][1]}.{clip}={clips[clip][0]} and {name}.{clip}={value} "
@@ -143,6 +143,7 @@ class TranslationTask:
     def loss(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         if batch.tgt_in is None:
             raise ValueError("translation needs parallel data, but the batch has no target side")
+        assert batch.tgt_out is not None and batch.tgt_padding is not None  # (set with tgt_in)
         out = model(batch.src, batch.tgt_in, src_syntax=batch.src_syntax, tgt_syntax=batch.tgt_syntax)
         target = batch.tgt_out.masked_fill(batch.tgt_padding, IGNORE_INDEX)  # [B, m]
         loss, nll = label_smoothed_nll(out.logits, target, self.label_smoothing)

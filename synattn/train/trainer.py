@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -134,7 +135,9 @@ class Trainer:
         self.wrapped: nn.Module = self.model
         wrap = getattr(task, "wrap_dataset", None)  # a task that reads the data its own way (a pretrained tokenizer)
         if wrap is not None:
-            train_data, valid_data, collate_fn = wrap(train_data), wrap(valid_data), task.collate
+            # (a task that wraps the data has its collate)
+            train_data, valid_data = wrap(train_data), wrap(valid_data)
+            collate_fn = task.collate  # type: ignore[attr-defined]
         self.train_data, self.valid_data = train_data, valid_data
         self.valid_metrics, self.collate_fn = valid_metrics, collate_fn
         self.run_dir = Path(run_dir)
@@ -143,7 +146,8 @@ class Trainer:
         self.lengths = np.asarray(train_data.lengths())
         if len(self.lengths) == 0:
             raise InputError("the training data is empty", str(getattr(train_data, "folder", "<train data>")))
-        self.elapsed, self._started = 0.0, None  # training seconds over every resumed part of the run
+        self.elapsed = 0.0  # training seconds over every resumed part of the run
+        self._started: float | None = None
         self.optimizer, self.scheduler = build_optimizer(self.model, config, self._budget_progress())
         self.step, self.epoch, self.batches_done = 0, 1, 0
         self.best_valid_loss: float | None = None
@@ -157,11 +161,14 @@ class Trainer:
         if c.schedule == "inverse_sqrt" or c.max_steps is not None:
             return None
         if c.max_minutes is not None:
-            return lambda done: self._training_seconds() / (60.0 * c.max_minutes)
+            minutes = c.max_minutes
+            return lambda done: self._training_seconds() / (60.0 * minutes)
         per_epoch = math.ceil(len(token_batches(self.lengths, c.max_tokens, seed=c.seed, epoch=1,
                                                 max_sentences=c.max_sentences))
                               / (self.dist.world_size * c.update_freq))
-        return lambda done: done / (per_epoch * c.max_epochs)
+        epochs = c.max_epochs
+        assert epochs is not None  # (TrainConfig.check: at least one budget is set)
+        return lambda done: done / (per_epoch * epochs)
 
     def _training_seconds(self) -> float:
         """Training wall time so far, over every resumed part of the run (up to this moment)."""
@@ -236,7 +243,8 @@ class Trainer:
         for i, batch in enumerate(batches):
             torch.manual_seed(batch_seed(self.config.seed, TRAIN_STREAM, self.step, self.dist.rank, i))
             last = i == len(batches) - 1
-            no_sync = self.wrapped.no_sync() if self.dist.world_size > 1 and not last else contextlib.nullcontext()
+            no_sync = (cast(DistributedDataParallel, self.wrapped).no_sync()  # (wrapped in several processes)
+                       if self.dist.world_size > 1 and not last else contextlib.nullcontext())
             with no_sync:
                 with self._autocast():
                     loss, logs = self.task.loss(self.wrapped, batch.to(self.dist.device, non_blocking=True))
@@ -282,6 +290,7 @@ class Trainer:
         value = float(metrics[name])
         if improves(name, value, self.best_valid_loss):
             self.best_valid_loss, self._best_step = value, self.step
+        assert self.best_valid_loss is not None  # (the first value improves on none)
         metrics["best_" + name] = self.best_valid_loss
         if self._log is not None:
             self._log.write("valid", self.step, self.epochs_started, metrics)
@@ -325,7 +334,8 @@ class Trainer:
         """
         self.run_dir.mkdir(parents=True, exist_ok=True)
         given = lock is not None and lock.held
-        lock = lock if given else FolderLock(self.run_dir, "run directory")
+        if lock is None or not given:
+            lock = FolderLock(self.run_dir, "run directory")
         failure = None
         if self.dist.is_main and not given:  # rank 0 writes the run directory; the other ranks write nothing there
             try:

@@ -20,8 +20,16 @@ from synattn.experiment import TASKS, ExperimentConfig, apply_override, model_co
 from synattn.models.pretrained import PretrainedModel
 from synattn.train import read_log, resolve_checkpoint
 from synattn.train.tasks import syntax_request_for
-from tests.helpers.configs import (CONFIG_DIR, CONFIGS, HEADS, LAYERS, RUN_OVERRIDES, datasets,  # noqa: F401 (a fixture)
-                                   shrink_overrides, without_sizes)
+from tests.helpers.configs import (  # noqa: F401 (a fixture)
+    CONFIG_DIR,
+    CONFIGS,
+    HEADS,
+    LAYERS,
+    RUN_OVERRIDES,
+    datasets,
+    shrink_overrides,
+    without_sizes,
+)
 
 
 def supervised_losses(config) -> set[str]:

@@ -19,15 +19,30 @@ import numpy as np
 import pytest
 import torch
 
-from synattn.attention import (BirdEyeReweighting, ConstituentAttention, MultiheadAttention,
-                               RelativePositions, SegmentationAttention, SpanAttention,
-                               SpecializedHeads, SupervisedHead, SyntacticAttention,
-                               SyntaxGuidedPointer, SyntaxInputs, TreeRelations)
+from synattn.attention import (
+    BirdEyeReweighting,
+    ConstituentAttention,
+    MultiheadAttention,
+    RelativePositions,
+    SegmentationAttention,
+    SpanAttention,
+    SpecializedHeads,
+    SupervisedHead,
+    SyntacticAttention,
+    SyntaxGuidedPointer,
+    SyntaxInputs,
+    TreeRelations,
+)
 from synattn.methods.tree_distance_bias import TreeDistanceBias
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
-from synattn.trees.relations import (batch_distance_labels, batch_syntax_hints,
-                                     batch_traversal_labels, distance_vocab, head_targets,
-                                     traversal_vocab)
+from synattn.trees.relations import (
+    batch_distance_labels,
+    batch_syntax_hints,
+    batch_traversal_labels,
+    distance_vocab,
+    head_targets,
+    traversal_vocab,
+)
 
 DEVICE = torch.device(os.environ.get("SYNATTN_CUDA_TEST_DEVICE", "cuda"))
 pytestmark = [

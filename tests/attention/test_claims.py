@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from synattn.attention import (BirdEyeReweighting, Claim, ConstituentAttention, MultiheadAttention,
-                               RelativePositions, SegmentationAttention, SpanAttention, SpecializedHeads,
-                               SupervisedHead, SyntacticAttention, SyntaxGuidedPointer, check_compatible,
-                               find_conflict)
+from synattn.attention import (
+    BirdEyeReweighting,
+    Claim,
+    ConstituentAttention,
+    MultiheadAttention,
+    RelativePositions,
+    SegmentationAttention,
+    SpanAttention,
+    SpecializedHeads,
+    SupervisedHead,
+    SyntacticAttention,
+    SyntaxGuidedPointer,
+    check_compatible,
+    find_conflict,
+)
 from synattn.attention.claims import conflict
 from synattn.errors import ConfigError
 from synattn.methods import check_claims

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.attention.cache import KVCache
 from synattn.attention.constituent import ConstituentAttention, constituent_prior, recorded_links

@@ -168,9 +168,8 @@ def test_hf_checkpointed_forwards_before_one_backward_give_the_separate_gradient
     """Activation checkpointing recomputes each layer in the backward pass; with two forwards
     before one backward, each recomputation must read the a-values of its own forward."""
     pytest.importorskip("transformers")
-    from tests.helpers.hf_models import bert
-
     import synattn.hf as sh
+    from tests.helpers.hf_models import bert
 
     torch.manual_seed(0)
     model = bert(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).double().train()

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from synattn.attention import (KVCache, MultiheadAttention, RelativePositions, SpecializedHeads,
-                               SupervisedHead, SyntaxInputs, TreeRelations, attention_mask)
+from synattn.attention import (
+    KVCache,
+    MultiheadAttention,
+    RelativePositions,
+    SpecializedHeads,
+    SupervisedHead,
+    SyntaxInputs,
+    TreeRelations,
+    attention_mask,
+)
 from tests.helpers.attention import dense_allowed, naive_attention
 
 D, H = 16, 4

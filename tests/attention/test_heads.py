@@ -8,8 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from synattn.attention import (IGNORE_INDEX, MultiheadAttention, SpecializedHeads, SupervisedHead,
-                               SyntaxInputs)
+from synattn.attention import IGNORE_INDEX, MultiheadAttention, SpecializedHeads, SupervisedHead, SyntaxInputs
 from tests.helpers.attention import dense_allowed, naive_attention, projections
 
 D, H = 16, 4

@@ -9,7 +9,6 @@ import torch
 from synattn.attention import MultiheadAttention
 from tests.helpers.attention import dense_allowed, naive_attention, random_heads
 
-
 # The reference itself agrees with torch.nn.MultiheadAttention (an independent implementation).
 
 

@@ -10,7 +10,7 @@ from synattn.attention.core import MultiheadAttention
 from synattn.attention.segments import SpanSegmentationAttention
 from synattn.attention.structured import SegmentationAttention
 from synattn.models import EncoderDecoderConfig, EncoderDecoderTransformer
-from tests.helpers.structured import D, H, SRC_PAD, bilinear_scores, output_from_weights
+from tests.helpers.structured import SRC_PAD, D, H, bilinear_scores, output_from_weights
 
 
 def labelled_segmentations(length: int, longest: int):

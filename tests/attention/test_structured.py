@@ -10,7 +10,14 @@ import torch
 from synattn.attention.cache import KVCache
 from synattn.attention.core import MultiheadAttention
 from synattn.attention.structured import SegmentationAttention, SyntacticAttention
-from tests.helpers.structured import D, H, SRC_PAD, assert_bidirectional_self_attention_only, bilinear_scores, output_from_weights
+from tests.helpers.structured import (
+    SRC_PAD,
+    D,
+    H,
+    assert_bidirectional_self_attention_only,
+    bilinear_scores,
+    output_from_weights,
+)
 
 
 def brute_chain(theta, pairwise):

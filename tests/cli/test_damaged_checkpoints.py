@@ -12,8 +12,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from safetensors.torch import load_file, save_file
 
 from synattn.cli.main import main

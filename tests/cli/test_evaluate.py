@@ -5,8 +5,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.cli.main import main
 from synattn.data.prepare import PrepareConfig, prepare

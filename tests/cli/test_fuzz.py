@@ -18,17 +18,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from synattn.cli.main import build_parser, main
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.experiment import EvalConfig
-from synattn.models.config import (EncoderDecoderConfig, SpecializedHeadsConfig, StackConfig,
-                                   SupervisedHeadConfig, SyntacticAttentionConfig)
+from synattn.models.config import (
+    EncoderDecoderConfig,
+    SpecializedHeadsConfig,
+    StackConfig,
+    SupervisedHeadConfig,
+    SyntacticAttentionConfig,
+)
 from synattn.train import TrainConfig
-from tests.helpers.cli import (DAMAGE, EN, FR, FUZZ, FUZZ_CASES, FUZZ_SCALE, count_case, damage, digest, run_cli,
-                               sandbox)
+from tests.helpers.cli import DAMAGE, EN, FR, FUZZ, FUZZ_CASES, FUZZ_SCALE, count_case, damage, digest, run_cli, sandbox
 
 COMMANDS = ("translate", "evaluate", "induce", "viz", "stats", "prepare")
 OUTPUTS = {"-o", "--output", "--out", "--json", "--hypotheses", "--out-prefix", "--plot"}

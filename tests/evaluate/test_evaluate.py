@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 import sacrebleu
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.evaluate import head_agreement, perplexity, supervised_attachment, translation_scores, word_predictions
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores

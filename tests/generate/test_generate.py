@@ -10,8 +10,13 @@ import torch
 
 from synattn.attention import BirdEyeReweighting, SegmentationAttention, SyntaxInputs
 from synattn.generate import beam_search, greedy_search
-from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
-                            StackConfig, TransformerLM)
+from synattn.models import (
+    EncoderDecoderConfig,
+    EncoderDecoderTransformer,
+    LanguageModelConfig,
+    StackConfig,
+    TransformerLM,
+)
 from synattn.trees.relations import batch_distance_labels, batch_traversal_labels, head_targets
 from tests.helpers.attention import random_heads
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 from synattn.methods import Method
 
 

@@ -12,8 +12,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, Phase
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, strategies as st
 
 from synattn.cli.main import main
 

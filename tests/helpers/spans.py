@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import torch
 
 
-@lru_cache(maxsize=None)
+@cache
 def bracketings(i: int, j: int) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Every binary bracketing of words ``i..j`` as a tuple of inclusive spans."""
     if i == j:

@@ -6,7 +6,6 @@ import numpy as np
 from hypothesis import strategies as st
 
 
-
 @st.composite
 def trees_with_pieces(draw):
     """A random dependency tree (one or more roots) and a piece count per word."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 CONLLU = ("1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tunbelievable\tx\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n"
           "3\thappened\tx\tVERB\tVBD\t_\t0\troot\t_\t_\n4\tyesterday\tx\tNOUN\tNN\t_\t3\tobl\t_\t_\n\n"
           "1\tDogs\tdog\tNOUN\tNNS\t_\t2\tnsubj\t_\t_\n2\tbark\tbark\tVERB\tVBP\t_\t0\troot\t_\t_\n\n"

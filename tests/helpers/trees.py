@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ def _is_projective(heads: tuple[int, ...]) -> bool:
     return not any(a < c < b < e for a, b in arcs for c, e in arcs)
 
 
-@lru_cache(maxsize=None)
+@cache
 def all_trees(n: int, projective: bool, multiroot: bool) -> np.ndarray:
     """Every tree over ``n`` words as heads ``[T, n]`` (explicit search over all head sequences)."""
     out = []

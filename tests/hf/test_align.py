@@ -5,13 +5,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-
 from synattn.errors import InputError
 from synattn.hf import SyntaxCollator, SyntaxEncoder, piece_heads, tokenize_trees
 from synattn.hf.align import as_tree, label_vocab, word_attachment
 from synattn.trees import DependencyTree
-from synattn.trees.relations import (batch_relation_labels, distance_vocab, head_targets,
-                                     syntax_hints, traversal_vocab)
+from synattn.trees.relations import batch_relation_labels, distance_vocab, head_targets, syntax_hints, traversal_vocab
 from synattn.trees.subword import project_to_subwords
 from tests.helpers.hf_models import wordpiece_tokenizer
 from tests.helpers.strategies import trees_with_pieces
@@ -134,9 +132,8 @@ def test_word_attachment_reads_the_final_pieces():
 
 
 def test_byte_level_pieces_train_a_gpt2_pointer_loss():
-    from tests.helpers.hf_models import byte_bpe_tokenizer, gpt2
-
     import synattn.hf as sh
+    from tests.helpers.hf_models import byte_bpe_tokenizer, gpt2
     tokenizer = byte_bpe_tokenizer()
     tokenizer.padding_side = "left"
     trees = [("colourless green ideas sleep furiously".split(), [3, 3, 4, 0, 4]),

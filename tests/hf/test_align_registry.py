@@ -11,14 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-
-from synattn.syntax.fields import IGNORE_INDEX, SyntaxField, TreeBatch, register_field, unregister_field
 from synattn.hf import SyntaxCollator, SyntaxEncoder, tokenize_trees
 from synattn.hf.align import as_tree, label_vocab, piece_heads
 from synattn.hf.features import relation_labels
+from synattn.syntax.fields import IGNORE_INDEX, SyntaxField, TreeBatch, register_field, unregister_field
 from synattn.trees import DependencyTree, read_conllu
 from synattn.trees.relations import batch_relation_labels, head_targets, syntax_hints
 from tests.helpers.hf_models import CONLLU, byte_bpe_tokenizer, wordpiece_tokenizer

@@ -12,7 +12,6 @@ import os
 import pytest
 import torch
 
-
 import synattn.hf as sh
 from synattn.trees.relations import batch_relation_labels, head_targets
 from tests.helpers.hf_models import bert, gpt2

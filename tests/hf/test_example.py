@@ -5,7 +5,6 @@ import json
 
 import torch
 
-
 import synattn.hf as sh
 from tests.helpers.hf_models import CONLLU, bert, wordpiece_tokenizer
 from tests.helpers.paths import ROOT

@@ -5,7 +5,6 @@ forward over the generated sequence."""
 import pytest
 import torch
 
-
 import synattn.hf as sh
 from synattn.trees.relations import batch_relation_labels
 from tests.helpers.hf_models import bart, gpt2

@@ -108,8 +108,9 @@ def test_a_missing_package_or_unknown_name_says_what_to_do(monkeypatch, tmp_path
 def test_features_added_to_pretrained_weights_start_from_their_own_values(tmp_path):
     """transformers materialises the weights a checkpoint lacks as empty tensors; the features'
     parameters must get their own initial values (a supervised head's U = I, u = 0), not memory."""
-    import synattn.hf as sh
     from transformers import AutoConfig, AutoModel
+
+    import synattn.hf as sh
 
     folder = pretrained_folder(tmp_path / "m")
     config = AutoConfig.from_pretrained(folder)
@@ -280,8 +281,9 @@ def test_mlm_and_freeze_need_a_pretrained_model(data):
 
 
 def test_features_off_are_minilm_bit_for_bit_and_a_round_trip_keeps_the_features(tmp_path):
-    import synattn.hf as sh
     from transformers import AutoModel, AutoTokenizer
+
+    import synattn.hf as sh
 
     folder = real_minilm()
     tokenizer = AutoTokenizer.from_pretrained(folder)

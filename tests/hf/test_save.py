@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-
 import synattn.hf as sh
 from synattn.trees import DependencyTree
 from tests.helpers.hf_models import bert, gpt2, t5, wordpiece_tokenizer

@@ -9,18 +9,31 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from synattn.attention import (IGNORE_INDEX, BirdEyeReweighting, ConstituentAttention, MultiheadAttention,
-                               RelativePositions, SegmentationAttention, SupervisedHead,
-                               SyntacticAttention, SyntaxGuidedPointer)
+from synattn.attention import (
+    IGNORE_INDEX,
+    BirdEyeReweighting,
+    ConstituentAttention,
+    MultiheadAttention,
+    RelativePositions,
+    SegmentationAttention,
+    SupervisedHead,
+    SyntacticAttention,
+    SyntaxGuidedPointer,
+)
 from synattn.data.batching import collate_examples
 from synattn.data.subwords import BOS, EOS, PAD
 from synattn.generate import beam_search, greedy_search
-from synattn.models import (EncoderDecoderConfig, LanguageModelConfig,
-                            MaskedLM, MaskedLMConfig, PretrainedModel, TransformerLM)
+from synattn.models import (
+    EncoderDecoderConfig,
+    LanguageModelConfig,
+    MaskedLM,
+    MaskedLMConfig,
+    PretrainedModel,
+    TransformerLM,
+)
 from synattn.train.tasks import LanguageModelTask, TranslationTask, syntax_request_for
 from tests.helpers.attention import random_heads
 from tests.helpers.models import TINY, VOCAB, copy_pairs, tiny_mt
-
 
 # ------------------------------------------------------------------------------------------------
 # configs

@@ -9,8 +9,16 @@ import torch
 
 from synattn.attention import RelativePositions, SpecializedHeads, SupervisedHead, SyntaxInputs, TreeRelations
 from synattn.errors import InputError
-from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
-                            MaskedLM, MaskedLMConfig, PretrainedModel, StackConfig, TransformerLM)
+from synattn.models import (
+    EncoderDecoderConfig,
+    EncoderDecoderTransformer,
+    LanguageModelConfig,
+    MaskedLM,
+    MaskedLMConfig,
+    PretrainedModel,
+    StackConfig,
+    TransformerLM,
+)
 
 TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)
 

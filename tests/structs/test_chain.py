@@ -11,13 +11,11 @@ import sys
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import ChainMarginals, LinearChainCRF
 from synattn.structs.backend import use_backend
-from synattn.structs.chain.crf import (ChainLogPartition, chain_log_partition, forward_backward,
-                                       transfer_matrices)
+from synattn.structs.chain.crf import ChainLogPartition, chain_log_partition, forward_backward, transfer_matrices
 from synattn.structs.semirings.signed import signed_exp, signed_log, signed_logsumexp
 from tests.helpers.backends import BACKENDS, on
 from tests.helpers.chains import brute_force

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import TreeCRF
 from synattn.structs.backend import numba_available, use_backend

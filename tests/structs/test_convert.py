@@ -7,8 +7,7 @@ import itertools
 import pytest
 import torch
 
-from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
-from synattn.structs import convert
+from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF, convert
 
 GEN = torch.Generator().manual_seed(0)
 

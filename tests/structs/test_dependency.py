@@ -7,12 +7,11 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import DependencyCRF, NonProjectiveDependencyCRF
-from synattn.structs.dependency.eisner import eisner_inside, eisner_outside, from_width_major, to_width_major
 from synattn.structs.dependency.arc_scores import check_arc_scores
+from synattn.structs.dependency.eisner import eisner_inside, eisner_outside, from_width_major, to_width_major
 from synattn.structs.dependency.matrix_tree import _gth_marginals, _lapack_marginals, best_tree
 from tests.helpers.trees import all_trees, brute_force, check_log_z_bounds, dirty_scores, random_batch
 

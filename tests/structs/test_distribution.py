@@ -3,7 +3,6 @@ both backends, with and without masks, values and gradients."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import DependencyCRF
 from synattn.structs.backend import use_backend
@@ -190,8 +189,7 @@ def test_log_partition_without_grad_equals_marginals_pass():
 
 def test_polynomial_exp_matches_math_exp():
     pytest.importorskip("numba")
-    from synattn.structs._numba_math import EXP_MIN
-    from synattn.structs._numba_math import exp as _exp
+    from synattn.structs._numba_math import EXP_MIN, exp as _exp
 
     xs = np.concatenate([-np.linspace(0.0, -EXP_MIN, 3001), np.linspace(0.0, 50.0, 201),
                          np.random.default_rng(0).uniform(-60.0, 1.0, 2000)])

@@ -7,8 +7,7 @@ import itertools
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import DependencyCRF, NonProjectiveDependencyCRF
 from synattn.structs.convert import arcs_to_torch_struct

@@ -9,16 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from synattn.structs import NonProjectiveDependencyCRF
-from synattn.structs.dependency.arc_scores import check_arc_scores, usable_arcs
 from synattn.structs.backend import use_backend
+from synattn.structs.dependency.arc_scores import check_arc_scores, usable_arcs
 from synattn.structs.dependency.matrix_tree import _gth_marginals
-from tests.helpers.trees import check_log_z_bounds, dirty_scores
-from tests.helpers.trees import brute_force as tree_brute_force
-
+from tests.helpers.trees import brute_force as tree_brute_force, check_log_z_bounds, dirty_scores
 
 # The backend fixtures only enter a context that no example changes: hypothesis may share them.
 FIXTURES_OK = [HealthCheck.function_scoped_fixture]
@@ -277,8 +274,7 @@ def test_closed_form_backward_equals_the_forward_mode_kernel(compiled, multiroot
     """The backward of the compiled marginals (two matrix products with the inverses the forward
     kept) against the forward-mode GTH kernel, at scales where the inverse's entries cancel."""
     from synattn.structs.dependency.matrix_tree import _marginals
-    from synattn.structs.dependency.matrix_tree_gth import (_compiled_closed_form_tangent,
-                                                            _compiled_marginals_tangent)
+    from synattn.structs.dependency.matrix_tree_gth import _compiled_closed_form_tangent, _compiled_marginals_tangent
 
     scores, lengths = check_arc_scores(*random_batch(21, [30, 12, 1, 25, 30, 7], scale))
     g = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
@@ -294,8 +290,7 @@ def test_closed_form_backward_checks_each_sentence(compiled):
     """A sentence whose inverse is off (here: perturbed by 1e-6) fails the column-sum check and is
     recomputed by the forward-mode kernel; the others keep the closed form."""
     from synattn.structs.dependency.matrix_tree import _marginals
-    from synattn.structs.dependency.matrix_tree_gth import (_compiled_closed_form_tangent,
-                                                            _compiled_marginals_tangent)
+    from synattn.structs.dependency.matrix_tree_gth import _compiled_closed_form_tangent, _compiled_marginals_tangent
 
     scores, lengths = check_arc_scores(*random_batch(22, [9, 6, 9], 1.0))
     g = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(6))

@@ -10,8 +10,14 @@ import warnings
 import pytest
 import torch
 
-from synattn.structs import (Dependency2oCRF, DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF,
-                             SemiMarkovCRF, TreeCRF)
+from synattn.structs import (
+    Dependency2oCRF,
+    DependencyCRF,
+    LinearChainCRF,
+    NonProjectiveDependencyCRF,
+    SemiMarkovCRF,
+    TreeCRF,
+)
 from synattn.structs.torch_distribution import StructuredDistribution
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
-from synattn.structs import reference, registry
-from synattn.structs.dependency.arc_scores import check_arc_scores
+from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF, reference, registry
 from synattn.structs.backend import numba_available, use_backend
-from synattn.structs.cky.crf import check_span_scores
 from synattn.structs.chain.semimarkov import check_segment_scores
+from synattn.structs.cky.crf import check_span_scores
+from synattn.structs.dependency.arc_scores import check_arc_scores
 from tests.helpers.chains import brute_force as chain_brute_force
 from tests.helpers.spans import brute_force as cky_brute_force
 from tests.helpers.trees import brute_force as tree_brute_force

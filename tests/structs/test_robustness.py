@@ -8,16 +8,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.structs.dependency.matrix_tree import best_tree
 from tests.helpers.backends import BACKENDS, on
 from tests.helpers.chains import brute_force as chain_brute_force
 from tests.helpers.derivatives import third_derivative_check
-from tests.helpers.trees import all_trees
-from tests.helpers.trees import brute_force as tree_brute_force
+from tests.helpers.trees import all_trees, brute_force as tree_brute_force
 
 INF = float("inf")
 MASKS = [-INF, torch.finfo(torch.float64).min, -1e30, -1e9]
@@ -511,7 +509,6 @@ def test_fuzz_one_nan_anywhere(kind, backend, n, length, i, j, value):
 def test_sample_count_is_bounded_by_memory(monkeypatch):
     """sample(count) had no bound: 10**9 samples of a batch allocated until the machine gave out."""
     import synattn.limits as limits
-
     from synattn.structs import SemiMarkovCRF
 
     monkeypatch.setattr(limits, "memory_bytes", lambda: 10 ** 9)  # a 1 GB machine

@@ -100,10 +100,9 @@ def test_sampling_is_seeded_and_cheap():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tree_crf_kbest_is_the_sorted_brute_force_list(backend):
-    from tests.helpers.spans import bracketings, random_batch, tree_scores
-
     from synattn.structs import TreeCRF
     from synattn.structs.cky.crf import spans_to_chart
+    from tests.helpers.spans import bracketings, random_batch, tree_scores
 
     scores, lengths = random_batch(3, [5, 4, 1, 3])
     scores[1, 0, 1] = -INF  # forbidden spans

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import Dependency2oCRF
 from synattn.structs.backend import use_backend

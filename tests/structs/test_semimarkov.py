@@ -3,11 +3,9 @@ linear chain it generalises, decoding, masks and argument checks, and torch-stru
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.structs import LinearChainCRF, SemiMarkovCRF
 from synattn.structs.backend import numba_available, use_backend

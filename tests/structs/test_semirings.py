@@ -12,11 +12,20 @@ import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, SemiMarkovCRF, TreeCRF
 from synattn.structs.constants import NEG
+from synattn.structs.semirings.generic import (
+    CheckpointSemiring,
+    CrossEntropySemiring,
+    EntropySemiring,
+    KLSemiring,
+    KMaxSemiring,
+    LogSemiring,
+    MaxSemiring,
+    Semiring,
+    SparseMaxSemiring,
+    sparsemax,
+)
 from synattn.structs.semirings.programs import run
 from synattn.structs.semirings.sampling import GumbelCRFSemiring, MultiSampledSemiring, SampledSemiring
-from synattn.structs.semirings.generic import (CheckpointSemiring, CrossEntropySemiring, EntropySemiring,
-                                               KLSemiring, KMaxSemiring, LogSemiring, MaxSemiring, Semiring,
-                                               SparseMaxSemiring, sparsemax)
 from tests.helpers.segments import structures as segmentations
 from tests.helpers.spans import bracketings
 from tests.helpers.trees import all_trees

@@ -16,14 +16,21 @@ import torch
 from torch import nn
 
 from synattn.attention import AttentionFeature, SyntaxInputs
-from synattn.syntax.fields import (IGNORE_INDEX, SyntaxField, TreeBatch, register_field, syntax_field,
-                                      syntax_fields, unregister_field)
-from synattn.syntax.inputs import require_syntax
 from synattn.data.batching import collate_examples
-from synattn.syntax.request import SyntaxRequest
 from synattn.data.subwords import PAD
 from synattn.methods import Method, methods, register, unregister
 from synattn.models import MaskedLM, MaskedLMConfig
+from synattn.syntax.fields import (
+    IGNORE_INDEX,
+    SyntaxField,
+    TreeBatch,
+    register_field,
+    syntax_field,
+    syntax_fields,
+    unregister_field,
+)
+from synattn.syntax.inputs import require_syntax
+from synattn.syntax.request import SyntaxRequest
 from synattn.train.tasks import MaskedLMTask, syntax_request_for
 from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, distance_vocab, traversal_vocab
 from tests.helpers.attention import random_heads

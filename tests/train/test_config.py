@@ -7,11 +7,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.errors import InputError
+from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.train import TrainConfig, build_optimizer, inverse_sqrt_factor, label_smoothed_nll, mask_tokens
 from synattn.train.tasks import FIRST_REGULAR_ID
 

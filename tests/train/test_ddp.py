@@ -14,7 +14,6 @@ from tests.helpers.paths import ROOT
 from tests.helpers.training import TinyTranslator, config, make_trainer
 
 
-
 def test_torchrun_two_processes_match_one_process_with_update_freq_2(tmp_path):
     # 48 examples make 9 batches an epoch: the last update has one batch, and rank 1 a dummy one
     settings = dict(max_epochs=2, clip_norm=1.0)

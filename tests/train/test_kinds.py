@@ -8,11 +8,17 @@ import re
 
 import pytest
 
-from synattn.syntax.request import SyntaxRequest
 from synattn.data.prepared import LABELS, MANIFEST, PreparedData
 from synattn.experiment import TASKS, ExperimentConfig
-from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig, MaskedLM,
-                            MaskedLMConfig, TransformerLM)
+from synattn.models import (
+    EncoderDecoderConfig,
+    EncoderDecoderTransformer,
+    LanguageModelConfig,
+    MaskedLM,
+    MaskedLMConfig,
+    TransformerLM,
+)
+from synattn.syntax.request import SyntaxRequest
 from synattn.train import LanguageModelTask, MaskedLMTask, TranslationTask, task_for
 from synattn.train.kinds import TASK_KINDS, TaskKind, kind_of, register_task, task_kind
 from tests.helpers.paths import ROOT
@@ -79,8 +85,13 @@ def test_another_library_is_found_by_its_section_key_model_class_and_checkpoint(
     registers; a library that is not installed is a config error saying what to install."""
     from synattn.errors import ConfigError
     from synattn.train import libraries
-    from synattn.train.libraries import (LIBRARIES, LibraryEntry, library_of_checkpoint, library_of_model,
-                                         library_of_section)
+    from synattn.train.libraries import (
+        LIBRARIES,
+        LibraryEntry,
+        library_of_checkpoint,
+        library_of_model,
+        library_of_section,
+    )
 
     assert library_of_section({"d_model": 16}) is None
     assert library_of_model(MaskedLM(MaskedLMConfig(vocab_size=9, **TINY))) is None

@@ -16,7 +16,15 @@ import torch
 
 from synattn.errors import InputError
 from synattn.train import load_checkpoint, resolve_checkpoint
-from tests.helpers.training import Crash, CrashingTask, TinyTranslator, assert_same_run, config, logged_losses, make_trainer
+from tests.helpers.training import (
+    Crash,
+    CrashingTask,
+    TinyTranslator,
+    assert_same_run,
+    config,
+    logged_losses,
+    make_trainer,
+)
 
 
 @pytest.mark.parametrize("overrides, crash_at", [

@@ -12,10 +12,26 @@ from synattn.attention import SyntaxInputs
 from synattn.data.batching import PreparedDataset, collate
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.data.subwords import BOS, EOS, PAD
-from synattn.models import (EncoderDecoderConfig, EncoderDecoderTransformer, LanguageModelConfig,
-                            MaskedLM, MaskedLMConfig, PretrainedModel, TransformerLM)
-from synattn.train import (LanguageModelTask, MaskedLMTask, Trainer, TranslationTask, mask_tokens,
-                           read_log, resolve_checkpoint, syntax_request_for, task_for)
+from synattn.models import (
+    EncoderDecoderConfig,
+    EncoderDecoderTransformer,
+    LanguageModelConfig,
+    MaskedLM,
+    MaskedLMConfig,
+    PretrainedModel,
+    TransformerLM,
+)
+from synattn.train import (
+    LanguageModelTask,
+    MaskedLMTask,
+    Trainer,
+    TranslationTask,
+    mask_tokens,
+    read_log,
+    resolve_checkpoint,
+    syntax_request_for,
+    task_for,
+)
 from tests.helpers.training import VOCAB, SyntheticPairs, config
 
 TINY = dict(d_model=16, heads=2, ffn_dim=32, dropout=0.0)

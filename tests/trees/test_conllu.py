@@ -8,13 +8,11 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.errors import InputError, TreebankError
 from synattn.trees.conllu_io import read_conllu, read_conllu_with_report, to_conllu, write_conllu
-from synattn.trees.dependency import DependencyTree, head_problem, is_projective_heads, \
-    validate_heads
+from synattn.trees.dependency import DependencyTree, head_problem, is_projective_heads, validate_heads
 
 # line numbers:  1 newdoc, 2 sent_id, 3 text, 4 "I", 5 "2-3", 6 "do", 7 "n't", 8 "know",
 # 9 "4.1", 10 ".", 11 blank, 12 free comment, 13 "Hi", 14 "there", 15 blank

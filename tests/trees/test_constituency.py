@@ -6,13 +6,21 @@ import io
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.errors import InputError, TreebankError
 from synattn.trees.branching import left_branching, random_binary, right_branching, tree_from_spans
-from synattn.trees.constituency import Tree, drop_leaves, leaf_labels, leaves, parse_brackets, read_brackets, \
-    spans, strip_function_tags, to_brackets
+from synattn.trees.constituency import (
+    Tree,
+    drop_leaves,
+    leaf_labels,
+    leaves,
+    parse_brackets,
+    read_brackets,
+    spans,
+    strip_function_tags,
+    to_brackets,
+)
 
 # two PTB trees (traces, functional tags, co-indices, punctuation), the first over 3 lines
 PTB = """( (S (NP-SBJ-1 (DT The) (NN cat))

@@ -12,8 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.trees._reference import reference_labels, reference_relations
 from synattn.trees.relations import (

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synattn.trees.relations import head_targets, tree_distance
 from synattn.trees.subword import first_piece_index, last_piece_index, project_to_subwords, word_index_of_pieces

@@ -173,7 +173,8 @@ BAD_OVERRIDES = [
     (["model.encoder..layers=1"], "has an empty part"),
     (["model.d_model.x=1"], "model.d_model is not a section"),
     (["data=/nonexistent/folder"], "override data=/nonexistent/folder: data: /nonexistent/folder does not exist"),
-    (["task=lm"], "override task=lm: unknown key 'model.encoder' in model; known keys: d_model"),  # task lm builds a LanguageModelConfig
+    # task lm builds a LanguageModelConfig
+    (["task=lm"], "override task=lm: unknown key 'model.encoder' in model; known keys: d_model"),
 ]
 
 
@@ -195,7 +196,8 @@ def test_mistakes_in_the_file_name_the_file(tmp_path, data, mono, capsys):
     _fails(capsys, ["train", "--config", str(config), *run], f"{config}: task mt needs a parallel dataset")
     _fails(capsys, ["train", "--config", str(config), "--data", str(tmp_path / "none"), *run],
            "--data: data: ", "does not exist")
-    _fails(capsys, ["train", "--config", str(tmp_path / "missing.yaml"), *run], "--config: ", "missing.yaml: no such file")
+    _fails(capsys, ["train", "--config", str(tmp_path / "missing.yaml"), *run], "--config: ",
+           "missing.yaml: no such file")
     _fails(capsys, ["train", *run], "--config is required")
     assert not (tmp_path / "run").exists()
 

@@ -94,7 +94,7 @@ def test_prior_properties(lengths, seed):
 
 def test_links_are_non_decreasing_across_layers_and_prior_stays_in_range():
     torch.manual_seed(3)
-    layers = [MultiheadAttention(D, H, features=[ConstituentAttention(D, layer=l)]) for l in range(4)]
+    layers = [MultiheadAttention(D, H, features=[ConstituentAttention(D, layer=i)]) for i in range(4)]
     x = torch.randn(3, 7, D)
     pad = torch.tensor([[False] * 7, [False] * 5 + [True] * 2, [False] * 2 + [True] * 5])
     carry = {}
@@ -110,7 +110,7 @@ def test_links_are_non_decreasing_across_layers_and_prior_stays_in_range():
 
 def test_gradients_reach_links_of_every_layer():
     torch.manual_seed(4)
-    features = [ConstituentAttention(D, layer=l) for l in range(2)]
+    features = [ConstituentAttention(D, layer=i) for i in range(2)]
     layers = [MultiheadAttention(D, H, features=[f]) for f in features]
     x = torch.randn(2, 5, D)
     pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
@@ -191,7 +191,7 @@ def test_links_and_prior_equal_the_public_code_matrix_form():
     and C its g_attn between real positions (off the diagonal; the public code's diagonal is the
     links matrix's own, ≈ 0 like ``diagonal=1e-9``)."""
     torch.manual_seed(5)
-    features = [ConstituentAttention(D, layer=l).double() for l in range(2)]
+    features = [ConstituentAttention(D, layer=i).double() for i in range(2)]
     for f in features:
         with torch.no_grad():
             f.bilinear.mul_(4.0)

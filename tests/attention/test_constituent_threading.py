@@ -146,8 +146,8 @@ def test_no_module_keeps_tensors_or_link_records_between_forwards():
 
 def test_torch_style_layers_share_the_carry_of_their_bind_syntax_block():
     torch.manual_seed(6)
-    layers = [SyntaxMultiheadAttention(D, H, batch_first=True, features=[ConstituentAttention(D, l)])
-              for l in range(3)]
+    layers = [SyntaxMultiheadAttention(D, H, batch_first=True, features=[ConstituentAttention(D, i)])
+              for i in range(3)]
     x = torch.randn(2, 5, D)
     carry, want = {}, x
     for layer in layers:

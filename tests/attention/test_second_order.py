@@ -44,7 +44,8 @@ def test_rows_are_second_order_arc_marginals(multiroot):
     # each dependent's parent row plus its ROOT arc sums to 1
     root = Dependency2oCRF(arcs, sibs, torch.tensor(lengths), multiroot).marginals[:, 0, 1:]
     valid = ~pad
-    torch.testing.assert_close((extras.probs[:, 1].sum(-1) + root)[valid], torch.ones(int(valid.sum()), dtype=torch.float64))
+    torch.testing.assert_close((extras.probs[:, 1].sum(-1) + root)[valid],
+                               torch.ones(int(valid.sum()), dtype=torch.float64))
 
 
 def test_fresh_layer_equals_first_order():

@@ -42,7 +42,7 @@ def brute_weights(theta: torch.Tensor, t: int, n: int) -> torch.Tensor:
     w = theta.new_zeros(theta.shape[0])
     depth = [sum(a <= t <= b for a, b in tree) for tree in trees]
     norm = sum(p * d for p, d in zip(prob, depth))
-    for p, d, tree in zip(prob, depth, trees):
+    for p, _, tree in zip(prob, depth, trees):
         for a, b in tree:
             if a <= t <= b:  # p(T) d / E[d] · 1/d · 1/(b - a + 1)
                 w[a:b + 1] += p / norm / (b - a + 1)

@@ -121,7 +121,7 @@ def all_trees(n: int, projective: bool, multiroot: bool):
         if roots == 0 or (not multiroot and roots > 1):
             continue
 
-        def ancestors(d):
+        def ancestors(d, parent=parent):
             seen = []
             while d != 0 and d not in seen:
                 seen.append(d)
@@ -132,7 +132,7 @@ def all_trees(n: int, projective: bool, multiroot: bool):
         if any(c is None for c in chains):
             continue  # a cycle
         if projective:
-            def dominated(h, w):  # h is an ancestor of w (ROOT dominates every word)
+            def dominated(h, w, chains=chains):  # h is an ancestor of w (ROOT dominates every word)
                 return h == 0 or h in chains[w - 1]
             if any(not dominated(parent[d], w)
                    for d in range(1, n + 1)

@@ -58,7 +58,8 @@ def test_evaluate_reports_consistent_numbers(run, capsys):
     assert len(hypotheses) == len(EN)
     assert result["translation"]["bleu"] == pytest.approx(translation_scores(hypotheses, FR).bleu)
     assert set(result["attachment"]) == {"encoder.1.parse"} and 0 <= result["attachment"]["encoder.1.parse"] <= 1
-    assert set(result["tree_attachment"]) == {"encoder.1.parse"} and 0 <= result["tree_attachment"]["encoder.1.parse"] <= 1
+    assert set(result["tree_attachment"]) == {"encoder.1.parse"}
+    assert 0 <= result["tree_attachment"]["encoder.1.parse"] <= 1
     table = np.array(result["head_agreement"]["encoder.self"])
     assert table.shape == (2, 2) and ((table >= 0) & (table <= 1)).all()
     assert result["perplexity"] > 1 and "BLEU" in text and "supervised head encoder.1.parse" in text

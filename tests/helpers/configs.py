@@ -1,4 +1,5 @@
-"""The experiment configs of configs/ made tiny: a prepared dataset per task, overrides that shrink a model keeping each of its features, and the overrides of a short run."""
+"""The experiment configs of configs/ made tiny: a prepared dataset per task, overrides that shrink
+a model keeping each of its features, and the overrides of a short run."""
 
 from __future__ import annotations
 

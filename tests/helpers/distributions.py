@@ -1,4 +1,5 @@
-"""Log-probabilities of every structure of a tiny sentence, random masked scores, and the distance of samples from a distribution."""
+"""Log-probabilities of every structure of a tiny sentence, random masked scores, and the distance
+of samples from a distribution."""
 
 from __future__ import annotations
 

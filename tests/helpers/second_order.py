@@ -1,4 +1,5 @@
-"""Second-order (sibling) dependency trees by enumeration: the sibling pairs of a tree and the brute-force CRF quantities."""
+"""Second-order (sibling) dependency trees by enumeration: the sibling pairs of a tree and the
+brute-force CRF quantities."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Pieces of the structured-attention tests (docs/methods.md §5): bilinear scores and the output of given weights, computed from a layer's own projections."""
+"""Pieces of the structured-attention tests (docs/methods.md §5): bilinear scores and the output of
+given weights, computed from a layer's own projections."""
 
 from __future__ import annotations
 

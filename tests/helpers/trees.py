@@ -1,4 +1,5 @@
-"""Dependency trees by enumeration: every (projective) tree of a tiny sentence, the brute-force CRF quantities, score batches with junk outside the sentence."""
+"""Dependency trees by enumeration: every (projective) tree of a tiny sentence, the brute-force CRF
+quantities, score batches with junk outside the sentence."""
 
 from __future__ import annotations
 

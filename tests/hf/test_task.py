@@ -121,8 +121,8 @@ def test_model_section_mistakes_are_config_errors(data, model, message):
 
 def test_a_config_with_an_older_feature_name_is_read_with_a_warning(data):
     old = [{"feature": "tree_relations", "layers": [0], "field": "traversal"}]
-    with pytest.warns(FutureWarning, match=r"synattn feature #0: feature 'tree_relations' is now written "
-                                           r"\{'feature': 'relations', 'relations': \['traversal'\], 'layers': \[0\]\}"):
+    now = r"\{'feature': 'relations', 'relations': \['traversal'\], 'layers': \[0\]\}"
+    with pytest.warns(FutureWarning, match=r"synattn feature #0: feature 'tree_relations' is now written " + now):
         (exp := ExperimentConfig.from_dict(experiment(data, {"transformers": BERT, "features": old}))).check_data()
     assert exp.model["features"] == old  # the file's entries as written; the model gets the new ones
 

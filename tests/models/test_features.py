@@ -162,7 +162,8 @@ def test_save_load_round_trip_keeps_the_new_parameters(tmp_path):
 
 def test_masked_lm_exposes_hierarchical_links_that_ignore_padding():
     torch.manual_seed(1)
-    mlm = MaskedLM(MaskedLMConfig.from_dict(dict(TINY, vocab_size=VOCAB, encoder=dict(layers=3, constituent=True)))).eval()
+    config = MaskedLMConfig.from_dict(dict(TINY, vocab_size=VOCAB, encoder=dict(layers=3, constituent=True)))
+    mlm = MaskedLM(config).eval()
     tokens = torch.randint(5, VOCAB, (2, 7))
     tokens[1, 4:] = PAD
     links = mlm(tokens).constituent_links["encoder"]  # [B, L, n − 1]

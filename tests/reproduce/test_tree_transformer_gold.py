@@ -38,7 +38,7 @@ WSJ_A = """
       (S-ADV (-NONE- *-1) ))
     ('' '') 
     (. .) ))
-"""
+"""  # noqa: W291 (the .mrg files' own trailing spaces)
 WSJ_B = """
 ( (FRAG (-NONE- *U*) (. .) ))
 ( (S 
@@ -46,7 +46,7 @@ WSJ_B = """
     (VP (VBD fell) 
       (ADVP-TMP (-NONE- *T*-2) ))
     (. .) ))
-"""
+"""  # noqa: W291 (the .mrg files' own trailing spaces)
 
 
 @pytest.fixture()

@@ -271,7 +271,7 @@ def test_compiled_equals_torch_path_on_ragged_batches(seed, longest, others, C, 
                 assert torch.equal(a, e)
             continue
         assert a.dtype == dtype, name
-        torch.testing.assert_close(a, e.to(dtype), **tol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, e.to(dtype), **tol, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_compiled_backward_equals_torch_path_at_padded_positions():

@@ -146,7 +146,8 @@ def test_constrained_chain_marginals_match_brute_force(backend):
     with on(backend):
         crf = LinearChainCRF(unary=unary, transition=trans).constrain(labels=labels, allowed=allowed)
         torch.testing.assert_close(crf.marginals[0], exact_mu, rtol=0, atol=1e-9)
-        torch.testing.assert_close(crf.log_partition[0] - LinearChainCRF(unary=unary, transition=trans).log_partition[0],
+        free = LinearChainCRF(unary=unary, transition=trans)
+        torch.testing.assert_close(crf.log_partition[0] - free.log_partition[0],
                                    torch.logsumexp(lp[consistent], 0), rtol=1e-9, atol=1e-9)
 
 

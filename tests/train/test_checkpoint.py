@@ -10,7 +10,7 @@ import torch
 
 from synattn.errors import InputError
 from synattn.train import load_checkpoint, resolve_checkpoint, save_checkpoint
-from synattn.train.checkpoint import list_checkpoints, rng_state, set_rng_state
+from synattn.train.checkpoint import checkpoint_step, list_checkpoints, rng_state, set_rng_state
 from tests.helpers.training import TinyTranslator
 
 
@@ -149,3 +149,9 @@ def test_checkpoint_names_are_the_runs_own_before_a_folder_where_the_command_run
     for folder in (str(run / "snapshots"), ""):
         with pytest.raises(UsageError, match="not a checkpoint folder, no model.safetensors in it"):
             named_checkpoint(run, folder)
+
+
+def test_checkpoint_step_names_a_folder_that_is_no_checkpoint():
+    assert checkpoint_step("runs/x/snapshots/ckpt_000123") == 123
+    with pytest.raises(ValueError, match="runs/x/best: not a checkpoint directory"):
+        checkpoint_step("runs/x/best")

@@ -53,7 +53,7 @@ class StackConfig:
     of its dataclass. They are written out here, statically, so that type checkers and readers see
     them; :func:`undeclared` compares them with the registry when this module is imported (a method
     added to ``synattn/methods/`` without its line here is refused, naming the line to add) and
-    ``tests/test_methods.py`` checks that names, types and defaults are the registry's.
+    ``tests/methods/test_registry.py`` checks that names, types and defaults are the registry's.
 
     Attributes:
         layers: number of layers.

@@ -22,7 +22,7 @@ structure          signature of ``log_partition`` / ``marginals``        acceler
 
 ``numba`` applies where :func:`~synattn.structs.backend.use_numba` says so (CPU tensors, numba
 installed, backend ``auto`` or ``numba``); ``torch`` always applies. A new acceleration is one
-:func:`register` call next to its code; ``tests/test_structs_registry.py`` then checks it
+:func:`register` call next to its code; ``tests/structs/test_registry.py`` then checks it
 against the reference (values and gradients) with no further change.
 
 Marginals are ``∂ log Z / ∂ scores`` (for the chain, ``∂ log Z / ∂ unary``: node marginals),

@@ -225,8 +225,7 @@ def test_no_step_imports_another_steps_private_names():
         "\n".join(found)
 
 
-NAMES_TRANSFORMERS = {"synattn.train.libraries": "the one table of other libraries, read by the core",
-                      "synattn.reproduce.pretrained_syntax": "the study of a pretrained transformers model"}
+NAMES_TRANSFORMERS = {"synattn.train.libraries": "the one table of other libraries, read by the core"}
 """The modules outside ``hf/`` whose code spells the string "transformers", → why."""
 
 

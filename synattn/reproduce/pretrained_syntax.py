@@ -102,7 +102,9 @@ class PretrainedSyntaxStudy(Study):
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else 4000)
 
     def base_model(self, ctx: Context) -> dict:
-        return {"transformers": getattr(ctx.args, "model", None) or MODEL, "mlm": False,
+        from synattn.hf.task import KEY  # the model section's key of a Hugging Face model
+
+        return {KEY: getattr(ctx.args, "model", None) or MODEL, "mlm": False,
                 "features": [_supervised(ctx)]}
 
     def experiment(self, ctx: Context, arm: Arm, seed: int, budget) -> dict:
@@ -139,9 +141,7 @@ class PretrainedSyntaxStudy(Study):
             earlier = run_dir.parent / "seed1" / "metrics.json"
             if seed > 1 and earlier.is_file():  # no training: every seed scores the same model
                 return {k: v for k, v in json.loads(earlier.read_text()).items() if not k.startswith("train_")}
-            from transformers import AutoModel
-
-            model, tokenizer = load_pretrained(spec, AutoModel, attn_implementation="eager")
+            model, tokenizer = load_pretrained(spec, attn_implementation="eager")  # the base model
         assert ctx.data is not None  # (set by Study.prepare)
         splits = ["dev"] + (["test"] if (Path(ctx.data) / "test").is_dir() else [])
         scores = {split: hf_head_attachment(model, ctx.data, split, tokenizer, probe=not arm.trained)

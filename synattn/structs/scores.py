@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import torch
 
-from .constants import MAX_TOTAL_SCORE, NEG
+from .constants import IMPOSSIBLE, MAX_TOTAL_SCORE, NEG
 
 F = TypeVar("F", bound=Callable)
 
@@ -28,6 +28,12 @@ def mask_impossible(x: torch.Tensor, source: torch.dtype | None = None) -> torch
     """
     limit = torch.finfo(torch.float16).min if source == torch.float16 else NEG
     return x.masked_fill(x <= limit, NEG)
+
+
+def impossible_as_inf(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (a log-partition or a best score) with every value at or below
+    :data:`~synattn.structs.constants.IMPOSSIBLE` (no structure survives the masks) as ``-inf``."""
+    return torch.where(x > IMPOSSIBLE, x, torch.full_like(x, -float("inf")))
 
 
 def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,

@@ -39,7 +39,7 @@ from ..arguments import flag, score_tensor
 from ..constants import IMPOSSIBLE, NEG
 from ..distribution import StructDistribution, _gumbel_argmax, check_count
 from ..kbest import lawler
-from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
 
 RIGHT, MATCH, DOWN, END = 0, 1, 2, 3
 """Moves (``op``): ``(i, j-1) → (i, j)``, ``(i-1, j-1) → (i, j)``, ``(i-1, j) → (i, j)``; END
@@ -156,7 +156,7 @@ class AlignmentCRF(StructDistribution):
 
     @staticmethod
     def _finite(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(x > IMPOSSIBLE, x, torch.full_like(x, -float("inf")))
+        return impossible_as_inf(x)
 
     @cached_property
     @fp32_inside
@@ -237,7 +237,7 @@ class AlignmentCRF(StructDistribution):
         R = len(rows)
 
         def choose(w):
-            w = torch.where(w > IMPOSSIBLE, w, torch.full_like(w, -float("inf")))
+            w = impossible_as_inf(w)
             return w.argmax(-1) if viterbi else _gumbel_argmax(w, generator)
 
         def alpha(i, j):  # [R] chart value at (i, j), -inf off the grid

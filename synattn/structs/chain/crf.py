@@ -36,9 +36,9 @@ import torch
 from .. import reference, registry
 from ..arguments import flag, score_tensor
 from ..backend import kernels, serial_if_small, use_numba
-from ..constants import IMPOSSIBLE, NEG
+from ..constants import NEG
 from ..distribution import Decoding, StructDistribution, check_count
-from ..scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
+from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, lengths_mask, mask_impossible
 from .dp import (
     PROMOTE_ABOVE,
     ChainLogPartition,
@@ -202,7 +202,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         log_z = log_z.to(self.unary.dtype)
         if not self.masked:
             return log_z
-        return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
+        return impossible_as_inf(log_z)
 
     @cached_property
     @fp32_inside
@@ -244,7 +244,7 @@ class LinearChainCRF(StructDistribution, Decoding):
     def max(self) -> torch.Tensor:
         """``[batch_size]`` score of the best labelling (not differentiable); ``-inf`` if none."""
         best = self._viterbi[0]
-        return torch.where(best > IMPOSSIBLE, best, torch.full_like(best, -float("inf")))
+        return impossible_as_inf(best)
 
     @property
     def argmax(self) -> torch.Tensor:
@@ -333,7 +333,7 @@ class LinearChainCRF(StructDistribution, Decoding):
         zero = node.new_zeros(())
         total = (torch.where(self.mask, node, zero).sum(1)
                  + torch.where(self.mask[:, 1:], pair, zero).sum(1))
-        return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))
+        return impossible_as_inf(total)
 
     def _check_labels(self, labels: torch.Tensor) -> torch.Tensor:
         batch, n, C = self.unary.shape

@@ -35,7 +35,7 @@ from ..arguments import score_tensor
 from ..backend import kernels
 from ..constants import IMPOSSIBLE, NEG
 from ..distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
-from ..scores import check_scores, float_dtype, fp32_inside, lengths_mask, mask_impossible
+from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, lengths_mask, mask_impossible
 from ..semirings.log_max import logsumexp
 
 __all__ = ["SemiMarkovCRF", "check_segment_scores", "segment_parts"]
@@ -220,7 +220,7 @@ class SemiMarkovCRF(StructDistribution, Decoding):
                                          self.init).to(self.edge.dtype)
         if not self.masked:
             return log_z
-        return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
+        return impossible_as_inf(log_z)
 
     @property
     def feasible(self) -> torch.Tensor:
@@ -279,7 +279,7 @@ class SemiMarkovCRF(StructDistribution, Decoding):
     def max(self) -> torch.Tensor:
         """``[B]`` score of the best structure (not differentiable); ``-inf`` if none."""
         best = self._viterbi[0]
-        return torch.where(best > IMPOSSIBLE, best, torch.full_like(best, -float("inf")))
+        return impossible_as_inf(best)
 
     @property
     def argmax(self) -> torch.Tensor:

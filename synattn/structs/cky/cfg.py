@@ -30,7 +30,7 @@ import torch
 from ..arguments import score_tensor
 from ..constants import IMPOSSIBLE, NEG
 from ..distribution import StructDistribution
-from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
 
 
 class SentCFG(StructDistribution):
@@ -139,7 +139,7 @@ class SentCFG(StructDistribution):
 
     @staticmethod
     def _finite(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(x > IMPOSSIBLE, x, torch.full_like(x, -float("inf")))
+        return impossible_as_inf(x)
 
     @cached_property
     @fp32_inside

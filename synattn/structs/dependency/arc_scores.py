@@ -17,9 +17,9 @@ import torch
 
 from .. import registry
 from ..arguments import flag, score_tensor
-from ..constants import IMPOSSIBLE, NEG
+from ..constants import NEG
 from ..distribution import Decoding, StructDistribution, check_count
-from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
 
 
 @overload
@@ -139,7 +139,7 @@ class ArcCRF(StructDistribution, Decoding):
         log_z = registry.log_partition(self.structure, self.scores, self.lengths, self.multiroot)
         if not self.masked:
             return log_z
-        return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
+        return impossible_as_inf(log_z)
 
     @cached_property
     @fp32_inside
@@ -289,4 +289,4 @@ class ArcCRF(StructDistribution, Decoding):
         total = tree_score(self.scores, heads, self.lengths)
         if not self.masked:
             return total
-        return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))
+        return impossible_as_inf(total)

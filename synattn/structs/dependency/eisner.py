@@ -52,11 +52,11 @@ import torch
 import torch.nn.functional as F
 
 from ..backend import kernels, serial_if_small, use_numba
-from ..constants import IMPOSSIBLE, NEG
+from ..constants import NEG
 from ..distribution import check_count
 from ..forward_mode import forward_derivative
 from ..registry import Implementation, numba_applies, register
-from ..scores import fp32_inside
+from ..scores import fp32_inside, impossible_as_inf
 from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 
@@ -390,7 +390,7 @@ class DependencyCRF(ArcCRF):
         """``[batch_size]`` score of the best projective tree (not differentiable); ``-inf`` if
         masks leave none."""
         best = self._best[0]
-        return torch.where(best > IMPOSSIBLE, best, torch.full_like(best, -float("inf")))
+        return impossible_as_inf(best)
 
     @property
     def argmax(self) -> torch.Tensor:

@@ -49,8 +49,8 @@ import torch
 
 from ..arguments import score_tensor
 from ..backend import kernels, requested_backend, use_numba
-from ..constants import IMPOSSIBLE, NEG
-from ..scores import check_scores, fp32_inside, mask_impossible
+from ..constants import NEG
+from ..scores import check_scores, fp32_inside, impossible_as_inf, mask_impossible
 from .arc_scores import ArcCRF, heads_from_arcs, tree_score
 from .eisner import DependencyCRF
 
@@ -375,7 +375,7 @@ class Dependency2oCRF(ArcCRF):
             log_z = self._inside[0]
         if not self.masked:
             return log_z
-        return torch.where(log_z > IMPOSSIBLE, log_z, torch.full_like(log_z, -float("inf")))
+        return impossible_as_inf(log_z)
 
     def _feasible_only(self, mu: torch.Tensor) -> torch.Tensor:
         if not self.masked:
@@ -417,7 +417,7 @@ class Dependency2oCRF(ArcCRF):
         """``[batch_size]`` score of the best projective tree (not differentiable); ``-inf`` if
         masks leave none."""
         best = self._best[0]
-        return torch.where(best > IMPOSSIBLE, best, torch.full_like(best, -float("inf")))
+        return impossible_as_inf(best)
 
     @property
     def argmax(self) -> torch.Tensor:
@@ -434,7 +434,7 @@ class Dependency2oCRF(ArcCRF):
                  + siblings_score(self.siblings, heads, self.lengths))
         if not self.masked:
             return total
-        return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))
+        return impossible_as_inf(total)
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples (heads, ``-1`` padding) by conditioning word by

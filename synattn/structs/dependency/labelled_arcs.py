@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..arguments import score_tensor
-from ..constants import IMPOSSIBLE, NEG
+from ..constants import NEG
 from ..distribution import _gumbel_argmax, check_count
-from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
 from .arc_scores import ArcCRF, usable_arcs
 
 if TYPE_CHECKING:  # the mixin sits in front of an ArcCRF subclass (see labelled_class)
@@ -161,7 +161,7 @@ class LabelledArcs(_Mixed):
         arc = arc.squeeze(1).gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)  # [B, n]
         within = torch.arange(heads.shape[1], device=heads.device) < self.lengths[:, None]
         total = torch.where(within, arc, arc.new_zeros(())).sum(1)
-        return torch.where(total > IMPOSSIBLE, total, torch.full_like(total, -float("inf")))
+        return impossible_as_inf(total)
 
     def log_prob(self, structure) -> torch.Tensor:
         """``[B]`` ``log p(heads, labels)``; ``-inf`` for a masked arc or label or heads that are

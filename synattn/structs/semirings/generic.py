@@ -29,7 +29,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ..constants import IMPOSSIBLE, NEG
+from ..constants import NEG
+from ..scores import impossible_as_inf
 from . import log_max as _kernel_semirings
 
 __all__ = ["CheckpointSemiring", "CrossEntropySemiring", "EntropySemiring", "KLSemiring",
@@ -121,7 +122,7 @@ class LogSemiring(_kernel_semirings.LogSemiring, Semiring):
 
     @classmethod
     def finalize(cls, value: torch.Tensor) -> torch.Tensor:
-        return torch.where(value > IMPOSSIBLE, value, torch.full_like(value, -float("inf")))
+        return impossible_as_inf(value)
 
 
 class MaxSemiring(_kernel_semirings.MaxSemiring, LogSemiring):

@@ -40,13 +40,17 @@ def _draw(logits: torch.Tensor, dim: int, count: int) -> torch.Tensor:
     return hot.view(count, *x.shape).movedim(-1, dim if dim < 0 else dim + 1)
 
 
-class _SampledLogSumExp(torch.autograd.Function):
+class _LogSumExp(torch.autograd.Function):
+    """Log-sum-exp over ``dim`` that keeps ``x`` and ``dim``; each subclass gives its backward."""
+
     @staticmethod
     def forward(ctx, x: torch.Tensor, dim: int) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.dim = dim
         return torch.logsumexp(x, dim)
 
+
+class _SampledLogSumExp(_LogSumExp):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (x,) = ctx.saved_tensors
@@ -61,16 +65,10 @@ class SampledSemiring(LogSemiring):
         return _SampledLogSumExp.apply(x, dim)
 
 
-class _MultiSampledLogSumExp(torch.autograd.Function):
+class _MultiSampledLogSumExp(_LogSumExp):
     """The incoming adjoint ``g`` is a set of samples coded as bits: bit ``j + 1`` set (value
     ``2^(j+1)``) when sample ``j`` passes through this cell, or ``g = 1`` at the top (all
     samples). Each sample that passes picks its own term."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, dim: int) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        ctx.dim = dim
-        return torch.logsumexp(x, dim)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
@@ -127,13 +125,7 @@ def GumbelCRFSemiring(temperature: float) -> type[LogSemiring]:
                 soft = torch.softmax(x / temperature, ctx.dim)
                 return torch.autograd.grad(soft, x, hot * g)[0], None
 
-    class _GumbelLogSumExp(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x: torch.Tensor, dim: int) -> torch.Tensor:
-            ctx.save_for_backward(x)
-            ctx.dim = dim
-            return torch.logsumexp(x, dim)
-
+    class _GumbelLogSumExp(_LogSumExp):
         @staticmethod
         def backward(ctx, g: torch.Tensor):
             (x,) = ctx.saved_tensors

@@ -62,12 +62,22 @@ class PeerNames:
         @property
         def argmax(self) -> Any: ...  # a tensor, or a tuple of them (SentCFG)
 
-        def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+        @property
+        def entropy(self) -> torch.Tensor: ...
+
+        def kbest(self, k: int) -> tuple[torch.Tensor, Any]: ...
 
     @property
     def partition(self) -> torch.Tensor:
         """``[B]`` ``log Z``: :attr:`log_partition` under torch-struct's name."""
         return self.log_partition
+
+    @property
+    def perplexity(self) -> torch.Tensor:
+        """``[B]`` ``exp(entropy)``: the number of equally likely structures with the same
+        entropy (supar's ``perplexity``, ``torch.distributions``' ``exp(entropy())``); 1 for a
+        sentence without a structure (entropy 0). Differentiable where ``entropy`` is."""
+        return self.entropy.exp()
 
     @property
     def mode(self) -> torch.Tensor:
@@ -78,9 +88,14 @@ class PeerNames:
         """``[k, B]`` scores of the ``k`` best structures (``kbest(k)[0]`` transposed)."""
         return self.kbest(k)[0].transpose(0, 1)
 
-    def topk(self, k: int) -> torch.Tensor:
-        """``[k, B, ...]`` the ``k`` best structures (``kbest(k)[1]`` with ``k`` first)."""
-        return self.kbest(k)[1].transpose(0, 1)
+    def topk(self, k: int) -> Any:
+        """``[k, B, ...]`` the ``k`` best structures (``kbest(k)[1]`` with ``k`` first; each
+        tensor of a structure given as several, such as :class:`~synattn.structs.SentCFG`'s
+        counts)."""
+        structures = self.kbest(k)[1]
+        if isinstance(structures, tuple):
+            return tuple(s.transpose(0, 1) for s in structures)
+        return structures.transpose(0, 1)
 
     # --- semirings (synattn.structs.semirings.programs) ----------------------------------------
 

@@ -150,3 +150,24 @@ def test_enumerate_support_refuses_what_it_cannot_list():
         ragged.enumerate_support(expand=False)
     with pytest.raises(ValueError, match="sample_shape"):
         ragged.log_prob(torch.zeros(2, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", CRFS)
+def test_perplexity_is_the_exponential_of_the_entropy(name):
+    crf = CRFS[name]()
+    torch.testing.assert_close(crf.perplexity, crf.entropy.exp())
+    assert bool((crf.perplexity >= 1).all())
+
+
+def test_perplexity_equals_supars():
+    """supar 1.1.4's ``perplexity()`` is ``torch.distributions``' ``exp(self.entropy())``, which
+    raises there (its ``entropy`` is a tensor, not a method): its value is ``exp`` of its entropy."""
+    structs = pytest.importorskip("supar.structs")
+    from synattn.structs import convert
+
+    spans = randn(2, 5, 5, seed=3)
+    theirs = structs.ConstituencyCRF(convert.spans_to_supar(spans).requires_grad_(), LENGTHS)
+    ours = TreeCRF(spans, LENGTHS)
+    torch.testing.assert_close(ours.perplexity, theirs.entropy.detach().exp())
+    no_tree = TreeCRF(torch.full((1, 3, 3), -float("inf")))  # no structure: entropy 0
+    assert no_tree.perplexity.item() == 1.0

@@ -9,8 +9,16 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
-from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, SemiMarkovCRF, TreeCRF
+from synattn.structs import (
+    Dependency2oCRF,
+    DependencyCRF,
+    LinearChainCRF,
+    NonProjectiveDependencyCRF,
+    SemiMarkovCRF,
+    TreeCRF,
+)
 from synattn.structs.constants import NEG
 from synattn.structs.semirings.generic import (
     CheckpointSemiring,
@@ -30,24 +38,30 @@ from tests.helpers.segments import structures as segmentations
 from tests.helpers.spans import bracketings
 from tests.helpers.trees import all_trees
 
-STRUCTURES = ["chain", "semimarkov", "eisner", "eisner1", "cky"]
+STRUCTURES = ["chain", "semimarkov", "eisner", "eisner1", "eisner2o", "eisner2o1", "cky"]
 
 
-def make(kind: str, seed: int, masked: bool = False, equal: bool = False):
-    """A CRF of two sentences of different lengths (``equal``: the same), float64, optionally
-    with masked parts."""
+def make(kind: str, seed: int, masked: bool = False, equal: bool = False, lengths=(4, 2)):
+    """A CRF of two sentences of different lengths (``equal``: the same; ``lengths``: those of
+    the dependency CRFs), float64, optionally with masked parts."""
     gen = torch.Generator().manual_seed(seed)
-    shape = {"chain": (2, 3, 2, 2), "semimarkov": (2, 4, 3, 2, 2), "eisner": (2, 5, 5),
-             "eisner1": (2, 5, 5), "cky": (2, 4, 4)}[kind]
+    N = max(lengths) + 1
+    shape = {"chain": (2, 3, 2, 2), "semimarkov": (2, 4, 3, 2, 2), "eisner": (2, N, N),
+             "eisner1": (2, N, N), "eisner2o": (2, N, N), "eisner2o1": (2, N, N), "cky": (2, 4, 4)}[kind]
     x = torch.randn(shape, generator=gen, dtype=torch.float64)
     if masked:
         x = x.masked_fill(torch.rand(shape, generator=gen) < 0.15, -float("inf"))
+    if kind.startswith("eisner2o"):
+        sib = torch.randn(2, N, N, N, generator=gen, dtype=torch.float64)
+        if masked:
+            sib = sib.masked_fill(torch.rand(sib.shape, generator=gen) < 0.15, -float("inf"))
+        return Dependency2oCRF(x, sib, torch.tensor(lengths), multiroot=kind == "eisner2o")
     if kind == "chain":
         return LinearChainCRF(x, torch.tensor([4, 2]))
     if kind == "semimarkov":
         return SemiMarkovCRF(x, torch.tensor([5, 5 if equal else 3]))
     if kind.startswith("eisner"):
-        return DependencyCRF(x, torch.tensor([4, 2]), multiroot=kind == "eisner")
+        return DependencyCRF(x, torch.tensor(lengths), multiroot=kind == "eisner")
     return TreeCRF(x, torch.tensor([4, 3]))
 
 
@@ -65,7 +79,7 @@ def enumerate_parts(crf, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         one = SemiMarkovCRF(crf.edge[b:b + 1].expand(len(ys), -1, -1, -1, -1),
                             torch.full((len(ys),), L))
         parts = one.parts(ys)
-    elif isinstance(crf, DependencyCRF):
+    elif isinstance(crf, (DependencyCRF, Dependency2oCRF)):
         N = crf.scores.shape[-1] - 1
         trees = torch.from_numpy(all_trees(L, True, crf.multiroot))
         ys = torch.cat((trees, torch.full((len(trees), N - L), -1)), 1)
@@ -96,6 +110,9 @@ def _one(crf, b: int, copies: int):
         return SemiMarkovCRF(crf.edge[b:b + 1].expand(copies, -1, -1, -1, -1), lengths)
     if isinstance(crf, DependencyCRF):
         return DependencyCRF(crf.scores[b:b + 1].expand(copies, -1, -1), lengths, crf.multiroot)
+    if isinstance(crf, Dependency2oCRF):
+        return Dependency2oCRF(crf.scores[b:b + 1].expand(copies, -1, -1),
+                               crf.siblings[b:b + 1].expand(copies, -1, -1, -1), lengths, crf.multiroot)
     return TreeCRF(crf.scores[b:b + 1].expand(copies, -1, -1), lengths)
 
 
@@ -107,7 +124,29 @@ def _chain_copies(crf, b, copies):
 @pytest.mark.parametrize("kind", STRUCTURES)
 @pytest.mark.parametrize("masked", [False, True])
 def test_semirings_match_enumeration(kind, masked):
-    p, q = make(kind, 1, masked), make(kind, 2)
+    check_against_enumeration(make(kind, 1, masked), make(kind, 2))
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**16), lengths=st.lists(st.integers(1, 4), min_size=2, max_size=2),
+       multiroot=st.booleans(), masked=st.booleans())
+def test_second_order_semirings_match_enumeration(seed, lengths, multiroot, masked):
+    kind = "eisner2o" if multiroot else "eisner2o1"
+    check_against_enumeration(make(kind, seed, masked, lengths=lengths), make(kind, seed + 1, lengths=lengths))
+
+
+@pytest.mark.parametrize("kind", STRUCTURES)
+def test_compiled_log_and_max_agree_with_the_generic_program(kind):
+    crf = make(kind, 9, masked=True)
+    for sr in (LogSemiring, MaxSemiring):
+        assert torch.allclose(run(crf, sr), run(crf, sr, compiled=False), atol=1e-9)
+    compiled, generic = (crf.semiring_marginals(LogSemiring, compiled=c) for c in (True, False))
+    assert torch.allclose(compiled, generic, atol=1e-9)
+
+
+def check_against_enumeration(p, q):
+    """Every semiring's value and marginals on ``p`` (``q``: the second distribution of the
+    cross-entropy and KL) against the enumeration of its structures."""
     generic = dict(compiled=False)
     values = {sr: run(p, sr, **generic) for sr in (LogSemiring, MaxSemiring, EntropySemiring)}
     kmax = run(p, KMaxSemiring(3))
@@ -170,6 +209,14 @@ def test_gumbel_crf_gradient_is_the_straight_through_softmax():
     assert sample.requires_grad and torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 
+def rebuild(crf, x: torch.Tensor, scale: float = 1.0):
+    """The same class, lengths and ``multiroot`` with first potential ``x`` (arc, span or edge
+    scores) and the other potentials (sibling scores) times ``scale``."""
+    args = {"multiroot": crf.multiroot} if hasattr(crf, "multiroot") else {}
+    rest = [crf.siblings * scale] if isinstance(crf, Dependency2oCRF) else []
+    return type(crf)(x, *rest, crf.lengths, **args)
+
+
 @pytest.mark.parametrize("kind", STRUCTURES)
 def test_sparsemax_marginals_are_sparse_convex_combinations(kind):
     crf = make(kind, 4)
@@ -180,16 +227,13 @@ def test_sparsemax_marginals_are_sparse_convex_combinations(kind):
     if kind.startswith("eisner"):  # one head per word
         assert torch.allclose(mu.sum(1)[0, 1:5], torch.ones(4, dtype=mu.dtype))
     # far apart scores: the sparse marginals are the best structure
-    sharp = type(crf)(*([crf.scores * 100] if hasattr(crf, "scores") else
-                        [(crf.edge * 100)]), crf.lengths,
-                      **({"multiroot": crf.multiroot} if hasattr(crf, "multiroot") else {}))
+    sharp = rebuild(crf, (crf.scores if hasattr(crf, "scores") else crf.edge) * 100, scale=100)
     assert torch.equal(sharp.semiring_marginals(SparseMaxSemiring), sharp.semiring_marginals(MaxSemiring))
     # the value's gradient is the sparse marginals (gradcheck), and sparsemax is the projection
     x = (crf.scores if hasattr(crf, "scores") else crf.edge).detach().clone().requires_grad_()
 
     def value(x):
-        args = ({"multiroot": crf.multiroot} if hasattr(crf, "multiroot") else {})
-        return run(type(crf)(x, crf.lengths, **args), SparseMaxSemiring)
+        return run(rebuild(crf, x), SparseMaxSemiring)
 
     assert torch.autograd.gradcheck(value, (x,), eps=1e-7, atol=1e-5)
     w = sparsemax(torch.tensor([[0.5, 0.2, -3.0], [2.0, 0.0, 1.9]], dtype=torch.float64))
@@ -200,11 +244,10 @@ def test_sparsemax_marginals_are_sparse_convex_combinations(kind):
 def test_checkpoint_semiring_gives_the_same_values_and_gradients(kind):
     crf = make(kind, 5)
     x = (crf.scores if hasattr(crf, "scores") else crf.edge).detach()
-    args = {"multiroot": crf.multiroot} if hasattr(crf, "multiroot") else {}
     out = []
     for sr in (LogSemiring, CheckpointSemiring(LogSemiring), CheckpointSemiring(EntropySemiring)):
         y = x.clone().requires_grad_()
-        v = run(type(crf)(y, crf.lengths, **args), sr, compiled=False)
+        v = run(rebuild(crf, y), sr, compiled=False)
         out.append((v.detach(), torch.autograd.grad(v.sum(), y)[0]))
     assert torch.allclose(out[0][0], out[1][0]) and torch.allclose(out[0][1], out[1][1])
     assert torch.allclose(out[2][0], crf.entropy)
@@ -270,8 +313,8 @@ def _torch_struct(crf):
     return ts.TreeCRF(convert.spans_to_torch_struct(crf.scores).clone(), lengths=crf.lengths)
 
 
-@pytest.mark.parametrize("kind", STRUCTURES)
-def test_values_agree_with_torch_struct(kind):
+@pytest.mark.parametrize("kind", [k for k in STRUCTURES if not k.startswith("eisner2o")])
+def test_values_agree_with_torch_struct(kind):  # (torch-struct has no second-order CRF)
     # (torch-struct's semi-Markov log Z is wrong for ragged batches)
     p, q = make(kind, 7, equal=True), make(kind, 8, equal=True)
     # (a fresh torch-struct object per call: its programs set requires_grad on the potentials)

@@ -344,6 +344,19 @@ class Dependency2oCRF(ArcCRF):
     def _is_tree(self, heads: torch.Tensor) -> torch.Tensor:
         return self._first_order(self.scores.detach())._is_tree(heads)
 
+    # --- the semiring API (synattn.structs.semirings.programs) --------------------------------
+
+    def _semiring_program(self) -> tuple[str, list[torch.Tensor], tuple]:
+        """``(program, potentials, extra)`` for :mod:`synattn.structs.semirings.programs`: the
+        generic second-order Eisner program, the arc and sibling scores, the other arguments."""
+        return "eisner2o", [self.scores, self.siblings], (self.lengths, self.multiroot)
+
+    def _with_scores(self, scores: torch.Tensor, siblings: torch.Tensor | None = None) -> Dependency2oCRF:
+        """The same lengths and ``multiroot`` with other arc (and sibling) scores (the semirings'
+        ``count``)."""
+        return type(self)(scores, self.siblings if siblings is None else siblings, self.lengths,
+                          self.multiroot)
+
     @cached_property
     @fp32_inside
     def _inside(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -6,7 +6,8 @@
 
 or the same as methods: ``crf.run(semiring)``, ``crf.semiring_marginals(semiring)``. ``crf`` is a
 :class:`~synattn.structs.LinearChainCRF`, :class:`~synattn.structs.SemiMarkovCRF`,
-:class:`~synattn.structs.DependencyCRF` or :class:`~synattn.structs.TreeCRF`; the semirings
+:class:`~synattn.structs.DependencyCRF`, :class:`~synattn.structs.Dependency2oCRF` or
+:class:`~synattn.structs.TreeCRF`; the semirings
 are those of :mod:`synattn.structs.semirings` and :mod:`synattn.structs.semirings.sampling`, or
 a user's (a subclass of :class:`~synattn.structs.semirings.Semiring`). ``other``: the second
 distribution (same class and shapes) of :class:`~synattn.structs.semirings.CrossEntropySemiring`
@@ -36,7 +37,7 @@ from ..scores import fp32_inside
 from . import log_max as _kernel_semirings
 from .generic import LogSemiring, MaxSemiring, Semiring
 
-__all__ = ["chain", "cky", "count", "eisner", "marginals", "run", "semi_markov"]
+__all__ = ["chain", "cky", "count", "eisner", "eisner2o", "marginals", "run", "semi_markov"]
 
 LOG = (LogSemiring, _kernel_semirings.LogSemiring)
 MAX = (MaxSemiring, _kernel_semirings.MaxSemiring)
@@ -119,6 +120,42 @@ def eisner(sr: type[Semiring], scores: torch.Tensor, lengths: torch.Tensor,
     return _at_length(CR, lengths, 1)
 
 
+def eisner2o(sr: type[Semiring], scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
+             multiroot: bool = True) -> torch.Tensor:
+    """Second-order (adjacent-sibling) Eisner over arc scores ``[S, B, N+1, N+1]`` (``[h, d]``)
+    and sibling scores ``[S, B, N+1, N+1, N+1]`` (``[h, s, m]``); the spans and recursions of
+    :func:`synattn.structs.dependency.eisner2o.eisner2o_reference` (McDonald and Pereira 2006)."""
+    L = scores.shape[-1]
+    one = sr.ones(scores[:, :, 0, 0])
+    CR = {(i, i): one for i in range(L)}
+    CL = dict(CR)
+    IR: dict[tuple[int, int], torch.Tensor] = {}
+    IL: dict[tuple[int, int], torch.Tensor] = {}
+    SB: dict[tuple[int, int], torch.Tensor] = {}
+
+    def total(terms: list[torch.Tensor]) -> torch.Tensor:
+        return sr.sum(torch.stack(terms, -1), -1)
+
+    for w in range(1, L):
+        for i in range(L - w):
+            j = i + w
+            # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
+            SB[i, j] = _split(sr, [CR[i, r] for r in range(i, j)], [CL[r + 1, j] for r in range(i, j)])
+            # I→(i, j) = s[i, j] ⊗ (C←(i+1, j) ⊕ ⊕_{i<r<j} I→(i, r) ⊗ S(r, j) ⊗ sib[i, r, j])
+            inner = range(i + 1, j) if i > 0 or multiroot else range(0)  # (one root: no siblings)
+            right = [sr.mul(sr.mul(IR[i, r], SB[r, j]), siblings[:, :, i, r, j]) for r in inner]
+            IR[i, j] = sr.mul(scores[:, :, i, j], total([CL[i + 1, j], *right]))
+            # I←(i, j) = s[j, i] ⊗ (C→(i, j-1) ⊕ ⊕_{i<r<j} I←(r, j) ⊗ S(i, r) ⊗ sib[j, r, i])
+            left = [sr.mul(sr.mul(IL[r, j], SB[i, r]), siblings[:, :, j, r, i]) for r in range(i + 1, j)]
+            IL[i, j] = sr.mul(scores[:, :, j, i], total([CR[i, j - 1], *left]))
+            # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j); C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
+            CR[i, j] = _split(sr, [IR[i, r] for r in range(i + 1, j + 1)],
+                              [CR[r, j] for r in range(i + 1, j + 1)])
+            CL[i, j] = _split(sr, [CL[i, r] for r in range(i, j)], [IL[r, j] for r in range(i, j)])
+    # Z = C→(0, n)
+    return _at_length(CR, lengths, 1)
+
+
 def cky(sr: type[Semiring], scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """CKY over span scores ``[S, B, N, N]`` (words ``i..j`` inclusive)."""
     N = scores.shape[-1]
@@ -144,7 +181,7 @@ def _semi_markov_init(sr: type[Semiring], edge: torch.Tensor, init: torch.Tensor
 
 
 PROGRAMS = {"chain": chain, "semi_markov": semi_markov, "semi_markov_init": _semi_markov_init,
-            "eisner": eisner, "cky": cky}
+            "eisner": eisner, "eisner2o": eisner2o, "cky": cky}
 """The generic programs by the name a class's ``_semiring_program()`` gives."""
 
 
@@ -153,12 +190,12 @@ def _program(crf):
     potential tensors ``[B, ...]`` (those ``convert`` maps), the program's other arguments,
     and the map from the gradients of the potentials to the layout of ``crf.marginals``.
     A class names them with ``_semiring_program()`` (LinearChainCRF, SemiMarkovCRF,
-    DependencyCRF, TreeCRF), so this module imports none of them."""
+    DependencyCRF, Dependency2oCRF, TreeCRF), so this module imports none of them."""
     if not hasattr(crf, "_semiring_program"):
         raise TypeError(f"semiring programs: {type(crf).__name__} has no dynamic program written for "
                         f"any semiring (only LogSemiring and MaxSemiring apply to it: log_partition "
-                        f"and max); the programs are LinearChainCRF, SemiMarkovCRF, DependencyCRF "
-                        f"and TreeCRF")
+                        f"and max); the programs are LinearChainCRF, SemiMarkovCRF, DependencyCRF, "
+                        f"Dependency2oCRF and TreeCRF")
     name, potentials, extra = crf._semiring_program()
     return PROGRAMS[name], potentials, extra, lambda grads: grads[0]
 
@@ -257,8 +294,9 @@ def count(crf) -> torch.Tensor:
     def zero(x):
         return torch.where(x > NEG, 0.0, -float("inf")).double().detach()
 
-    if hasattr(crf, "_with_scores"):  # (the trees: the class's own kernels)
-        log_n = crf._with_scores(zero(crf.scores)).log_partition
+    if hasattr(crf, "_with_scores"):  # (the trees: the class's own kernels, every potential zeroed)
+        potentials = crf._semiring_program()[1] if hasattr(crf, "_semiring_program") else [crf.scores]
+        log_n = crf._with_scores(*[zero(p) for p in potentials]).log_partition
     else:
         _, potentials, _, _ = _program(crf)
         zeros = [torch.where(p > NEG, 0.0, NEG).double().detach() for p in potentials]

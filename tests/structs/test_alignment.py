@@ -62,12 +62,50 @@ def test_matches_enumeration(local, n, m, gap, seed):
         assert torch.allclose(crf.score(crf.argmax)[b], scores.max())
         p = (scores - log_z).exp()
         assert torch.allclose(crf.entropy[b], -(p * p.log()).sum(), atol=1e-9)
-        if not local:
-            top, parts = crf.kbest(4)
-            expect = scores.sort(descending=True).values[:4]
-            assert torch.allclose(top[b, :len(expect)], expect)
-            for r in range(len(expect)):
-                assert torch.allclose(crf.score(parts[:, r])[b], expect[r])
+        top, parts = crf.kbest(4)
+        expect = scores.sort(descending=True).values[:4]
+        assert torch.allclose(top[b, :len(expect)], expect)
+        for r in range(len(expect)):
+            assert torch.allclose(crf.score(parts[:, r])[b], expect[r])
+
+
+@settings(max_examples=8, deadline=None)
+@given(local=st.booleans(), n=st.lists(st.integers(1, 3), min_size=2, max_size=2),
+       m=st.integers(1, 3), gap=st.sampled_from([None, 1]), masked=st.booleans(),
+       seed=st.integers(0, 99))
+def test_kbest_lists_every_path_once_best_first(local, n, m, gap, masked, seed):
+    """k larger than the number of paths: every path (local: any start and end) exactly once,
+    in the order of the sorted enumeration, then padding; masked moves are never used."""
+    gen = torch.Generator().manual_seed(seed)
+    s = torch.randn(2, max(n), m, 3, generator=gen, dtype=torch.float64)
+    if masked:
+        s[torch.rand(s.shape, generator=gen) < 0.2] = -float("inf")
+    crf = AlignmentCRF(s, torch.tensor(n), local=local, max_gap=gap)
+    k = len(all_paths(max(n), m, True, None)) + 2
+    top, parts = crf.kbest(k)
+    for b in range(2):
+        paths = all_paths(n[b], m, local, gap)
+        scores = torch.stack([sum(s[b, i, j, op] for i, j, op in p) for p in paths]) if paths \
+            else torch.zeros(0, dtype=torch.float64)
+        expect = scores[scores > -float("inf")].sort(descending=True).values
+        assert torch.allclose(top[b, :len(expect)], expect)
+        assert (top[b, len(expect):] == -float("inf")).all() and parts[b, len(expect):].sum() == 0
+        listed = {tuple(parts[b, r].flatten().tolist()) for r in range(len(expect))}
+        assert len(listed) == len(expect)  # distinct paths
+        for r in range(len(expect)):
+            assert torch.allclose(crf.score(parts[:, r])[b], expect[r])
+
+
+def test_kbest_when_a_round_holds_only_shorter_pairs():
+    """After its first path the 3 x 1 pair has none left, so later rounds solve the 2 x 3 pair
+    alone, padded to N = 3 (its subproblem's lengths do not set the grid's size)."""
+    s = torch.randn(2, 3, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    crf = AlignmentCRF(s, torch.tensor([2, 3]), torch.tensor([3, 1]))
+    top, _ = crf.kbest(6)
+    _, _, scores = brute(s[0], 2, 3, False)
+    assert top.shape == (2, 5)  # the most paths any pair has
+    assert torch.allclose(top[0], scores.sort(descending=True).values)
+    assert top[1, 0] > -float("inf") and (top[1, 1:] == -float("inf")).all()
 
 
 def test_kbest_beyond_the_only_path():
@@ -106,8 +144,6 @@ def test_masks_gradients_and_errors():
         AlignmentCRF(torch.randn(1, 3, 3))
     with pytest.raises(ValueError, match="max_gap"):
         AlignmentCRF(torch.randn(1, 3, 3, 3), max_gap=-1)
-    with pytest.raises(ValueError, match="only global"):
-        AlignmentCRF(torch.randn(1, 3, 3, 3), local=True).kbest(2)
 
 
 def test_matches_torch_struct_where_it_runs():

@@ -24,8 +24,8 @@ over the batch and the cells of a diagonal)::
 
 ``log Z = alpha(n-1, m-1)`` (global) or ``⊕_{i,j} alpha(i, j)`` (local); marginals (``[B, N, M,
 3]``, the probability that the path enters ``(i, j)`` by ``op``) by autograd. ``argmax`` and
-``sample`` trace a path back from its end through the max- or log-chart; ``kbest`` (global
-alignments) is Lawler's scheme over the sequence of moves (:func:`~synattn.structs.kbest.lawler`).
+``sample`` trace a path back from its end through the max- or log-chart; ``kbest`` (global or
+local) is Lawler's scheme over the path's start cell and moves (:func:`~synattn.structs.kbest.lawler`).
 A path is returned as torch-struct's event, 0/1 parts ``[B, N, M, 3]``.
 """
 
@@ -90,15 +90,20 @@ class AlignmentCRF(StructDistribution):
         self.lengths = _lengths(lengths, N, batch, device, "lengths")
         self.other_lengths = _lengths(other_lengths, M, batch, device, "other_lengths")
         s = mask_impossible(log_potentials.to(float_dtype(log_potentials)), log_potentials.dtype)
-        usable = self._usable_cells().unsqueeze(-1)  # [B, N, M, 1]
+        usable = self._usable_cells(N, M).unsqueeze(-1)  # [B, N, M, 1]
         s = torch.where(usable, s, s.new_zeros(()))
         self.masked = check_scores([(s, usable)], N + M - 1, "log_potentials")
         self.log_potentials = torch.where(usable, s, torch.full_like(s, NEG))
         """``[B, N, M, 3]``: masked moves and cells outside the lengths or the band ``NEG``."""
+        self._starts: torch.Tensor | None = None
+        """``[B, N, M]`` bool or None: the cells a local path may start at (None: every one;
+        set by :meth:`kbest` on its subproblems)."""
+        self._ends: torch.Tensor | None = None
+        """``[B, N, M]`` bool or None: the cells a path may end at (None: every one if local,
+        ``(n-1, m-1)`` if global; set by :meth:`kbest` on its subproblems)."""
 
-    def _usable_cells(self) -> torch.Tensor:
+    def _usable_cells(self, N: int, M: int) -> torch.Tensor:
         """``[B, N, M]`` True for the cells within both lengths (and the band)."""
-        N, M = int(self.lengths.max()), int(self.other_lengths.max())
         i = torch.arange(N, device=self.lengths.device).view(1, N, 1)
         j = torch.arange(M, device=self.lengths.device).view(1, 1, M)
         ok = (i < self.lengths.view(-1, 1, 1)) & (j < self.other_lengths.view(-1, 1, 1))
@@ -118,9 +123,18 @@ class AlignmentCRF(StructDistribution):
         out = s[:, i.expand_as(j), j.clamp(0, M - 1)]  # [B, D, N, 3]
         return torch.where(inside.view(1, *inside.shape, 1), out, torch.full_like(out, NEG))
 
+    def _offset(self, cells: torch.Tensor | None, s: torch.Tensor) -> torch.Tensor | None:
+        """``[B, D, N]`` 0 on the allowed ``cells`` ``[B, N, M]`` and ``NEG`` elsewhere, skewed
+        like the chart (None for None)."""
+        if cells is None:
+            return None
+        x = torch.where(cells, s.new_zeros(()), s.new_full((), NEG)).unsqueeze(-1)
+        return self._skewed(x.expand(*cells.shape, 3))[..., 0]
+
     def _chart(self, s: torch.Tensor, viterbi: bool) -> torch.Tensor:
         """``[B, D, N]`` ``alpha`` by anti-diagonal, ``alpha[b, d, i] = alpha(i, d - i)``."""
         E = self._skewed(s)
+        start = self._offset(self._starts, s)
         batch, D, N, _ = E.shape
         neg = E.new_full((batch, N), NEG)
 
@@ -134,13 +148,15 @@ class AlignmentCRF(StructDistribution):
         first = torch.zeros_like(neg, dtype=torch.bool)
         first[:, 0] = True
         alphas = [torch.where(first, E[:, 0, :, MATCH], neg)]  # the path's first cell: a match
+        if start is not None:
+            alphas[0] = alphas[0] + start[:, 0]
         prev2 = neg
         for d in range(1, D):
             prev = alphas[-1]
             terms = [prev + E[:, d, :, RIGHT], shift(prev2) + E[:, d, :, MATCH],
                      shift(prev) + E[:, d, :, DOWN]]
             if self.local:
-                terms.append(E[:, d, :, MATCH])
+                terms.append(E[:, d, :, MATCH] if start is None else E[:, d, :, MATCH] + start[:, d])
             alphas.append(reduce(terms).clamp_min(NEG))
             prev2 = prev
         return torch.stack(alphas, 1)
@@ -148,8 +164,9 @@ class AlignmentCRF(StructDistribution):
     def _total(self, chart: torch.Tensor, viterbi: bool) -> torch.Tensor:
         """``[B]`` ``log Z`` (or the best score) from the chart."""
         batch = chart.shape[0]
-        if self.local:
-            flat = chart.flatten(1)
+        if self.local or self._ends is not None:
+            end = self._offset(self._ends, chart)
+            flat = (chart if end is None else chart + end).flatten(1)
             return flat.amax(1) if viterbi else torch.logsumexp(flat, 1)
         rows = torch.arange(batch, device=chart.device)
         return chart[rows, self.lengths + self.other_lengths - 2, self.lengths - 1]
@@ -245,8 +262,9 @@ class AlignmentCRF(StructDistribution):
             v = chart[rows, (i + j).clamp_min(0), i.clamp_min(0)]
             return torch.where(ok, v, torch.full_like(v, -float("inf")))
 
-        if self.local:
-            flat = chart[rows].view(R, -1)
+        if self.local or self._ends is not None:
+            end = self._offset(self._ends, chart)
+            flat = (chart if end is None else chart + end)[rows].view(R, -1)
             d, i = (x.view(-1) for x in torch.unravel_index(choose(flat), chart.shape[1:]))
             j = d - i
         else:
@@ -255,8 +273,9 @@ class AlignmentCRF(StructDistribution):
         done = torch.zeros(R, dtype=torch.bool, device=s.device)
         for _ in range(N + M - 1):
             e = s[rows, i, j]  # [R, 3]
-            start = e[:, MATCH] if self.local else torch.where(
-                (i == 0) & (j == 0), e[:, MATCH], torch.full_like(e[:, 0], -float("inf")))
+            first = (i == 0) & (j == 0) if not self.local else (
+                torch.ones_like(i, dtype=torch.bool) if self._starts is None else self._starts[rows, i, j])
+            start = torch.where(first, e[:, MATCH], torch.full_like(e[:, 0], -float("inf")))
             w = torch.stack((alpha(i, j - 1) + e[:, RIGHT], alpha(i - 1, j - 1) + e[:, MATCH],
                              alpha(i - 1, j) + e[:, DOWN], start), -1)
             op = choose(w)
@@ -272,58 +291,59 @@ class AlignmentCRF(StructDistribution):
                 break
         return parts.view(count, batch, N, M, 3)
 
-    # --- k-best (global alignments) ------------------------------------------------------------
+    # --- k-best -----------------------------------------------------------------------------
 
     def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``k`` best global alignments, exactly, best first: ``scores [B, k]`` (float64,
-        ``-inf`` where fewer exist) and parts ``[B, k, N, M, 3]``.
+        """The ``k`` best alignments (global or local), exactly, best first: ``scores [B, k]``
+        (float64, ``-inf`` where fewer exist) and parts ``[B, k, N, M, 3]``.
 
-        Lawler's (1972) scheme (:func:`~synattn.structs.kbest.lawler`) over the sequence of
-        moves from ``(0, 0)``: a subspace fixes a prefix of moves and excludes some choices of
-        the next (a move or the end), expressed by masking the moves out of the prefix's cells;
-        each subspace's best is this CRF's Viterbi path under those masks.
-
-        Raises:
-            ValueError: for ``local=True`` (not implemented: a local path also chooses its start).
+        Lawler's (1972) scheme (:func:`~synattn.structs.kbest.lawler`) over a path written as
+        its start cell, its moves and END (a global path's start is fixed at ``(0, 0)``): a
+        subspace fixes a prefix and excludes some choices of the next item (a start cell, a move
+        or END). It is expressed by masking the moves out of the prefix's cells and by the cells
+        the path may start and end at; each subspace's best is this CRF's Viterbi path under
+        those masks.
         """
-        if self.local:
-            raise ValueError("AlignmentCRF.kbest: only global alignments (local=False) are supported")
         s = self.log_potentials.detach()
         batch, N, M, _ = s.shape
-        T = N + M - 1  # at most N+M-2 moves, then END
+        T = N + M  # the start cell, at most N+M-2 moves, then END
+        W = max(N * M, END + 1)  # the choices of an item: a start cell (i * M + j) or a move
 
-        def masked(b: int, prefix: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor | None:
-            x = s[b].clone()
-            n, m = int(self.lengths[b]), int(self.other_lengths[b])
-            i = j = 0
-            moves = [int(v) for v in prefix if v >= 0]
-            for mv in moves + [None]:
-                allowed = {mv} if mv is not None else {c for c in range(4) if not excluded[c]}
-                at_end = (i, j) == (n - 1, m - 1)
-                if not at_end and allowed == {END}:
-                    return None
-                if at_end and END not in allowed:
-                    return None
+        def masked(b: int, prefix: torch.Tensor, excluded: torch.Tensor):
+            """Scores, start and end cells ``[N, M]`` of the subspace (None: global start)."""
+            x, n, m = s[b].clone(), int(self.lengths[b]), int(self.other_lengths[b])
+            ends = torch.zeros(N, M, dtype=torch.bool)
+            if not self.local:
+                ends[n - 1, m - 1] = True
+            elif prefix[0] < 0:  # the start cell is the next choice
+                return x, ~excluded[:N * M].view(N, M), ends | True
+            else:
+                ends |= True
+            i, j = divmod(int(prefix[0]), M)
+            starts = None
+            if self.local:
+                starts = torch.zeros(N, M, dtype=torch.bool)
+                starts[i, j] = True
+            for mv in [int(v) for v in prefix[1:] if v >= 0] + [None]:
+                allowed = {mv} if mv is not None else {c for c in range(END + 1) if not excluded[c]}
                 for op, (di, dj) in STEP.items():
                     if op not in allowed and i + di < N and j + dj < M:
                         x[i + di, j + dj, op] = NEG
+                if END not in allowed:
+                    ends[i, j] = False
                 if mv is None or mv == END:
                     break
                 i, j = i + STEP[mv][0], j + STEP[mv][1]
-            return x
+            return x, starts, ends
 
         def solve(sents, constraints):
-            prefix, excluded = constraints
-            xs, ok = [], []
-            for b, p, e in zip(sents.tolist(), prefix, excluded):
-                x = masked(b, p, e)
-                ok.append(x is not None)
-                xs.append(x if x is not None else torch.full_like(s[b], NEG))
+            xs, starts, ends = zip(*(masked(b, p, e) for b, p, e in zip(sents.tolist(), *constraints)))
             sub = AlignmentCRF(torch.stack(xs), self.lengths[sents], self.other_lengths[sents],
-                               max_gap=self.max_gap)
-            best = torch.where(torch.tensor(ok, device=s.device), sub.max.double(),
-                               torch.tensor(-float("inf"), dtype=torch.float64, device=s.device))
-            return best.cpu().tolist(), self._to_moves(sub.argmax, sents).cpu()
+                               local=self.local, max_gap=self.max_gap)
+            if self.local:
+                sub._starts = torch.stack(starts).to(s.device)
+            sub._ends = torch.stack(ends).to(s.device)
+            return sub.max.double().cpu().tolist(), self._to_moves(sub.argmax, sents).cpu()
 
         def split(b, y, constraint):
             prefix, excluded = constraint
@@ -331,37 +351,42 @@ class AlignmentCRF(StructDistribution):
             last = int((y >= 0).sum()) - 1  # the position of END
             at = torch.arange(first, last + 1)
             subs_prefix = torch.where(torch.arange(T) < at.unsqueeze(1), y, -1)  # [m, T]
-            subs_excluded = torch.nn.functional.one_hot(y[at], 4).bool()
+            subs_excluded = torch.nn.functional.one_hot(y[at], W).bool()
             subs_excluded[0] |= excluded  # the first keeps its parent's exclusions
             return subs_prefix, subs_excluded
 
-        initial = (torch.full((batch, T), -1, dtype=torch.long), torch.zeros(batch, 4, dtype=torch.bool))
-        scores, moves = lawler(k, initial, solve, split, torch.full((T,), -1, dtype=torch.long))
-        return scores.to(s.device), self._from_moves(moves.to(s.device))
+        prefix = torch.full((batch, T), -1, dtype=torch.long)
+        if not self.local:
+            prefix[:, 0] = 0  # global paths start at (0, 0)
+        initial = (prefix, torch.zeros(batch, W, dtype=torch.bool))
+        scores, paths = lawler(k, initial, solve, split, torch.full((T,), -1, dtype=torch.long))
+        return scores.to(s.device), self._from_moves(paths.to(s.device))
 
     def _to_moves(self, parts: torch.Tensor, sents: torch.Tensor) -> torch.Tensor:
-        """``[R, T]`` move sequences from ``(0, 0)`` (then END) of global paths ``[R, N, M, 3]``;
-        all ``-1`` for an empty path."""
+        """``[R, N+M]`` paths ``[R, N, M, 3]`` as their start cell ``i * M + j``, their moves
+        and END; all ``-1`` for an empty path."""
         R, N, M, _ = parts.shape
-        out = torch.full((R, N + M - 1), -1, dtype=torch.long)
+        out = torch.full((R, N + M), -1, dtype=torch.long)
         p = parts.detach().cpu()
         for r in range(R):
-            if p[r].sum() == 0:
+            cells = p[r].sum(-1).nonzero()
+            if not len(cells):
                 continue
-            i = j = 0
-            n, m = int(self.lengths[sents[r]]), int(self.other_lengths[sents[r]])
-            for t in range(N + M - 1):
-                if (i, j) == (n - 1, m - 1):
-                    out[r, t] = END
-                    break
+            i, j = (int(v) for v in cells[(cells[:, 0] + cells[:, 1]).argmin()])  # the first cell
+            out[r, 0] = i * M + j
+            for t in range(1, N + M):
                 for op, (di, dj) in STEP.items():
                     if i + di < N and j + dj < M and p[r, i + di, j + dj, op] > 0.5:
                         out[r, t], i, j = op, i + di, j + dj
                         break
+                else:  # no move leaves the cell: the path ends here
+                    out[r, t] = END
+                    break
         return out
 
     def _from_moves(self, moves: torch.Tensor) -> torch.Tensor:
-        """``[B, k, N, M, 3]`` parts of move sequences ``[B, k, T]`` (all 0 for ``-1`` rows)."""
+        """``[B, k, N, M, 3]`` parts of paths ``[B, k, N+M]`` written as :meth:`_to_moves` writes
+        them (all 0 for ``-1`` rows)."""
         B, k, _ = moves.shape
         N, M = self.log_potentials.shape[1:3]
         parts = self.log_potentials.new_zeros(B, k, N, M, 3)
@@ -369,9 +394,9 @@ class AlignmentCRF(StructDistribution):
             for r in range(k):
                 if moves[b, r, 0] < 0:
                     continue
-                i = j = 0
-                parts[b, r, 0, 0, MATCH] = 1
-                for mv in moves[b, r].tolist():
+                i, j = divmod(int(moves[b, r, 0]), M)
+                parts[b, r, i, j, MATCH] = 1
+                for mv in moves[b, r, 1:].tolist():
                     if mv in (END, -1):
                         break
                     i, j = i + STEP[mv][0], j + STEP[mv][1]

@@ -20,8 +20,9 @@
 - :class:`Autoregressive`: a user's autoregressive model as a distribution over sequences
   (torch-struct's): beam search, greedy decoding, ancestral samples, ``log_prob``.
 - :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
-  inside-outside; :mod:`synattn.structs.convert` maps score layouts to and from torch-struct
-  and supar.
+  inside-outside; :class:`ConstituencyMFVI`, :class:`ConstituencyLBP`: approximate span marginals
+  with span-pair scores (supar's modules); :mod:`synattn.structs.convert` maps score layouts to
+  and from torch-struct and supar.
 
 Each structure has one plain reference implementation of ``log_partition`` that a reader can
 follow (:mod:`synattn.structs.reference`; marginals by autograd); the compiled kernels and the
@@ -40,6 +41,7 @@ from .chain.crf import ChainMarginals, LinearChainCRF
 from .chain.semimarkov import SemiMarkovCRF
 from .cky.cfg import SentCFG
 from .cky.crf import CKYMarginals, TreeCRF
+from .cky.second_order_vi import ConstituencyLBP, ConstituencyMFVI
 from .constants import NEG
 from .dependency.eisner import DependencyCRF
 from .dependency.eisner2o import Dependency2oCRF
@@ -53,6 +55,8 @@ __all__ = [
     "Autoregressive",
     "CKYMarginals",
     "ChainMarginals",
+    "ConstituencyLBP",
+    "ConstituencyMFVI",
     "Dependency2oCRF",
     "DependencyCRF",
     "DependencyLBP",

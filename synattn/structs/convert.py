@@ -172,3 +172,22 @@ def spans_from_supar(scores: torch.Tensor) -> torch.Tensor:
     N = scores.shape[-1] - 1
     upper = torch.ones(N, N, dtype=torch.bool, device=scores.device).triu()
     return torch.where(upper, scores[:, :N, 1:], 0.0)
+
+
+def span_pairs_to_supar(pairs: torch.Tensor) -> torch.Tensor:
+    """Span-pair scores ``[B, N, N, N]`` ``[b, i, j, k]`` (spans ``i..j`` and ``i..k``) → supar's
+    ``ConstituencyMFVI`` fenceposts ``s_pair[b, i, j+1, k+1]`` ``[B, N+1, N+1, N+1]``; entries
+    that are not two spans are 0."""
+    batch, N = pairs.shape[:2]
+    out = pairs.new_zeros(batch, N + 1, N + 1, N + 1)
+    upper = torch.ones(N, N, dtype=torch.bool, device=pairs.device).triu()
+    out[:, :N, 1:, 1:] = torch.where(upper.unsqueeze(2) & upper.unsqueeze(1), pairs, 0.0)
+    return out
+
+
+def span_pairs_from_supar(s_pair: torch.Tensor) -> torch.Tensor:
+    """supar's fencepost ``s_pair[b, i, j, k]`` → ``[B, N, N, N]`` ``[b, i, j-1, k-1]``, 0 where
+    ``i..j-1`` or ``i..k-1`` is not a span."""
+    N = s_pair.shape[-1] - 1
+    upper = torch.ones(N, N, dtype=torch.bool, device=s_pair.device).triu()
+    return torch.where(upper.unsqueeze(2) & upper.unsqueeze(1), s_pair[:, :N, 1:, 1:], 0.0)

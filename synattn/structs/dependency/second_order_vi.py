@@ -36,50 +36,106 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from ..approximate import IterativeInference
 from ..arguments import score_tensor
+from ..backend import kernels, use_numba
 from ..constants import NEG
 from ..scores import check_scores, fp32_inside, mask_impossible
 from .arc_scores import check_arc_scores, usable_arcs
 
 
-def _checked(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor | None, who: str
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Arc logits ``[B, L, L]`` (unusable heads at :data:`NEG`), siblings ``[B, h, s, m]`` (0 where
-    no pair of arcs is), the pair mask (symmetric in ``s``, ``m``) and lengths."""
+def _arcs(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor | None, who: str
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Arc logits ``[B, L, L]`` (unusable heads at :data:`NEG`) and lengths, the siblings' type
+    and shape checked."""
     scores, lengths = check_arc_scores(scores, lengths)
     score_tensor(siblings, "siblings", who)
     batch, L, _ = scores.shape
     if siblings.shape != (batch, L, L, L):
         raise ValueError(f"{who}: siblings must be [B, n+1, n+1, n+1] = {[batch, L, L, L]} like "
                          f"the arc scores, got {list(siblings.shape)}")
+    return torch.where(usable_arcs(lengths, L), scores, scores.new_full((), NEG)), lengths
+
+
+def _factors(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Siblings ``[B, h, s, m]`` (0 where no pair of arcs is) and the pair mask (symmetric in
+    ``s``, ``m``), for the PyTorch path; ``scores`` as :func:`_arcs` returns them."""
+    L = scores.shape[-1]
     arcs = usable_arcs(lengths, L)  # [B, h, d]
-    scores = torch.where(arcs, scores, scores.new_full((), NEG))
     # the factor of (h -> m, h -> s): both arcs usable and s != m
     pairs = (arcs.unsqueeze(3) & arcs.unsqueeze(2)) & ~torch.eye(L, dtype=torch.bool, device=scores.device)
     source = siblings.dtype
     siblings = torch.where(pairs, siblings.to(scores.device, scores.dtype), scores.new_zeros(()))
     siblings = mask_impossible(siblings, source)  # [B, h, s, m]
     check_scores([(siblings, None)], L - 1, "siblings")
-    return scores, siblings, pairs, lengths
+    return siblings, pairs
 
 
-class _SiblingInference(nn.Module):
+def _compiled(module: _SiblingInference, s: torch.Tensor, siblings: torch.Tensor,
+              lengths: torch.Tensor) -> torch.Tensor | None:
+    """The logits by the compiled kernels (:mod:`._vi_kernels`), the siblings checked as on the
+    PyTorch path; None where that path must run (CUDA, or LBP with sibling scores beyond
+    :data:`~._vi_kernels.LBP_LIMIT`)."""
+    if not use_numba(s, siblings):
+        return None
+    lbp = isinstance(module, DependencyLBP)
+    source = siblings.dtype
+    if source not in (torch.float32, torch.float64):  # (half types: numpy reads neither)
+        siblings = mask_impossible(siblings.float(), source)
+    vi = kernels("dependency._vi_kernels")
+    stats = vi.sibling_stats(siblings.detach(), lengths)  # [B, 3]: NaN, smallest, largest
+    bounds = stats[:, 1:].flatten()
+    probe = torch.cat([bounds[torch.isfinite(bounds)], stats.new_full((int(stats[:, 0].any()),), math.nan)])
+    check_scores([(probe, None)], s.shape[-1] - 1, "siblings")
+    if lbp and probe.numel() and float(probe.abs().max()) > vi.LBP_LIMIT:
+        return None
+    return _CompiledLogits.apply(s, siblings, lengths, module.max_iter, lbp, module._torch_logits)
+
+
+class _CompiledLogits(torch.autograd.Function):
+    """MFVI/LBP logits by the compiled rounds; backward: their explicit adjoint, or autograd's
+    double backward of the PyTorch path when a second derivative is being built."""
+
+    @staticmethod
+    def forward(ctx, s, siblings, lengths, max_iter, lbp, fallback):
+        ctx.save_for_backward(s, siblings, lengths)
+        ctx.max_iter, ctx.lbp, ctx.fallback = max_iter, lbp, fallback
+        return kernels("dependency._vi_kernels").logits(s, siblings, lengths, max_iter, lbp)
+
+    @staticmethod
+    def backward(ctx, g):
+        s, siblings, lengths = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            with torch.enable_grad():
+                x = s if s.requires_grad else s.detach().requires_grad_()
+                y = siblings if siblings.requires_grad else siblings.detach().requires_grad_()
+                q = ctx.fallback(x, y, lengths)
+                gx, gy = torch.autograd.grad(q, (x, y), g, create_graph=True, allow_unused=True)
+            return gx, gy, None, None, None, None
+        gs, gsib = kernels("dependency._vi_kernels").logits_backward(
+            s, siblings, lengths, ctx.max_iter, ctx.lbp, g, ctx.needs_input_grad[1])
+        return gs, gsib, None, None, None, None
+
+
+class _SiblingInference(IterativeInference):
     """What MFVI and LBP share: ``forward(scores, lengths=None, target=None)`` as supar's."""
-
-    def __init__(self, max_iter: int = 3):
-        super().__init__()
-        if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-            raise ValueError(f"{type(self).__name__}: max_iter must be a whole number >= 1, got {max_iter!r}")
-        self.max_iter = max_iter
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_iter={self.max_iter})"
 
     def logits(self, scores: torch.Tensor, siblings: torch.Tensor,
                lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """``[B, n+1, n+1]`` logits ``q[b, h, d]`` whose ``softmax`` over ``h`` are the marginals."""
+        """``[B, n+1, n+1]`` logits ``q[b, h, d]`` whose ``softmax`` over ``h`` are the marginals
+        (compiled kernels on CPU, :mod:`._vi_kernels`; the PyTorch rounds otherwise)."""
+        return self._logits(scores, siblings, lengths)[0]
+
+    def _logits(self, scores, siblings, lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits and the checked lengths."""
+        s, lengths = _arcs(scores, siblings, lengths, type(self).__name__)
+        q = _compiled(self, s, siblings, lengths)
+        return (self._torch_logits(s, siblings, lengths) if q is None else q), lengths
+
+    def _torch_logits(self, s: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The rounds in PyTorch from arc logits as :func:`_arcs` returns them and raw siblings."""
         raise NotImplementedError
 
     @fp32_inside
@@ -99,8 +155,7 @@ class _SiblingInference(nn.Module):
             words (supar's loss) when ``target`` is given.
         """
         arcs, siblings = scores
-        q = self.logits(arcs, siblings, lengths)
-        lengths = check_arc_scores(arcs.detach(), lengths)[1]
+        q, lengths = self._logits(arcs, siblings, lengths)
         words = usable_arcs(lengths, q.shape[-1]).any(1, keepdim=True)  # [B, 1, d]
         marginals = torch.where(words, q.softmax(1), q.new_zeros(()))
         if target is None:
@@ -124,8 +179,8 @@ class DependencyMFVI(_SiblingInference):
         (torch.Size([2, 6, 6]), True)
     """
 
-    def logits(self, scores, siblings, lengths=None):
-        s, sib, pairs, _ = _checked(scores, siblings, lengths, type(self).__name__)
+    def _torch_logits(self, s, siblings, lengths):
+        sib, _ = _factors(s, siblings, lengths)
         q = s
         for _ in range(self.max_iter):
             # q(h, m) = s(h, m) + Σ_s p(h -> s) sib(h, s, m)
@@ -143,8 +198,8 @@ class DependencyLBP(_SiblingInference):
         torch.Size([2, 6, 6])
     """
 
-    def logits(self, scores, siblings, lengths=None):
-        s, sib, pairs, _ = _checked(scores, siblings, lengths, type(self).__name__)
+    def _torch_logits(self, s, siblings, lengths):
+        sib, pairs = _factors(s, siblings, lengths)
         sib = torch.where(pairs, sib, sib.new_full((), NEG)).transpose(2, 3).contiguous()  # [B, h, m, s]
         q = s
         messages = torch.zeros_like(sib)  # [B, h, m, s]: factor (h->m, h->s) to the head of m

@@ -1,0 +1,118 @@
+"""Approximate span marginals for span + span-pair scores: mean-field variational inference
+(:class:`ConstituencyMFVI`) and loopy belief propagation (:class:`ConstituencyLBP`), supar 1.1.4's
+modules of the same names in synattn's span layout.
+
+Every span ``i..j`` (``i <= j < lengths[b]``, words inclusive as in
+:class:`~synattn.structs.TreeCRF`) is its own binary variable, "a constituent or not", with no tree
+constraint; its unary score is ``spans[b, i, j]`` (``[B, N, N]``). Two spans that **start at the
+same word**, ``i..j`` and ``i..k`` (``k != j``), share a pairwise factor whose weight in the
+update of ``i..j`` is ``pairs[b, i, j, k]`` (``[B, N, N, N]``; supar's ``s_pair[b, i, j+1, k+1]``
+over fenceposts, :func:`~synattn.structs.convert.span_pairs_to_supar`). The updates are those of
+:mod:`synattn.structs.approximate`; the marginals are ``σ`` of the logits, and the loss (given a
+0/1 chart of gold spans) is their binary cross-entropy averaged over the spans, as supar's.
+
+Differences from supar, each checked in the tests: lengths instead of a span mask; a factor with a
+span past a length (or, over fenceposts, below the diagonal) is absent here, where supar's MFVI
+also reads those entries' scores (the same numbers when such factors are 0); results are 0 outside
+the spans. supar's ``ConstituencyLBP`` reads its scores transposed against its own mask and its
+``ConstituencyMFVI`` (its factors pair spans that *end* together, seen from the sender), so with the
+span mask its parser passes it, no factor reaches a span and its marginals are ``σ(spans)``; ours
+is the LBP of the same factors as the MFVI (equal to supar's given the scores in the orientation
+its LBP reads).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..approximate import IterativeInference, binary_message, binary_result
+from ..arguments import score_tensor
+from ..scores import check_scores, fp32_inside, mask_impossible
+from .dp import check_span_scores, span_mask
+
+
+def _checked(spans: torch.Tensor, pairs: torch.Tensor, lengths: torch.Tensor | None, who: str
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Span scores ``[B, N, N]`` (0 outside the spans), pair weights ``[B, i, j, k]`` (0 where no
+    factor is) and the spans ``[B, N, N]``."""
+    score_tensor(spans, "spans", who)
+    spans, lengths = check_span_scores(spans, lengths)
+    score_tensor(pairs, "pairs", who)
+    batch, N, _ = spans.shape
+    if pairs.shape != (batch, N, N, N):
+        raise ValueError(f"{who}: pairs must be [B, N, N, N] = {[batch, N, N, N]} like the span "
+                         f"scores, got {list(pairs.shape)}")
+    usable = span_mask(lengths, N)  # [B, i, j]
+    # the factor of i..j and i..k: both spans and k != j
+    factors = usable.unsqueeze(3) & usable.unsqueeze(2) & ~torch.eye(N, dtype=torch.bool, device=spans.device)
+    source = pairs.dtype
+    pairs = torch.where(factors, pairs.to(spans.device, spans.dtype), spans.new_zeros(()))
+    pairs = mask_impossible(pairs, source)
+    check_scores([(pairs, None)], N, "pairs")
+    return spans, pairs, usable
+
+
+class _SpanInference(IterativeInference):
+    """``forward(scores, lengths=None, target=None)`` as supar's, over spans."""
+
+    def logits(self, spans: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+        """``[B, N, N]`` logits of the spans from checked scores (:func:`_checked`)."""
+        raise NotImplementedError
+
+    @fp32_inside
+    def forward(self, scores: tuple[torch.Tensor, torch.Tensor], lengths: torch.Tensor | None = None,
+                target: torch.Tensor | None = None):
+        """Approximate span marginals (and the loss against gold spans).
+
+        Args:
+            scores: ``(spans [B, N, N], pairs [B, N, N, N])``: span scores ``[b, i, j]`` (words
+                ``i..j``) and pair weights ``[b, i, j, k]`` (spans ``i..j`` and ``i..k``).
+            lengths: ``[B]`` words per sentence (default all ``N``).
+            target: ``[B, N, N]`` 0/1 chart of gold spans, or None.
+
+        Returns:
+            ``marginals [B, N, N]`` ``q(i..j is a span)`` (0 outside ``i <= j < lengths``),
+            preceded by the binary cross-entropy of ``target`` averaged over the spans (supar's
+            loss) when ``target`` is given.
+        """
+        who = type(self).__name__
+        spans, pairs, usable = _checked(*scores, lengths, who)
+        return binary_result(who, self.logits(spans, pairs), usable, target)
+
+
+class ConstituencyMFVI(_SpanInference):
+    """Mean-field variational inference over spans with pairwise factors between spans that
+    start together (supar's ``ConstituencyMFVI``), ``max_iter`` rounds (default 3).
+
+    Example:
+        >>> mu = ConstituencyMFVI()((torch.randn(2, 5, 5), torch.randn(2, 5, 5, 5)), torch.tensor([5, 3]))
+        >>> mu.shape, float(mu[1, 3:].abs().sum())   # 0 past the length
+        (torch.Size([2, 5, 5]), 0.0)
+    """
+
+    def logits(self, spans, pairs):
+        q = spans
+        for _ in range(self.max_iter):
+            # q(i..j) = s(i..j) + Σ_k σ(q(i..k)) pair(i, j, k):  [B, i, j, k] @ [B, i, k, 1]
+            q = spans + torch.matmul(pairs, q.sigmoid().unsqueeze(-1)).squeeze(-1)
+        return q
+
+
+class ConstituencyLBP(_SpanInference):
+    """Loopy belief propagation over spans with pairwise factors between spans that start
+    together (supar's ``ConstituencyLBP`` and its message rule, on the factors its MFVI reads),
+    ``max_iter`` rounds (default 3).
+
+    Example:
+        >>> mu = ConstituencyLBP(max_iter=5)((torch.randn(2, 5, 5), torch.randn(2, 5, 5, 5)))
+        >>> mu.shape
+        torch.Size([2, 5, 5])
+    """
+
+    def logits(self, spans, pairs):
+        q = spans
+        messages = torch.zeros_like(pairs)  # [B, i, j, k]: to i..j from its factor with i..k
+        for _ in range(self.max_iter):
+            messages = binary_message(q.unsqueeze(2), messages, pairs)  # sender i..k: q[b, i, k]
+            q = spans + messages.sum(-1)
+        return q

@@ -509,14 +509,15 @@ def test_fuzz_one_nan_anywhere(kind, backend, n, length, i, j, value):
 def test_sample_count_is_bounded_by_memory(monkeypatch):
     """sample(count) had no bound: 10**9 samples of a batch allocated until the machine gave out."""
     import synattn.limits as limits
-    from synattn.structs import SemiMarkovCRF
+    from synattn.structs import Dependency2oCRF, SemiMarkovCRF
 
     monkeypatch.setattr(limits, "memory_bytes", lambda: 10 ** 9)  # a 1 GB machine
     makers = {"chain": lambda: LinearChainCRF(unary=torch.randn(2, 5, 3)),
               "projective": lambda: DependencyCRF(torch.randn(2, 6, 6)),
               "nonprojective": lambda: NonProjectiveDependencyCRF(torch.randn(2, 6, 6)),
               "tree": lambda: TreeCRF(torch.randn(2, 5, 5)),
-              "semimarkov": lambda: SemiMarkovCRF(torch.randn(2, 5, 3, 2, 2))}
+              "semimarkov": lambda: SemiMarkovCRF(torch.randn(2, 5, 3, 2, 2)),
+              "projective2o": lambda: Dependency2oCRF(torch.randn(2, 6, 6), torch.randn(2, 6, 6, 6))}
     for name, make in makers.items():
         crf = make()
         with pytest.raises(ValueError, match=r"sample: count=1000000000 is too large: 1000000000 samples"):

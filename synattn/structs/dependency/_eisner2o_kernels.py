@@ -3,7 +3,8 @@
 The recursion of :mod:`synattn.structs.dependency.eisner2o` (second-order Eisner over complete ``C``,
 incomplete ``I`` and sibling ``S`` items) and its explicit outside pass, the adjoint of the
 inside pass, which gives the arc and sibling marginals ``d log Z / d s``; under the max semiring
-the adjoint goes to the first best term of every sum, which marks the best tree's arcs. One
+the adjoint goes to the first best term of every sum, which marks the best tree's arcs. Samples
+walk down the inside chart (:func:`_sample_tree`), each item picking one term of its sum. One
 sentence per ``numba.prange`` iteration, spans by width, float64 inside whatever the input dtype,
 impossible items at the finite ``NEG``; ``O(n³)`` time and ``O(n²)`` charts per sentence (the
 sibling marginals ``O(n³)``, the size of the sibling scores).
@@ -147,6 +148,101 @@ def _outside(arc, sib, n, multiroot, viterbi, K, G, t, p, garc, gsib):
                     G[CL, i + q + 1, j] += g * p[q]
 
 
+@_jit
+def _drawn(t, m, u):
+    """The term ``k < m`` drawn with its posterior weight ``exp(t[k] - ⊕ t)`` by the uniform
+    ``u`` (inverse distribution function; the last term of positive weight past rounding)."""
+    total = _total(t, m, False)
+    acc = 0.0
+    last = 0
+    for k in range(m):
+        weight = math.exp(t[k] - total)
+        if weight > 0.0:
+            last = k
+        acc += weight
+        if u < acc:
+            return k
+    return last
+
+
+@_jit
+def _sample_tree(arc, sib, n, multiroot, K, t, u, heads, stack):
+    """One tree drawn top-down from the inside chart ``K``: from ``C→(0, n)``, each item picks
+    one of the terms of its sum (the recursion of :func:`_inside`) with its posterior weight and
+    expands its two items, until only empty complete spans are left; an incomplete span
+    ``I→(i, j)`` (``I←(i, j)``) is the arc ``i → j`` (``j → i``), written into ``heads [n]``.
+    ``u``: one uniform per expanded item (at most ``3n``: every arc, sibling pair and nonempty
+    complete span is expanded once); ``stack [>= 6n + 1, 3]``: the items still to expand (each
+    expansion pushes two)."""
+    stack[0, 0], stack[0, 1], stack[0, 2] = CR, 0, n
+    top, used = 1, 0
+    while top > 0:
+        top -= 1
+        c, i, j = stack[top, 0], stack[top, 1], stack[top, 2]
+        w = j - i
+        if w == 0:
+            continue
+        if c == CR:  # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j)
+            for q in range(w):
+                t[q] = K[IR, i, i + q + 1] + K[CR, i + q + 1, j]
+            r = i + _drawn(t, w, u[used]) + 1
+            a0, a1, a2, b0, b1, b2 = IR, i, r, CR, r, j
+        elif c == CL:  # C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
+            for q in range(w):
+                t[q] = K[CL, i, i + q] + K[IL, i + q, j]
+            r = i + _drawn(t, w, u[used])
+            a0, a1, a2, b0, b1, b2 = CL, i, r, IL, r, j
+        elif c == SIB:  # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
+            for q in range(w):
+                t[q] = K[CR, i, i + q] + K[CL, i + q + 1, j]
+            r = i + _drawn(t, w, u[used])
+            a0, a1, a2, b0, b1, b2 = CR, i, r, CL, r + 1, j
+        elif c == IR:  # the arc i → j; its nearest inner dependent, or its inner sibling r
+            heads[j - 1] = i
+            t[0] = K[CL, i + 1, j]
+            m = 1
+            if i > 0 or multiroot:
+                for r in range(i + 1, j):
+                    t[m] = K[IR, i, r] + K[SIB, r, j] + sib[i, r, j]
+                    m += 1
+            k = _drawn(t, m, u[used])
+            r = i + k
+            if k == 0:
+                a0, a1, a2, b0, b1, b2 = CL, i + 1, j, CL, j, j
+            else:
+                a0, a1, a2, b0, b1, b2 = IR, i, r, SIB, r, j
+        else:  # I←(i, j): the arc j → i
+            heads[i - 1] = j
+            t[0] = K[CR, i, j - 1]
+            for r in range(i + 1, j):
+                t[r - i] = K[IL, r, j] + K[SIB, i, r] + sib[j, r, i]
+            k = _drawn(t, w, u[used])
+            r = i + k
+            if k == 0:
+                a0, a1, a2, b0, b1, b2 = CR, i, j - 1, CR, i, i
+            else:
+                a0, a1, a2, b0, b1, b2 = IL, r, j, SIB, i, r
+        used += 1
+        stack[top, 0], stack[top, 1], stack[top, 2] = a0, a1, a2
+        stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = b0, b1, b2
+        top += 2
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False)
+def _sample_batch(arc, sib, lengths, multiroot, u, heads):
+    """``heads [count, B, N]`` (filled with -1) of ``count`` trees per sentence: one inside pass
+    per sentence, then one top-down walk per sample (``u [count, B, >= 3N]`` uniforms)."""
+    count, batch, L = u.shape[0], arc.shape[0], arc.shape[1]
+    K = np.empty((batch, 5, L, L))
+    for b in numba.prange(batch):
+        _inside(arc[b], sib[b], lengths[b], multiroot, False, K[b], np.empty(L + 1))
+    for z in numba.prange(count * batch):
+        c, b = z // batch, z % batch
+        n = lengths[b]
+        _sample_tree(arc[b], sib[b], n, multiroot, K[b], np.empty(n + 2), u[c, b], heads[c, b],
+                     np.empty((6 * n + 1, 3), np.int64))
+
+
 @numba.njit(cache=True, parallel=True, fastmath=False)
 def _batch(arc, sib, lengths, multiroot, viterbi, outside):
     batch, L = arc.shape[0], arc.shape[1]
@@ -192,3 +288,17 @@ def best(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
          multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The best tree's score ``[B]`` and its arcs as 0/1 ``[B, L, L]``."""
     return _run(scores, siblings, lengths, multiroot, True, True)[:2]
+
+
+def sample(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+           count: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``[count, B, n]`` heads (``-1`` padding) of exact samples of checked CPU scores: one inside
+    pass per sentence and a top-down walk per sample (:func:`_sample_tree`), its uniforms drawn
+    from ``generator``."""
+    batch, L = scores.shape[0], scores.shape[1]
+    u = torch.rand(count, batch, 3 * L, generator=generator, dtype=torch.float64)
+    heads = np.full((count, batch, L - 1), -1, dtype=np.int64)
+    set_threads(int(((lengths + 1) ** 3).sum()) + count * int(((lengths + 1) ** 2).sum()), SERIAL_WORK)
+    _sample_batch(as_array(scores.double()), as_array(siblings.double()), as_array(lengths.long()),
+                  multiroot, as_array(u), heads)
+    return torch.from_numpy(heads)

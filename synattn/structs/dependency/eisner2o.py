@@ -33,12 +33,15 @@ inner complete span is empty). ``O(n³)`` time and ``O(n²)`` chart per sentence
 :func:`eisner2o_reference` is the recursion written plainly (a Python loop over spans;
 ``use_backend("reference")``). On CPU tensors the class runs compiled kernels
 (:mod:`synattn.structs.dependency._eisner2o_kernels`: inside pass, explicit outside pass for the arc and
-sibling marginals, the max semiring for the best tree); elsewhere (CUDA, ``use_backend("torch")``)
-:func:`eisner2o_inside`, the same recursion vectorised over the spans of one width and the batch
-(one Python step per width, gathers by index from charts ``[5, N+1, N+1, B]``), whose marginals
-are autograd's gradient of ``log Z`` and whose best tree is the gradient of the max-semiring pass.
-The marginals are differentiable on both paths; their backward (the Hessian of ``log Z`` times a
-direction) is autograd's double backward of :func:`eisner2o_inside`.
+sibling marginals, the max semiring for the best tree, a top-down walk per sample); elsewhere
+(CUDA, ``use_backend("torch")``) :func:`eisner2o_inside`, the same recursion vectorised over the
+spans of one width and the batch (one Python step per width, gathers by index from charts
+``[5, N+1, N+1, B]``), whose marginals are autograd's gradient of ``log Z``, whose best tree is the
+gradient of the max-semiring pass and whose samples the gradient of the sampled-semiring pass
+(:func:`eisner2o_sample`). Under any other semiring the class runs the generic program
+:func:`synattn.structs.semirings.programs.eisner2o`. The marginals are differentiable on both
+paths; their backward (the Hessian of ``log Z`` times a direction) is autograd's double backward
+of :func:`eisner2o_inside`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import torch
 from ..arguments import score_tensor
 from ..backend import kernels, requested_backend, use_numba
 from ..constants import NEG
+from ..distribution import check_count
 from ..scores import check_scores, fp32_inside, impossible_as_inf, mask_impossible
 from .arc_scores import ArcCRF, heads_from_arcs, tree_score
 from .eisner import DependencyCRF
@@ -163,14 +167,31 @@ def eisner2o_reference(scores: torch.Tensor, siblings: torch.Tensor, lengths: to
 # The vectorised inside pass.
 # ---------------------------------------------------------------------------------------------
 
-def _semiring_sum(x: torch.Tensor, dim: int, viterbi: bool) -> torch.Tensor:
-    return x.max(dim).values if viterbi else torch.logsumexp(x, dim)
+class _SampledLogSumExp(torch.autograd.Function):
+    """Log-sum-exp over ``dim`` whose backward sends all of its adjoint to one term drawn with its
+    posterior weight (Gumbel-max with ``generator``): the sampled semiring's ``⊕`` (Goodman 1999),
+    so that the gradient of ``log Z`` is one exact sample's arcs."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, dim: int, generator: torch.Generator | None) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.dim, ctx.generator = dim, generator
+        return torch.logsumexp(x, dim)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        (x,) = ctx.saved_tensors
+        u = torch.rand(x.shape, generator=ctx.generator, dtype=x.dtype, device=x.device)
+        pick = (x - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(ctx.dim, keepdim=True)
+        return torch.zeros_like(x).scatter_(ctx.dim, pick, g.unsqueeze(ctx.dim)), None, None
 
 
 def eisner2o_inside(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
-                    multiroot: bool = True, viterbi: bool = False) -> torch.Tensor:
+                    multiroot: bool = True, viterbi: bool = False, sampled: bool = False,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
     """``[B]`` ``log Z`` (or the best tree's score with ``viterbi``) of the recursion in the module
-    docstring, differentiable by autograd (also twice).
+    docstring, differentiable by autograd (also twice); with ``sampled``, its gradient is a
+    sample's arcs instead of the marginals (:class:`_SampledLogSumExp`, draws from ``generator``).
 
     Args:
         scores: ``[B, L, L]`` checked arc scores ``[b, h, d]`` (``L = n+1``).
@@ -178,7 +199,14 @@ def eisner2o_inside(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch
         lengths: ``[B]`` word counts in ``1..n``.
         multiroot: several words may attach to ROOT.
         viterbi: the max semiring instead of log-sum-exp.
+        sampled, generator: the sampled log-sum-exp instead (see above).
     """
+
+    def _semiring_sum(x: torch.Tensor, dim: int, viterbi: bool) -> torch.Tensor:
+        if sampled:
+            return _SampledLogSumExp.apply(x, dim, generator)
+        return x.max(dim).values if viterbi else torch.logsumexp(x, dim)
+
     B, L, _ = scores.shape
     dev = scores.device
     arc = scores.permute(1, 2, 0)  # [L(h), L(d), B]
@@ -215,6 +243,20 @@ def eisner2o_inside(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch
         chart[CR, i, j] = cr
         chart[CL, i, j] = cl
     return chart[CR, 0, lengths, torch.arange(B, device=dev)]
+
+
+def eisner2o_sample(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
+                    multiroot: bool, count: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``[count, B, n]`` heads (``-1`` padding) of exact samples, top-down from the inside chart:
+    the gradient of one :func:`eisner2o_inside` pass over ``count`` copies of the batch under the
+    sampled ``⊕`` (float64; the PyTorch path of ``Dependency2oCRF.sample``)."""
+    B = scores.shape[0]
+    with torch.enable_grad():
+        x = scores.detach().double().repeat(count, 1, 1).requires_grad_()
+        y = siblings.detach().double().repeat(count, 1, 1, 1)
+        log_z = eisner2o_inside(x, y, lengths.repeat(count), multiroot, sampled=True, generator=generator)
+        (arcs,) = torch.autograd.grad(log_z.sum(), x)
+    return heads_from_arcs(arcs, lengths.repeat(count)).view(count, B, -1)
 
 
 def eisner2o_log_partition(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
@@ -308,10 +350,11 @@ class Dependency2oCRF(ArcCRF):
         torch.Size([2, 5])
 
     Marginals: compiled inside-outside on CPU, autograd's gradient of ``log Z`` elsewhere
-    (``O(B·n³)`` memory, the sibling tensor's size); ``argmax``: the max semiring. ``sample`` conditions word by word
-    on the exact marginals and ``kbest`` is Lawler's scheme over masked argmaxes
-    (:class:`~synattn.structs.distribution.Decoding`), both exact. McDonald and Pereira (2006);
-    Zhang et al. (2020).
+    (``O(B·n³)`` memory, the sibling tensor's size); ``argmax``: the max semiring. ``sample`` draws
+    whole trees top-down from the inside chart and ``kbest`` is Lawler's scheme over masked
+    argmaxes (:class:`~synattn.structs.distribution.Decoding`), both exact. Every semiring of
+    :mod:`synattn.structs.semirings` runs on it (``run``, ``semiring_marginals``). McDonald and
+    Pereira (2006); Zhang et al. (2020).
     """
 
     structure = "projective2o"
@@ -411,10 +454,6 @@ class Dependency2oCRF(ArcCRF):
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(self.scores, self.marginals), (self.siblings, self.sibling_marginals)]
 
-    @staticmethod
-    def _choice_marginals(crf, i: int) -> torch.Tensor:
-        return crf._mus[0][:, :, i + 1]
-
     @cached_property
     @fp32_inside
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -450,7 +489,21 @@ class Dependency2oCRF(ArcCRF):
         return impossible_as_inf(total)
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``[count, batch_size, n]`` exact samples (heads, ``-1`` padding) by conditioning word by
-        word on the exact marginals of the constrained CRF (``n`` inside passes with autograd over
-        ``count × batch_size`` sentences). Not differentiable."""
-        return ArcCRF.sample(self, count, generator)
+        """``[count, batch_size, n]`` exact samples of projective trees as heads (``-1`` padding,
+        all ``-1`` where no tree exists), top-down from the second-order inside chart: one inside
+        pass, then each sample picks one term of every sum it reaches with its posterior weight
+        (compiled kernels on CPU: a walk per sample; elsewhere :func:`eisner2o_sample`, the
+        gradient of the inside pass over ``count`` copies under the sampled ``⊕``). Not
+        differentiable."""
+        L = self.scores.shape[-1]
+        if self._compiled:
+            check_count(count, 8 * self.scores.shape[0] * 4 * L)  # (uniforms and heads)
+            heads = kernels("dependency._eisner2o_kernels").sample(
+                self.scores.detach(), self.siblings.detach(), self.lengths, self.multiroot, count, generator)
+        else:
+            check_count(count, 8 * self.siblings[..., 0].numel() * L)  # (the inside pass's graph)
+            heads = eisner2o_sample(self.scores, self.siblings, self.lengths, self.multiroot, count, generator)
+        heads = heads.to(self.scores.device)
+        if self.masked:
+            heads = heads.masked_fill(~self.feasible.view(1, -1, 1), -1)
+        return heads

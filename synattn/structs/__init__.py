@@ -6,7 +6,9 @@
 - :class:`DependencyCRF`: projective trees by Eisner's algorithm with an explicit outside pass.
 - :class:`Dependency2oCRF`: projective trees with adjacent-sibling scores (second-order Eisner,
   McDonald and Pereira 2006); :class:`DependencyMFVI`, :class:`DependencyLBP`: its approximate
-  arc marginals by mean field and loopy belief propagation (supar's modules).
+  arc marginals by mean field and loopy belief propagation (supar's modules);
+  :class:`SemanticDependencyMFVI`, :class:`SemanticDependencyLBP`: the same for the arcs of
+  semantic dependency graphs with sibling, co-parent and grandparent factors.
 - :class:`NonProjectiveDependencyCRF`: the Matrix-Tree theorem (Koo et al. 2007) and
   Chu-Liu-Edmonds.
 - Both dependency classes take labelled arc scores ``[B, N+1, N+1, R]`` too
@@ -47,6 +49,7 @@ from .dependency.eisner import DependencyCRF
 from .dependency.eisner2o import Dependency2oCRF
 from .dependency.matrix_tree import NonProjectiveDependencyCRF
 from .dependency.second_order_vi import DependencyLBP, DependencyMFVI
+from .dependency.semantic_vi import SemanticDependencyLBP, SemanticDependencyMFVI
 from .semirings.log_max import LogSemiring, MaxSemiring
 from .sequence.autoregressive import Autoregressive
 
@@ -66,6 +69,8 @@ __all__ = [
     "MaxSemiring",
     "NEG",
     "NonProjectiveDependencyCRF",
+    "SemanticDependencyLBP",
+    "SemanticDependencyMFVI",
     "SemiMarkovCRF",
     "SentCFG",
     "TreeCRF",

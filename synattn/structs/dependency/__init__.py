@@ -7,6 +7,8 @@
 - second order (adjacent siblings): :mod:`~synattn.structs.dependency.eisner2o`
   (``Dependency2oCRF``; ``_eisner2o_kernels.py``) and its approximations
   :mod:`~synattn.structs.dependency.second_order_vi` (``DependencyMFVI``, ``DependencyLBP``);
+- semantic dependency graphs (any set of arcs) with sibling, co-parent and grandparent factors:
+  :mod:`~synattn.structs.dependency.semantic_vi` (``SemanticDependencyMFVI``, ``SemanticDependencyLBP``);
 - non-projective trees: :mod:`~synattn.structs.dependency.matrix_tree`
   (``NonProjectiveDependencyCRF``, the Matrix-Tree theorem) with its eliminations
   ``matrix_tree_gth.py`` and ``matrix_tree_log.py``, compiled ``_matrix_tree_kernels.py``,
@@ -19,6 +21,7 @@ from .eisner import DependencyCRF
 from .eisner2o import Dependency2oCRF
 from .matrix_tree import NonProjectiveDependencyCRF
 from .second_order_vi import DependencyLBP, DependencyMFVI
+from .semantic_vi import SemanticDependencyLBP, SemanticDependencyMFVI
 
 __all__ = ["ArcCRF", "Dependency2oCRF", "DependencyCRF", "DependencyLBP", "DependencyMFVI",
-           "NonProjectiveDependencyCRF"]
+           "NonProjectiveDependencyCRF", "SemanticDependencyLBP", "SemanticDependencyMFVI"]

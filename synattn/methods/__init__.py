@@ -26,6 +26,7 @@ from synattn.methods.base import (
     check_claims,
     check_head,
     check_layer,
+    check_layers,
     register,
     registered,
     unregister,
@@ -56,4 +57,4 @@ def method(name: str) -> Method:
 
 
 __all__ = ["BUILT_IN", "SIDES", "Claim", "HFAlias", "HFFeature", "Method", "Option", "Site", "check_claims",
-           "check_head", "check_layer", "method", "methods", "register", "unregister"]
+           "check_head", "check_layer", "check_layers", "method", "methods", "register", "unregister"]

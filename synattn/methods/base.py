@@ -378,6 +378,27 @@ def check_layer(value: int | Sequence[int], where: str, side: str, layers: int) 
     _check_range(value, where, "layer", layers, f"{side}.layers={layers}")
 
 
+def check_layers(value: Sequence[int] | None, where: str, side: str, layers: int) -> None:
+    """Raises :class:`ConfigError` unless ``value`` is None or a non-empty list of distinct layer
+    indices, each in range (:func:`check_layer`): the ``layers`` of a method placed in a subset of
+    a stack's layers (``bird_eye.layers``, ``supervised_head.layers``, ``cross_attention_layers``;
+    None: the method's default placement).
+
+    Example:
+        >>> check_layers([2, 2], "decoder.bird_eye.layers", "decoder", 3)
+        Traceback (most recent call last):
+        synattn.errors.ConfigError: decoder.bird_eye.layers=[2, 2] lists layer 2 twice
+    """
+    if value is None:
+        return
+    if not value:
+        raise ConfigError(f"{where}=[] lists no layer; list at least one, or null for the default placement")
+    twice = next((v for i, v in enumerate(value) if v in value[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"{where}={brief(list(value))} lists layer {twice} twice")
+    check_layer(value, where, side, layers)
+
+
 def _check_range(value: int | Sequence[int], where: str, what: str, size: int, bound: str) -> None:
     for v in [value] if isinstance(value, int) else value:
         if not 0 <= v < size:

@@ -1,9 +1,11 @@
-"""Bird-Eye attention (Sha et al. 2022; docs/methods.md §4) in every block of a causal stack.
+"""Bird-Eye attention (Sha et al. 2022; docs/methods.md §4) in every block of a causal stack, or
+in the blocks listed.
 
 Settings::
 
-    bird_eye: {variant: sg, pointer_weight: 1.0, pointer_head: null}
+    bird_eye: {variant: sg, pointer_weight: 1.0, pointer_head: null, layers: null}
     bird_eye: sg                   # the same, defaults for the rest
+    bird_eye: {variant: sg, layers: [2]}   # the pointer loss on the last of 3 blocks only
 
 ``sg`` is BET(SG), a pointer loss toward the syntax hints (named ``pointer``); ``sf`` is BET(SF),
 diagonal-free reweighted attention (our reconstruction). Older configs wrote ``pointer_weight``
@@ -19,7 +21,7 @@ from typing import Any, ClassVar
 from synattn.attention import BirdEyeReweighting, SyntaxGuidedPointer
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError, brief
-from synattn.methods.base import Claim, HFAlias, Method, Option, Site, check_head, register
+from synattn.methods.base import Claim, HFAlias, Method, Option, Site, check_head, check_layers, register
 
 BIRD_EYE = ("sg", "sf")
 """Bird-Eye variants (docs/methods.md §4): syntax-guided pointer loss, syntax-free reweighting."""
@@ -30,18 +32,22 @@ LEGACY_KEYS = ("pointer_weight", "pointer_head")
 
 @dataclass
 class BirdEyeConfig:
-    """Bird-Eye attention in every block of a causal stack (docs/methods.md §4).
+    """Bird-Eye attention in the blocks of a causal stack (docs/methods.md §4).
 
     Attributes:
         variant: ``sg`` (BET(SG): pointer loss toward the syntax hints) or ``sf`` (BET(SF):
             diagonal-free reweighted attention).
-        pointer_weight: λ_p, the weight of each block's pointer loss (``sg``).
+        pointer_weight: λ_p, the weight of each block's pointer loss (``sg``; the losses of the
+            blocks are summed, as in Sha et al. 2022, eq. 5).
         pointer_head: the head trained by the pointer loss (None: the head average; ``sg``).
+        layers: the blocks that get it (None: every block), as ``relation_layers`` and
+            ``tree_distance_bias.layers`` choose theirs.
     """
 
     variant: str = "sg"
     pointer_weight: float = 1.0
     pointer_head: int | None = None
+    layers: list[int] | None = None
 
 
 _DEFAULTS = {"pointer_weight": BirdEyeConfig.pointer_weight, "pointer_head": BirdEyeConfig.pointer_head}
@@ -49,7 +55,8 @@ _DEFAULTS = {"pointer_weight": BirdEyeConfig.pointer_weight, "pointer_head": Bir
 
 @register
 class BirdEye(Method):
-    """BET(SG) (a pointer loss) or BET(SF) (a logit bias) in every layer of a causal stack."""
+    """BET(SG) (a pointer loss) or BET(SF) (a logit bias) in every layer of a causal stack (or in
+    those of ``layers``: :meth:`Method.applies`)."""
 
     name = "bird_eye"
     config = BirdEyeConfig
@@ -101,6 +108,7 @@ class BirdEye(Method):
             raise ConfigError(f"{where}={bird.variant!r}: use one of {', '.join(BIRD_EYE)} (or null)")
         if bird.pointer_weight < 0:
             raise ConfigError(f"{where}.pointer_weight={bird.pointer_weight} must be >= 0")
+        check_layers(bird.layers, f"{where}.layers", side, stack.layers)
         head = bird.pointer_head
         if head is None:
             return
@@ -110,8 +118,10 @@ class BirdEye(Method):
         check_head(head, f"{where}.pointer_head", model.heads)
 
     def claims(self, model: Any, side: str, stack: Any) -> list[Claim]:
-        head = stack.bird_eye.pointer_head
-        return [] if head is None else [Claim(f"{side}.bird_eye.pointer_head={head}", (head,))]
+        bird = stack.bird_eye
+        layers = None if bird.layers is None else frozenset(bird.layers)
+        head = bird.pointer_head
+        return [] if head is None else [Claim(f"{side}.bird_eye.pointer_head={head}", (head,), layers)]
 
     def position(self, stack: Any) -> float:
         # BET(SF) is an additive logit bias (after the relations); the BET(SG) pointer loss reads

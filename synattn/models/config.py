@@ -61,17 +61,18 @@ class StackConfig:
             relative_values: relative attention (:class:`~synattn.methods.relations.RelationsConfig`,
             docs/methods.md §1).
         specialized_heads: specialized heads in layer 0 (encoder only).
-        supervised_head: the dependency-supervised head.
+        supervised_head: the dependency-supervised head (one ``layer``, or several ``layers``).
         constituent, constituent_diagonal: Tree Transformer constituent attention
             (:class:`~synattn.methods.constituent.ConstituentConfig`, docs/methods.md §3; encoders only).
         bird_eye: Bird-Eye attention (:class:`BirdEyeConfig`, docs/methods.md §4; causal stacks
             only): ``variant`` ``sg`` (BET(SG): pointer loss toward the syntax hints on every
             block, weight ``pointer_weight``, on head ``pointer_head`` or the head average) or
-            ``sf`` (BET(SF): diagonal-free reweighted attention in every block). The string
-            ``sg``/``sf`` is short for ``{variant: …}``.
-        cross_attention, cross_attention_normalize, cross_attention_max_segment: structured
-            encoder-decoder attention (:class:`~synattn.methods.cross_attention.CrossAttentionConfig`,
-            docs/methods.md §5; translation decoders only).
+            ``sf`` (BET(SF): diagonal-free reweighted attention in every block); ``layers``: only
+            those blocks. The string ``sg``/``sf`` is short for ``{variant: …}``.
+        cross_attention, cross_attention_normalize, cross_attention_max_segment,
+            cross_attention_layers: structured encoder-decoder attention
+            (:class:`~synattn.methods.cross_attention.CrossAttentionConfig`, docs/methods.md §5;
+            translation decoders only).
         syntactic_attention: one encoder layer's structured syntactic attention head(s).
         tree_distance_bias: ALiBi-style slopes times the tree distance.
     """
@@ -94,6 +95,7 @@ class StackConfig:
     cross_attention: str | None = None
     cross_attention_normalize: bool = False
     cross_attention_max_segment: int = 4
+    cross_attention_layers: list[int] | None = None
     syntactic_attention: SyntacticAttentionConfig | None = None
     tree_distance_bias: TreeDistanceBiasConfig | None = None
 

@@ -27,12 +27,12 @@ def test_the_built_in_methods_and_their_settings():
     assert names[:7] == ["relations", "specialized_heads", "supervised_head", "constituent", "bird_eye",
                          "cross_attention", "syntactic_attention"]
     fields = [f.name for f in dataclasses.fields(StackConfig)]
-    assert fields[:16] == ["layers", "relations", "relation_layers", "max_relative_position", "max_distance",
+    assert fields[:17] == ["layers", "relations", "relation_layers", "max_relative_position", "max_distance",
                            "max_traversal", "relative_values", "specialized_heads", "supervised_head",
                            "constituent", "constituent_diagonal", "bird_eye", "cross_attention",
-                           "cross_attention_normalize", "cross_attention_max_segment",
+                           "cross_attention_normalize", "cross_attention_max_segment", "cross_attention_layers",
                            "syntactic_attention"]
-    assert set(fields[16:]) == {o.name for m in methods()[7:] for o in m.options()}
+    assert set(fields[17:]) == {o.name for m in methods()[7:] for o in m.options()}
 
 
 def test_the_static_stack_config_declares_exactly_the_registry_s_settings():

@@ -121,8 +121,8 @@ class SemanticDependencyMFVI(_GraphInference):
         for _ in range(self.max_iter):
             p = q.sigmoid()  # [B, h, m]
             # q(h->m) = s(h->m) + Σ_k p(h->k) sib(h,k,m) + p(k->m) cop(h,k,m) + p(m->k) grd(h,k,m)
-            q = (edges + torch.matmul(p.unsqueeze(2), siblings).squeeze(2)  # [B, h, 1, k] @ [B, h, k, m]
-                 + (coparents * p.unsqueeze(1) + grandparents * p.transpose(1, 2).unsqueeze(1)).sum(2))
+            q = edges + (siblings * p.unsqueeze(3) + coparents * p.unsqueeze(1)
+                         + grandparents * p.transpose(1, 2).unsqueeze(1)).sum(2)  # [B, h, k, m] summed over k
         return q
 
 

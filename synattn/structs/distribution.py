@@ -317,11 +317,16 @@ class Decoding:
         return scores.to(device), self._from_choices(structures).to(device)
 
 
+def _gumbel_noise(shape: torch.Size | tuple[int, ...], generator: torch.Generator | None,
+                  device: torch.device | str | None = None) -> torch.Tensor:
+    """``shape`` float64 draws from the standard Gumbel distribution (finite: ``u >= 1e-300``)."""
+    u = torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
+    return -torch.log(-torch.log(u.clamp_min(1e-300)))
+
+
 def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One draw per row from ``softmax(logits)`` (rows of ``-inf`` give 0) by the Gumbel-max trick."""
-    u = torch.rand(logits.shape, generator=generator, dtype=torch.float64, device=logits.device)
-    gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
-    return (logits + gumbel).argmax(-1)
+    return (logits + _gumbel_noise(logits.shape, generator, logits.device)).argmax(-1)
 
 
 def check_count(count: int, per_sample: int = 0) -> int:

@@ -112,3 +112,95 @@ def test_matches_torch_struct_on_its_model_protocol():
     path, score, _ = peer.greedy_max()  # one-hot [B, N, C], [B]
     ours_score, ours = dist.greedy()
     assert torch.equal(ours, path.argmax(-1)) and torch.allclose(ours_score.double(), score.detach())
+
+
+def batch_of(dist: Autoregressive, copies: int) -> Autoregressive:
+    """The same model with its batch repeated ``copies`` times (independent draws in one call)."""
+    state = tuple(s.repeat(copies, *([1] * (s.dim() - 1))) for s in dist.state)
+    return Autoregressive(dist.model, state, C, N, normalize=dist.normalize)
+
+
+def test_sampling_without_replacement_has_the_exact_inclusion_probabilities():
+    """Two draws without replacement: the first is a sample of p, and y is among the two with
+    probability p(y) + sum_{x != y} p(x) p(y) / (1 - p(x)) (Plackett-Luce); the two differ."""
+    dist = make()
+    seqs = all_sequences()
+    p = dist.log_prob(seqs.unsqueeze(1).expand(-1, B, -1)).exp()  # [C^N, B]
+    pair = p.unsqueeze(1) * p.unsqueeze(0) / (1 - p.unsqueeze(1))  # [x, y, B]: x then y
+    inclusion = p + pair.sum(0) - pair.diagonal(0, 0, 1).T
+    draws = batch_of(dist, 3000).sample_without_replacement(2, generator=torch.Generator().manual_seed(0))
+    draws = draws.view(2, 3000, B, N)
+    hit = (draws.unsqueeze(2) == seqs.view(1, 1, -1, 1, N)).all(-1).double()  # [2, R, C^N, B]
+    assert (hit.sum(2) == 1).all() and not (draws[0] == draws[1]).all(-1).any()  # distinct
+    assert torch.allclose(hit[0].mean(0), p, atol=0.03)
+    assert torch.allclose(hit.sum(0).mean(0), inclusion, atol=0.03)
+
+
+def test_sampling_without_replacement_lists_the_support_once():
+    """count past the support: every sequence of nonzero probability once, then -1 rows; a
+    token masked by the model (-inf logits) never appears."""
+    base = make()
+
+    def masked(tokens, state):
+        logits, state = base.model(tokens, state)
+        return logits.masked_fill(torch.arange(C) == 2, -float("inf")), state
+
+    dist = Autoregressive(masked, base.state, C, N)
+    draws = dist.sample_without_replacement(2 ** N + 2, generator=torch.Generator().manual_seed(1))
+    assert draws.shape == (2 ** N + 2, B, N)
+    for b in range(B):
+        listed = {tuple(s) for s in draws[:2 ** N, b].tolist()}
+        assert listed == set(itertools.product(range(2), repeat=N))
+        assert (draws[2 ** N:, b] == -1).all()
+    with pytest.raises(ValueError, match="count"):
+        dist.sample_without_replacement(0)
+
+
+class SoftRNN(TinyRNN):
+    """TinyRNN that also reads token distributions ``[b, t, C]`` (greedy_tempmax's inputs)."""
+
+    def forward(self, tokens, state):
+        h, logits = state[0], []
+        for t in range(tokens.shape[1]):
+            x = self.emb(tokens[:, t]) if not tokens.is_floating_point() else tokens[:, t] @ self.emb.weight
+            h = self.cell(x, h)
+            logits.append(self.out(h))
+        return torch.stack(logits, 1), (h,)
+
+
+@pytest.mark.parametrize("gumbel", [False, True])
+def test_greedy_tempmax_matches_torch_struct(gumbel, monkeypatch):
+    """The same relaxed greedy decode as torch-struct's greedy_tempmax, fed the same Gumbel
+    noise (torch-struct always adds it; zero noise stands for gumbel=False)."""
+    torch_struct = pytest.importorskip("torch_struct")
+    from synattn.structs.sequence import autoregressive
+    init = (torch.randn(B, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),)
+    dist = Autoregressive(SoftRNN(), init, C, N)
+    gen = torch.Generator().manual_seed(3)
+    noise = [torch.randn(B, C, dtype=torch.float64, generator=gen) if gumbel else torch.zeros(B, C)
+             for _ in range(N)]
+    ours_noise, peer_noise = iter(noise), iter(noise)
+    monkeypatch.setattr(autoregressive, "_gumbel_noise", lambda shape, g, d: next(ours_noise))
+    monkeypatch.setattr(torch.distributions.Gumbel, "sample",
+                        lambda self, shape: next(peer_noise).view(shape))
+    path, score, logits = dist.greedy_tempmax(2.0, gumbel=gumbel)
+    peer = torch_struct.Autoregressive(dist.model, init, C, N).greedy_tempmax(2.0)
+    for ours, theirs in zip((path, score, logits), peer):
+        assert torch.allclose(ours, theirs.to(ours.dtype), atol=1e-10)
+    # the hard decode is greedy()'s when there is no noise and the temperature is near 0
+    if not gumbel:
+        sharp_path, sharp_score, _ = dist.greedy_tempmax(1e4)
+        hard_score, hard = dist.greedy()
+        assert torch.equal(sharp_path.argmax(-1), hard) and torch.allclose(sharp_score, hard_score)
+
+
+def test_greedy_tempmax_is_differentiable():
+    """gradcheck of all three outputs with respect to the initial state (no noise)."""
+    model = SoftRNN()
+
+    def run(h):
+        return Autoregressive(model, (h,), C, N).greedy_tempmax(1.5)
+
+    h = torch.randn(B, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4),
+                    requires_grad=True)
+    assert torch.autograd.gradcheck(run, (h,))

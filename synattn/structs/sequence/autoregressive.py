@@ -13,7 +13,13 @@ logits are log-softmaxed, so that ``log p(y) = Σ_t log softmax(logits_t)[y_t]``
 - ``beam_search(K)``: the ``K`` best sequences that beam search keeps (exact once ``K >= C^{N-1}``,
   as every prefix then stays on the beam), best first; ``kbest(k)``/``topk(k)`` are its names in
   the other classes' API;
-- ``sample(count, generator)``: exact ancestral samples.
+- ``sample(count, generator)``: exact ancestral samples;
+- ``sample_without_replacement(count, generator)``: ``count`` distinct sequences drawn without
+  replacement, exactly, by stochastic beam search (the Gumbel-top-k trick over sequences; Kool,
+  van Hoof and Welling 2019);
+- ``greedy_tempmax(alpha)``: greedy decoding relaxed by a softmax at inverse temperature
+  ``alpha`` whose outputs are differentiable (differentiable scheduled sampling; Goyal, Dyer and
+  Berg-Kirkpatrick 2017), torch-struct's method of that name.
 
 Sequences are token indices ``[..., B, N]`` (torch-struct uses one-hot ``[..., B, N, C]``:
 ``log_prob(..., one_hot=True)`` takes those). Fixed length ``N`` (torch-struct's ``end_class``
@@ -28,7 +34,7 @@ from collections.abc import Callable
 import torch
 
 from ..arguments import count as whole_count
-from ..distribution import _gumbel_argmax, check_count
+from ..distribution import _gumbel_argmax, _gumbel_noise, check_count
 
 State = tuple[torch.Tensor, ...]
 
@@ -69,14 +75,20 @@ class Autoregressive:
         self.batch = initial_state[0].shape[0]
         self.device = initial_state[0].device
 
-    def _call(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def _logits(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """The model's raw logits ``[b, t, C]`` after ``tokens [b, t]`` (or token distributions
+        ``[b, t, C]``), their shapes checked, and its next state."""
         logits, state = self.model(tokens, state)
-        b, t = tokens.shape
+        b, t = tokens.shape[:2]
         if logits.shape != (b, t, self.n_classes):
             raise ValueError(f"Autoregressive: the model must return logits [{b}, {t}, "
                              f"{self.n_classes}], got {tuple(logits.shape)}")
         if any(s.shape[0] != b for s in state):
             raise ValueError(f"Autoregressive: the model must return a state of tensors [{b}, ...]")
+        return logits, state
+
+    def _call(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        logits, state = self._logits(tokens, state)
         return (logits.log_softmax(-1) if self.normalize else logits), state
 
     def _repeat(self, k: int) -> State:
@@ -107,31 +119,115 @@ class Autoregressive:
         """The ``k`` sequences left on the beam: ``scores [B, k]`` (float64, their ``log p``, ``-inf``
         where fewer than ``k`` sequences exist) and tokens ``[B, k, N]`` (``-1`` for missing
         ones), best first. Exact (the ``k`` best sequences) once ``k >= C^(N-1)``."""
-        k = whole_count(k, "Autoregressive.beam_search: k")
+        scores, _, tokens = self._search(whole_count(k, "Autoregressive.beam_search: k"))
+        return scores, tokens
+
+    @torch.no_grad()
+    def sample_without_replacement(self, count: int,
+                                   generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, B, N]`` ``count`` distinct sequences per batch element drawn without
+        replacement (``-1`` rows past the number of sequences of nonzero probability), exactly:
+        the ``count`` largest of the Gumbel-perturbed ``log p(y) + G_y`` over all sequences, found
+        by stochastic beam search (Kool et al. 2019): a prefix's key is the largest perturbed
+        score of its continuations, drawn top-down as a Gumbel truncated at its parent's key, so
+        the ``count`` best prefixes of each length hold the ``count`` best sequences' prefixes.
+        In the order of their keys: the first is an ancestral sample, the first ``j`` a sample of
+        ``j`` without replacement. torch-struct's ``sample_without_replacement`` perturbs each
+        step's logits independently and keeps a beam, which is not this distribution.
+
+        Args:
+            count: how many sequences per batch element (``sample_shape[0]`` in torch-struct).
+            generator: the random generator (default: torch's global one).
+        """
+        if isinstance(count, torch.Size) and len(count) == 1:
+            count = count[0]  # torch-struct's sample_shape
+        _, _, tokens = self._search(check_count(count), stochastic=True, generator=generator)
+        return tokens.transpose(0, 1)
+
+    def _search(self, k: int, stochastic: bool = False, generator: torch.Generator | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Beam search over ``k`` prefixes ranked by ``log p`` or (``stochastic``) by their
+        Gumbel keys (stochastic beam search): ``log p [B, k]`` (float64),
+        keys ``[B, k]`` and tokens ``[B, k, N]`` (``-1`` where ``-inf``), best key first."""
         B, C = self.batch, self.n_classes
         state = self._repeat(k)
         scores = torch.full((B, k), -float("inf"), dtype=torch.float64, device=self.device)
-        scores[:, 0] = 0.0  # one live beam at the start: no duplicates
+        scores[:, 0] = 0.0  # one live prefix at the start: no duplicates
+        keys = scores  # a sequence's key: log p, or log p + its Gumbel (the root's is 0)
         tokens = torch.full((B * k, 1), self.start_class, dtype=torch.long, device=self.device)
-        history = torch.zeros(B, k, 0, dtype=torch.long, device=self.device)
         rows = torch.arange(B, device=self.device).unsqueeze(1) * k
+        beams, chosen = [], []
         for _ in range(self.n_length):
             logp, state = self._call(tokens, state)  # [B*k, 1, C]
             total = scores.unsqueeze(-1) + logp.view(B, k, C).to(scores.dtype)  # [B, k, C]
-            best, index = total.flatten(1).topk(k, -1)  # [B, k]
+            ranked = _truncated_gumbel(total, keys, generator) if stochastic else total
+            best, index = ranked.flatten(1).topk(k, -1)  # [B, k]
             beam, token = index.div(C, rounding_mode="floor"), index % C
-            keep = (rows + beam).view(-1)
-            state = tuple(s[keep] for s in state)
-            history = torch.cat((history.gather(1, beam.unsqueeze(-1).expand_as(history)),
-                                 token.unsqueeze(-1)), -1)
-            scores, tokens = best, token.view(-1, 1)
-        history = history.masked_fill((scores == -float("inf")).unsqueeze(-1), -1)
-        return scores, history
+            state = tuple(s[(rows + beam).view(-1)] for s in state)
+            scores = total.flatten(1).gather(1, index) if stochastic else best
+            keys, tokens = best, token.view(-1, 1)
+            beams.append(beam)
+            chosen.append(token)
+        out = torch.empty(B, k, self.n_length, dtype=torch.long, device=self.device)
+        at = torch.arange(k, device=self.device).expand(B, k)
+        for t in range(self.n_length - 1, -1, -1):  # back pointers
+            out[:, :, t] = chosen[t].gather(1, at)
+            at = beams[t].gather(1, at)
+        return scores, keys, out.masked_fill((keys == -float("inf")).unsqueeze(-1), -1)
 
     def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``scores [B]`` and tokens ``[B, N]`` of greedy decoding (``beam_search(1)``)."""
         scores, tokens = self.beam_search(1)
         return scores[:, 0], tokens[:, 0]
+
+    def greedy_tempmax(self, alpha: float, gumbel: bool = False,
+                       generator: torch.Generator | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Greedy decoding relaxed for differentiation (torch-struct's ``greedy_tempmax``;
+        differentiable scheduled sampling, Goyal, Dyer and Berg-Kirkpatrick 2017): at each step
+        the score ``s_t = max_c (s_{t-1} + logits_t[c])`` takes the best token, but the model is
+        fed ``softmax(alpha * (s_{t-1} + logits_t))`` ``[B, 1, C]``, a distribution over tokens
+        (the first input is the one-hot ``start_class``), so the model must accept float inputs
+        ``[b, t, C]`` (e.g. ``inputs @ embedding.weight``). ``alpha`` is the inverse temperature
+        (large: the hard greedy decode).
+
+        Args:
+            alpha: inverse temperature of the relaxed argmax.
+            gumbel: add standard Gumbel noise to each step's logits before normalising, as
+                torch-struct 0.5 always does here (it passes ``alpha`` as its ``gumbel`` flag);
+                False (default) keeps the decode deterministic.
+            generator: the noise's random generator (default: torch's global one).
+
+        Returns:
+            ``path [B, N, C]``: the gradient of the final score with respect to each step's
+            scores ``s_{t-1} + logits_t`` (the chosen tokens' one-hots plus what flows through
+            the soft inputs), ``score [B]`` and the (normalised) ``logits [B, N, C]``; all three
+            differentiable (with respect to the model and the initial state).
+        """
+        B, C = self.batch, self.n_classes
+        first = self.state[0]
+        dtype = first.dtype if first.is_floating_point() else torch.get_default_dtype()
+        inputs = torch.nn.functional.one_hot(
+            torch.full((B, 1), self.start_class, device=self.device), C).to(dtype)
+        state, score = self.state, torch.zeros(B, dtype=dtype, device=self.device)
+        steps, all_logits = [], []
+        with torch.enable_grad():
+            for _ in range(self.n_length):
+                logits, state = self._logits(inputs, state)
+                logits = logits[:, -1]
+                if gumbel:
+                    logits = logits + _gumbel_noise(logits.shape, generator, logits.device).to(logits.dtype)
+                if self.normalize:
+                    logits = logits.log_softmax(-1)
+                step = score.unsqueeze(-1) + logits  # [B, C]
+                if not step.requires_grad:
+                    step.requires_grad_()
+                steps.append(step)
+                all_logits.append(logits)
+                score = step.amax(-1)
+                inputs = (alpha * step).softmax(-1).unsqueeze(1)
+            path = torch.autograd.grad(score.sum(), steps, create_graph=True)
+        return torch.stack(path, 1), score, torch.stack(all_logits, 1)
 
     def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`beam_search` under the other classes' name (exact only for ``k >= C^(N-1)``)."""
@@ -160,3 +256,19 @@ class Autoregressive:
             tokens = _gumbel_argmax(logp[:, -1].double(), generator).view(-1, 1)
             out.append(tokens)
         return torch.cat(out, 1).view(self.batch, count, self.n_length).transpose(0, 1)
+
+
+def _truncated_gumbel(total: torch.Tensor, parent: torch.Tensor,
+                      generator: torch.Generator | None) -> torch.Tensor:
+    """``[B, k, C]`` keys of the children of ``k`` prefixes (Kool et al. 2019, appendix B): each
+    child's ``G ~ Gumbel(total)`` (``total``: its ``log p``), then all children of a prefix
+    conditioned on their maximum being the parent's key ``parent [B, k]``,
+    ``-log(exp(-parent) - exp(-Z) + exp(-G))`` with ``Z = max G``, written stably. ``-inf`` for
+    children of probability 0."""
+    g = total + _gumbel_noise(total.shape, generator, total.device)
+    z = g.amax(-1, keepdim=True)
+    x = g - z  # <= 0; log(1 - exp(x)) with log1p or expm1 by range
+    log1mexp = torch.where(x > -0.6931, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+    v = parent.unsqueeze(-1) - g + log1mexp
+    keys = parent.unsqueeze(-1) - v.clamp_min(0) - torch.log1p(torch.exp(-v.abs()))
+    return torch.where(total > -float("inf"), keys, torch.full_like(keys, -float("inf")))

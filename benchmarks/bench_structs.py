@@ -6,7 +6,8 @@ the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``
 R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG``
 (``--only cfg``), ``Autoregressive`` greedy and beam search (``--only autoregressive``),
 the second-order ``Dependency2oCRF`` and ``DependencyMFVI``/``DependencyLBP`` against supar
-(``--only secondorder``).
+(``--only secondorder``), supar's other approximate inference: ``ConstituencyMFVI``/``LBP`` and
+``SemanticDependencyMFVI``/``LBP`` (``--only vi``).
 For every case the same random scores go to all three libraries (converted to each one's layout
 by ``synattn.structs.convert``); the script checks that the values agree, then prints median
 milliseconds and the speed-up of synattn over the faster of the two others. synattn runs twice:
@@ -29,7 +30,7 @@ The peer libraries are installed only for this script (never for the package or 
 Run (``--quick`` takes fewer repetitions)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]
-        [--only cky|decoding|semimarkov|labelled|alignment|cfg|autoregressive|secondorder]
+        [--only cky|decoding|semimarkov|labelled|alignment|cfg|autoregressive|secondorder|vi]
         [--device cpu|cuda]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -695,6 +696,60 @@ def decoding_rows(peers: list[str], reps: int) -> None:
 # Main.
 # ---------------------------------------------------------------------------------------------
 
+def vi_rows(peers: list[str], reps: int, small: bool) -> None:
+    """:class:`ConstituencyMFVI` / :class:`ConstituencyLBP` (span + span-pair scores) and
+    :class:`SemanticDependencyMFVI` / :class:`SemanticDependencyLBP` (edge + sibling, co-parent,
+    grandparent scores) against supar's modules, 3 iterations, the same factors (supar's LBP given
+    them in the orientation it reads; the graph LBP with sibling factors only, where supar's
+    agrees; the work is the same)."""
+    from synattn.structs import ConstituencyLBP, ConstituencyMFVI, SemanticDependencyLBP, SemanticDependencyMFVI
+    from synattn.structs.cky.dp import span_mask
+    from synattn.structs.dependency.semantic_vi import FACTORS, second_arcs
+
+    for batch, n in [(8, 20)] if small else [(16, 20), (8, 40)]:
+        gen = torch.Generator().manual_seed(23 * 1000 + n)
+        lengths = torch.full((batch,), n, device=DEVICE)
+        spans = torch.randn(batch, n, n, generator=gen).to(DEVICE)
+        pairs = torch.randn(batch, n, n, n, generator=gen).to(DEVICE)
+        usable = span_mask(lengths, n)
+        pairs = pairs * (usable.unsqueeze(3) & usable.unsqueeze(2))
+        arcs = usable_arcs(lengths, n + 1)
+        masks = second_arcs(arcs)
+        edges = torch.randn(batch, n + 1, n + 1, generator=gen).to(DEVICE)
+        weights = [torch.randn(batch, n + 1, n + 1, n + 1, generator=gen).to(DEVICE) * masks[name]
+                   for name in FACTORS]
+        weights[1][:, :, 0] = 0  # ROOT as a co-parent: no factor in supar
+        zero = torch.zeros_like(weights[0])
+        cases = [(ConstituencyMFVI, (spans, pairs), usable), (ConstituencyLBP, (spans, pairs), usable),
+                 (SemanticDependencyMFVI, (edges, *weights), arcs),
+                 (SemanticDependencyLBP, (edges, weights[0], zero, zero), arcs)]
+        pos = torch.arange(n + 1, device=DEVICE)
+        fences = (pos[:, None] < pos[None, :]).expand(batch, n + 1, n + 1)
+        for cls, scores, keep in cases:
+            fns = {"synattn": lambda: cls()(scores, lengths).detach()}
+            if "supar" in peers:
+                import supar.structs
+
+                module = getattr(supar.structs, cls.__name__)()
+                if cls is ConstituencyMFVI:
+                    args = (convert.spans_to_supar(spans), convert.span_pairs_to_supar(pairs))
+                    fns["supar"] = lambda: convert.spans_from_supar(module(args, fences).detach())
+                elif cls is ConstituencyLBP:
+                    args = (convert.spans_to_supar(spans).transpose(1, 2),
+                            convert.span_pairs_to_supar(pairs).permute(0, 3, 1, 2))
+                    fns["supar"] = lambda: convert.spans_from_supar(module(args, fences).detach().transpose(1, 2))
+                else:
+                    lbp = cls is SemanticDependencyLBP
+                    args = (convert.arcs_to_supar(scores[0]),
+                            *[convert.siblings_to_supar(w.transpose(2, 3) if lbp else w) for w in scores[1:]])
+                    mask = convert.arcs_to_supar(arcs)
+                    fns["supar"] = lambda: convert.arcs_from_supar(module(args, mask).detach())
+            diff = {lib: max_diff(fns["synattn"]() * keep, fn() * keep) for lib, fn in fns.items()
+                    if lib != "synattn"}
+            times = median_ms(fns, reps)
+            row(f"{cls.__name__} B={batch} N={n}", times.pop("synattn"), times, diff)
+
+
 def available_peers() -> list[str]:
     peers = []
     for lib, module in (("torch-struct", "torch_struct"), ("supar", "supar.structs")):
@@ -728,7 +783,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 repetitions instead of 8")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
     parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled",
-                                            "alignment", "cfg", "autoregressive", "secondorder"),
+                                            "alignment", "cfg", "autoregressive", "secondorder", "vi"),
                         help="only the constituency (CKY) rows, only sampling and k-best, or only "
                              "the semi-Markov rows")
     add_device_argument(parser)
@@ -760,6 +815,9 @@ def main() -> None:
         return
     if args.only == "cfg":
         cfg_rows(peers, reps, args.small)
+        return
+    if args.only == "vi":
+        vi_rows(peers, reps, args.small)
         return
     if args.only == "autoregressive":
         autoregressive_rows(peers, reps, args.small)

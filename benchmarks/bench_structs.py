@@ -510,6 +510,22 @@ def cfg_rows(peers: list[str], reps: int, small: bool) -> None:
             times["part"], diffs["part"])
         row(f"SentCFG marg B={batch} N={n} NT={NT} T={T}", times["marg"].pop("synattn"),
             times["marg"], diffs["marg"])
+        decode = {"synattn": (lambda: SentCFG(terms, rules, roots, lengths).sample(SAMPLES),
+                              lambda: SentCFG(terms, rules, roots, lengths).kbest(KBEST))}
+        if "torch-struct" in peers:
+            decode["torch-struct"] = (
+                lambda: torch_struct.SentCFG((terms, rules, roots), lengths).sample((SAMPLES,)),
+                lambda: torch_struct.SentCFG((terms, rules, roots), lengths).topk(KBEST))
+        for which, index in ((f"{SAMPLES} samples", 0), (f"{KBEST}-best", 1)):
+            runnable, others = {}, {}
+            for lib, pair in decode.items():
+                try:
+                    pair[index]()
+                    runnable[lib] = pair[index]
+                except Exception:  # the peer lacks it (torch-struct's SentCFG.sample raises)
+                    others[lib] = "n/a"
+            ms = median_ms(runnable, max(2, reps // 2), budget_s=20.0)
+            row(f"SentCFG {which} B={batch} N={n}", ms.pop("synattn"), {**ms, **others}, {})
 
 
 def autoregressive_rows(peers: list[str], reps: int, small: bool) -> None:

@@ -7,16 +7,21 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from synattn.structs import SentCFG
+from synattn.structs.cky.cfg import parse_counts
 
 
 def parses(terms, rules, i: int, j: int, sym: int, NT: int):
-    """Every parse of words ``i..j`` rooted in ``sym`` as ``(score, term, rule counts)``."""
+    """Every parse of words ``i..j`` rooted in ``sym`` as ``(score, term, rule counts, labelled
+    spans [N, N, S])``."""
+    N, S = terms.shape[0], rules.shape[-1]
     if i == j:
         if sym < NT:
             return []
         t = torch.zeros_like(terms)
         t[i, sym - NT] = 1
-        return [(terms[i, sym - NT], t, torch.zeros_like(rules))]
+        spans = terms.new_zeros(N, N, S)
+        spans[i, i, sym] = 1
+        return [(terms[i, sym - NT], t, torch.zeros_like(rules), spans)]
     if sym >= NT:
         return []
     out = []
@@ -24,17 +29,19 @@ def parses(terms, rules, i: int, j: int, sym: int, NT: int):
     for k in range(i, j):
         for y in range(S):
             for z in range(S):
-                for sl, tl, rl in parses(terms, rules, i, k, y, NT):
-                    for sr, tr, rr in parses(terms, rules, k + 1, j, z, NT):
+                for sl, tl, rl, pl in parses(terms, rules, i, k, y, NT):
+                    for sr, tr, rr, pr in parses(terms, rules, k + 1, j, z, NT):
                         r = rl + rr
                         r[sym, y, z] += 1
-                        out.append((rules[sym, y, z] + sl + sr, tl + tr, r))
+                        spans = pl + pr
+                        spans[i, j, sym] = 1
+                        out.append((rules[sym, y, z] + sl + sr, tl + tr, r, spans))
     return out
 
 
 def brute(terms, rules, roots, n):
     NT = roots.shape[0]
-    all_ = [(roots[x] + s, t, r, x) for x in range(NT) for s, t, r in parses(terms, rules, 0, n - 1, x, NT)]
+    all_ = [(roots[x] + s, t, r, x, p) for x in range(NT) for s, t, r, p in parses(terms, rules, 0, n - 1, x, NT)]
     scores = torch.stack([a[0] for a in all_])
     log_z = scores.logsumexp(0)
     p = (scores - log_z).exp()
@@ -44,6 +51,19 @@ def brute(terms, rules, roots, n):
     for q, a in zip(p, all_):
         mroot[a[3]] += q
     return log_z, (mt, mr, mroot), scores
+
+
+def labelled_parses(terms, rules, roots, n):
+    """Every parse of ``n`` words: ``scores [P]`` and labelled spans ``[P, N, N, S]``."""
+    NT = roots.shape[0]
+    every = [(roots[x] + s, p) for x in range(NT) for s, _, _, p in parses(terms, rules, 0, n - 1, x, NT)]
+    return torch.stack([e[0] for e in every]), torch.stack([e[1] for e in every])
+
+
+def index_of(spans, every):
+    """``[M]`` the index in ``every [P, ...]`` of each of ``spans [M, ...]`` (-1 if none)."""
+    same = (spans.unsqueeze(1) == every.unsqueeze(0)).flatten(2).all(-1)  # [M, P]
+    return torch.where(same.any(1), same.double().argmax(1), -1)
 
 
 def rand(B, N, T, NT, seed):
@@ -101,3 +121,89 @@ def test_matches_torch_struct():
     best = peer.argmax
     for ours, other in zip(cfg.argmax, best[:3]):
         assert torch.allclose(ours, other.detach())
+
+
+@settings(max_examples=5, deadline=None)
+@given(lengths=st.lists(st.integers(2, 3), min_size=1, max_size=2), T=st.integers(1, 2),
+       NT=st.integers(1, 2), seed=st.integers(0, 99))
+def test_samples_follow_the_enumerated_parse_probabilities(lengths, T, NT, seed):
+    terms, rules, roots = rand(len(lengths), max(lengths), T, NT, seed)
+    rules[:, 0, 0, -1] = -float("inf")  # a masked rule (X → X P) is never sampled
+    cfg = SentCFG(terms, rules, roots, torch.tensor(lengths))
+    count = 3000
+    spans = cfg.sample_spans(count, generator=torch.Generator().manual_seed(seed))
+    counts = cfg.sample(count, generator=torch.Generator().manual_seed(seed))
+    for got, expect in zip(counts, parse_counts(spans, cfg.lengths, NT)):
+        assert torch.equal(got, expect)  # the counts of the same draws
+    for b, n in enumerate(lengths):
+        scores, every = labelled_parses(terms[b], rules[b], roots[b], n)
+        found = index_of(spans[:, b], every)
+        assert (found >= 0).all()  # every draw is a parse
+        freq = torch.bincount(found, minlength=len(scores)).double() / count
+        p = (scores - scores.logsumexp(0)).exp()
+        assert ((freq - p).abs() <= 4.5 * (p * (1 - p) / count).sqrt() + 1e-3).all(), (freq, p)
+        torch.testing.assert_close(cfg.score(counts)[:, b], scores[found])
+        torch.testing.assert_close(cfg.log_prob(counts)[:, b], scores[found] - scores.logsumexp(0))
+
+
+@settings(max_examples=6, deadline=None)
+@given(lengths=st.lists(st.integers(2, 4), min_size=1, max_size=2), T=st.integers(1, 2),
+       NT=st.integers(1, 2), k=st.integers(1, 12), seed=st.integers(0, 99))
+def test_kbest_is_the_sorted_enumeration_of_parses(lengths, T, NT, k, seed):
+    terms, rules, roots = rand(len(lengths), max(lengths), T, NT, seed)
+    terms[0, 0, T - 1] = -float("inf") if T > 1 else terms[0, 0, 0]  # masks: a term and a root
+    roots[-1, NT - 1] = -float("inf") if NT > 1 else roots[-1, 0]
+    cfg = SentCFG(terms, rules, roots, torch.tensor(lengths))
+    best, spans = cfg.kbest_spans(k)
+    got, (t, r, x) = cfg.kbest(k)
+    assert torch.equal(got, best)
+    for b, n in enumerate(lengths):
+        scores, every = labelled_parses(terms[b], rules[b], roots[b], n)
+        expect = scores.sort(descending=True).values
+        expect = expect[expect > -float("inf")][:k]
+        m = len(expect)
+        torch.testing.assert_close(best[b, :m], expect)  # ties may come in either order
+        assert (best[b, m:] == -float("inf")).all() and (spans[b, m:] == 0).all()
+        found = index_of(spans[b, :m], every)
+        assert (found >= 0).all() and len(set(found.tolist())) == m  # distinct parses
+        torch.testing.assert_close(scores[found], expect)
+        if not m:
+            continue
+        one = SentCFG(terms[b:b + 1].expand(m, -1, -1), rules[b:b + 1].expand(m, -1, -1, -1),
+                      roots[b:b + 1].expand(m, -1), torch.tensor([n] * m))
+        torch.testing.assert_close(one.score((t[b, :m], r[b, :m], x[b, :m])), expect)
+    assert torch.equal(cfg.kmax(k), best.transpose(0, 1))
+    assert all(torch.equal(a, c.transpose(0, 1)) for a, c in zip(cfg.topk(k), (t, r, x)))
+    assert torch.equal(cfg.kbest(1)[0][:, 0], cfg.max)
+
+
+def test_no_parse_gives_empty_samples_and_lists():
+    terms, rules, roots = rand(2, 3, 2, 2, 0)
+    roots[1] = -float("inf")
+    cfg = SentCFG(terms, rules, roots)
+    draws = cfg.sample(4)
+    assert all((d[:, 1] == 0).all() for d in draws) and (draws[2][:, 0].sum(-1) == 1).all()
+    scores, (t, r, x) = cfg.kbest(3)
+    assert (scores[1] == -float("inf")).all() and (r[1] == 0).all() and (scores[0] > -float("inf")).all()
+    with pytest.raises(ValueError, match="count"):
+        cfg.sample(0)
+    with pytest.raises(ValueError, match=r"parse counts must be \[\.\.\., 2, 3, 2\]"):
+        cfg.score((torch.zeros(3, 2), r[:, 0], x[:, 0]))
+
+
+def test_kbest_matches_torch_struct_kmax():
+    torch_struct = pytest.importorskip("torch_struct")
+    terms, rules, roots = rand(3, 5, 2, 3, 1)
+    lengths = torch.tensor([5, 4, 2])
+    peer = torch_struct.SentCFG((terms, rules, roots), lengths)
+    cfg = SentCFG(terms, rules, roots, lengths)
+    torch.testing.assert_close(cfg.kmax(6), peer.kmax(6).detach())
+
+
+def test_sample_count_and_k_are_bounded_by_memory():
+    cfg = SentCFG(*rand(2, 5, 2, 2, 0))
+    with pytest.raises(ValueError, match=r"sample: count=1000000000 is too large: 1000000000 samples"):
+        cfg.sample(10 ** 9)
+    with pytest.raises(ValueError, match=r"kbest: k=1000000000000000 is too large"):
+        cfg.kbest(10 ** 15)
+    assert cfg.sample(3)[0].shape == (3, 2, 5, 2)

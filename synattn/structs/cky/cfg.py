@@ -26,10 +26,11 @@ from __future__ import annotations
 from functools import cached_property
 
 import torch
+import torch.nn.functional as F
 
 from ..arguments import score_tensor
 from ..constants import IMPOSSIBLE, NEG
-from ..distribution import StructDistribution
+from ..distribution import StructDistribution, _gumbel_argmax, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
 
 
@@ -79,16 +80,22 @@ class SentCFG(StructDistribution):
         self.masked = check_scores([(parts[0], within), (parts[1], None), (parts[2], None)],
                                    3 * N, "terms, rules, roots")
         self.terms, self.rules, self.roots = parts
+        self._spans: torch.Tensor | None = None
+        """``[B, N, N, NT]`` anchored scores added to ``beta(i, j, X)`` (0 or ``NEG``: the masks of
+        the k-best sub-problems), or None."""
 
     # --- inside -----------------------------------------------------------------------------------
 
     def _inside(self, terms: torch.Tensor, rules: torch.Tensor, roots: torch.Tensor,
-                viterbi: bool) -> torch.Tensor:
+                viterbi: bool, spans: torch.Tensor | None = None,
+                chart: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
         """``[B]`` ``log Z`` (or the best parse's score, ``viterbi``).
 
         For each width the children are first combined over the split points, per pair of
         symbol kinds (nonterminal or preterminal on each side: ``P[b, i, Y, Z]``), then
-        contracted with that block of the rules (a log-space matrix product)."""
+        contracted with that block of the rules (a log-space matrix product). ``spans [B, N, N,
+        NT]`` are added to ``beta(i, j, X)``; ``chart``, if given, receives ``beta``: width ``w
+        >= 2`` → ``[B, N-w+1, NT]`` (``[b, i, X] = beta(i, i+w-1, X)``)."""
         batch, N, _ = terms.shape
         NT = self.NT
         blocks = {(0, 0): rules[:, :, :NT, :NT], (0, 1): rules[:, :, :NT, NT:],
@@ -109,7 +116,7 @@ class SentCFG(StructDistribution):
             prod = torch.matmul((p - mp).exp().unsqueeze(-2), (w - mw).exp()).squeeze(-2)
             return prod.clamp_min(1e-300).log() + mp + mw.squeeze(-2)
 
-        beta: dict[int, torch.Tensor] = {}  # width -> [B, N-w+1, NT]
+        beta: dict[int, torch.Tensor] = {} if chart is None else chart  # width -> [B, N-w+1, NT]
         top = []
         for w in range(2, N + 1):
             n = N - w + 1
@@ -132,7 +139,10 @@ class SentCFG(StructDistribution):
                     prod = torch.matmul(((left - ml).exp() * scale).transpose(-1, -2), (right - mr).exp())
                     p = (prod.clamp_min(1e-300).log() + m).flatten(2)  # [B, n, NT*NT]
                 out.append(contract(p, blocks[(0, 0)]))
-            beta[w] = reduce(torch.stack(out, -1), -1).clamp_min(NEG)
+            inside = reduce(torch.stack(out, -1), -1)
+            if spans is not None:
+                inside = inside + spans.diagonal(w - 1, 1, 2).transpose(1, 2)
+            beta[w] = inside.clamp_min(NEG)
             top.append(beta[w][:, 0])  # [B, NT]: the span from word 0
         whole = torch.stack(top, 1)[torch.arange(batch, device=terms.device), self.lengths - 2]
         return reduce(whole + roots, -1)
@@ -146,13 +156,13 @@ class SentCFG(StructDistribution):
     def log_partition(self) -> torch.Tensor:
         """``[B]`` log-sum of all parses' scores (the sentence's log-likelihood for normalised
         parameters); differentiable."""
-        return self._finite(self._inside(self.terms, self.rules, self.roots, False))
+        return self._finite(self._inside(self.terms, self.rules, self.roots, False, self._spans))
 
     def _gradient(self, viterbi: bool, create_graph: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         parts = (self.terms, self.rules, self.roots)
         with torch.enable_grad():
             terms, rules, roots = (p if p.requires_grad else p.detach().requires_grad_() for p in parts)
-            value = self._inside(terms, rules, roots, viterbi)
+            value = self._inside(terms, rules, roots, viterbi, self._spans)
             ok = value > IMPOSSIBLE
             grads = torch.autograd.grad(torch.where(ok, value, value.new_zeros(())).sum(), (terms, rules, roots),
                                         create_graph=create_graph)
@@ -172,7 +182,7 @@ class SentCFG(StructDistribution):
     @cached_property
     def _viterbi(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         with torch.no_grad():
-            best = self._inside(self.terms, self.rules, self.roots, True)
+            best = self._inside(self.terms, self.rules, self.roots, True, self._spans)
         return best, tuple(g.detach() for g in self._gradient(True, False))
 
     @property
@@ -188,15 +198,156 @@ class SentCFG(StructDistribution):
         return terms, rules, roots
 
     def score(self, parts) -> torch.Tensor:
-        """``[B]`` score of parses given as counts ``(terms, rules, roots)``; ``-inf`` for one
-        with a masked part."""
+        """``[..., B]`` score of parses given as counts ``(terms [..., B, N, T], rules [..., B, NT,
+        S, S], roots [..., B, NT])`` (the layout of ``argmax``, with any leading dimensions, as
+        ``sample`` gives); ``-inf`` for one with a masked part."""
         if len(parts) != 3:
             raise ValueError("SentCFG: a parse is (terms, rules, roots) counts")
         total = torch.zeros((), dtype=self.terms.dtype, device=self.terms.device)
         for theta, count in zip((self.terms, self.rules, self.roots), parts):
             count = torch.as_tensor(count, device=theta.device)
-            if count.shape != theta.shape:
-                raise ValueError(f"SentCFG: parse counts must be {tuple(theta.shape)}, got "
-                                 f"{tuple(count.shape)}")
-            total = total + (count.to(theta.dtype) * theta).flatten(1).sum(1)
+            if count.shape[max(count.dim() - theta.dim(), 0):] != theta.shape:
+                raise ValueError(f"SentCFG: parse counts must be [..., {', '.join(map(str, theta.shape))}], "
+                                 f"got {tuple(count.shape)}")
+            total = total + (count.to(theta.dtype) * theta).flatten(-(theta.dim() - 1)).sum(-1)
         return self._finite(total)
+
+    # --- parses as labelled spans: samples and k-best -------------------------------------------
+
+    def _inside_chart(self) -> torch.Tensor:
+        """``[B, N, N, S]`` inside scores of every (span, symbol), ``-inf`` where impossible:
+        ``terms[i, t]`` at ``(i, i, NT+t)``, ``beta(i, j, X)`` at ``(i, j, X)`` for ``j > i``."""
+        batch, N, _ = self.terms.shape
+        NT = self.NT
+        beta: dict[int, torch.Tensor] = {}
+        self._inside(self.terms, self.rules, self.roots, False, self._spans, beta)
+        chart = self.terms.new_full((batch, N, N, NT + self.T), NEG)
+        chart.diagonal(0, 1, 2)[:, NT:] = self.terms.transpose(1, 2)
+        for w, b in beta.items():
+            chart.diagonal(w - 1, 1, 2)[:, :NT] = b.transpose(1, 2)
+        return torch.where(chart > IMPOSSIBLE, chart, -float("inf"))
+
+    def sample(self, count: int = 1, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``count`` exact samples as counts ``(terms [count, B, N, T], rules [count, B, NT, S,
+        S], roots [count, B, NT])`` (all 0 where no parse exists; not differentiable): the counts
+        of :meth:`sample_spans`."""
+        return parse_counts(self.sample_spans(count, generator), self.lengths, self.NT)
+
+    @fp32_inside
+    def sample_spans(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``[count, B, N, N, S]`` exact samples as labelled spans: 1 at ``(i, i, NT+t)`` for
+        preterminal ``t`` over word ``i`` and at ``(i, j, X)`` for nonterminal ``X`` over words
+        ``i..j`` (a parse is its labelled spans; its counts may be another parse's too).
+
+        Top-down on the inside chart: the root ``X`` is drawn with probability ``∝ exp(roots[X]
+        + beta(0, n-1, X))``, then each chosen ``(i, j, X)`` (widths in decreasing order) draws
+        its split and children ``(k, Y, Z)`` with probability ``∝ exp(rules[X, Y, Z] + in(i, k,
+        Y) + in(k+1, j, Z))`` (Gumbel-max, float64). All 0 where no parse exists.
+        """
+        batch, N, _ = self.terms.shape
+        NT, S = self.NT, self.NT + self.T
+        check_count(count, self.terms.element_size() * batch * N * S * (N + S))
+        with torch.no_grad():
+            inside = self._inside_chart()
+            rules = torch.where(self.rules > IMPOSSIBLE, self.rules, -float("inf"))
+            charts = self.terms.new_zeros(count, batch, N, N, S)
+            b_all = torch.arange(batch, device=self.terms.device)
+            root = self.roots + inside[b_all, 0, self.lengths - 1, :NT]  # [B, NT]
+            x = _gumbel_argmax(root.expand(count, batch, NT), generator)  # [count, B]
+            charts[:, b_all, 0, self.lengths - 1] = F.one_hot(x, S).to(charts.dtype)
+            for w in range(N, 1, -1):
+                c, b, x, i = charts.diagonal(w - 1, 2, 3)[:, :, :NT].nonzero(as_tuple=True)
+                if not len(c):
+                    continue
+                j, split = i + w - 1, torch.arange(w - 1, device=i.device)
+                left = inside[b[:, None], i[:, None], i[:, None] + split]  # [M, w-1, S]
+                right = inside[b[:, None], i[:, None] + split + 1, j[:, None]]  # [M, w-1, S]
+                logits = rules[b, x].unsqueeze(1) + left[..., :, None] + right[..., None, :]
+                pick = _gumbel_argmax(logits.flatten(1), generator)  # [M]: (k - i, Y, Z)
+                k, y, z = pick // (S * S) + i, pick // S % S, pick % S
+                charts[c, b, i, k, y] = 1
+                charts[c, b, k + 1, j, z] = 1
+            dead = ~(self.log_partition.detach() > -float("inf"))
+            return charts.masked_fill(dead.view(1, batch, 1, 1, 1), 0.0)
+
+    @cached_property
+    def _best_spans(self) -> torch.Tensor:
+        """``[B, N, N, S]`` the Viterbi parse as labelled spans (see :meth:`sample_spans`): the
+        gradient of the max-semiring inside pass with respect to the preterminals and to
+        anchored nonterminal scores. All 0 where no parse exists."""
+        batch, N, _ = self.terms.shape
+        NT = self.NT
+        with torch.enable_grad():
+            terms = self.terms.detach().requires_grad_()
+            spans = (self.terms.new_zeros(batch, N, N, NT) if self._spans is None
+                     else self._spans.detach()).requires_grad_()
+            value = self._inside(terms, self.rules.detach(), self.roots.detach(), True, spans)
+            ok = value > IMPOSSIBLE
+            g_terms, g_spans = torch.autograd.grad(torch.where(ok, value, value.new_zeros(())).sum(),
+                                                   (terms, spans))
+        chart = self.terms.new_zeros(batch, N, N, NT + self.T)
+        chart[..., :NT] = g_spans
+        chart.diagonal(0, 1, 2)[:, NT:] = g_terms.transpose(1, 2)
+        return chart.round()
+
+    def kbest(self, k: int) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The ``k`` best parses, exactly, best first: ``scores [B, k]`` (float64, ``-inf`` where
+        fewer than ``k`` exist) and their counts ``(terms [B, k, N, T], rules [B, k, NT, S, S],
+        roots [B, k, NT])`` (all 0 for the missing ones; fewer columns when every batch element
+        has fewer than ``k`` parses). Lawler's scheme over the parses' labelled spans, each
+        sub-problem a masked Viterbi parse (:func:`~synattn.structs.cky.kbest.labelled_kbest`);
+        :meth:`kbest_spans` gives the parses as labelled spans."""
+        scores, spans = self.kbest_spans(k)
+        terms, rules, roots = parse_counts(spans.transpose(0, 1), self.lengths, self.NT)
+        return scores, (terms.transpose(0, 1), rules.transpose(0, 1), roots.transpose(0, 1))
+
+    def kbest_spans(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`kbest` with the parses as labelled spans ``[B, k, N, N, S]`` (see
+        :meth:`sample_spans`)."""
+        from .kbest import labelled_kbest
+
+        batch, N, _ = self.terms.shape
+        NT, device = self.NT, self.terms.device
+        terms, rules, roots = (p.detach() for p in (self.terms, self.rules, self.roots))
+        pos = torch.arange(N)
+        symbol = torch.arange(NT + self.T) >= NT  # preterminals
+        one_word = (pos[:, None] == pos[None, :]).unsqueeze(-1)
+        usable = torch.where(one_word, symbol, ~symbol & (pos[:, None] < pos[None, :]).unsqueeze(-1))
+
+        def solve(sents: torch.Tensor, allowed: torch.Tensor) -> tuple[list[float], torch.Tensor]:
+            sents, allowed = sents.to(device), allowed.to(device)
+            kept = allowed.diagonal(0, 1, 2)[:, NT:].transpose(1, 2)  # [M, N, T]
+            sub = SentCFG(torch.where(kept, terms[sents], NEG), rules[sents], roots[sents],
+                          self.lengths[sents])
+            sub._spans = torch.where(allowed[..., :NT], 0.0, NEG).to(terms.dtype)
+            return sub.max.double().cpu().tolist(), sub._best_spans.cpu()
+
+        best, spans = labelled_kbest(k, self.lengths, usable.expand(batch, N, N, NT + self.T),
+                                     solve, terms.dtype)
+        return best.to(device), spans.to(device)
+
+
+def parse_counts(spans: torch.Tensor, lengths: torch.Tensor, NT: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Labelled spans ``[..., B, N, N, S]`` (see :meth:`SentCFG.sample_spans`) → counts ``(terms
+    [..., B, N, T], rules [..., B, NT, S, S], roots [..., B, NT])``: each span ``(i, j)`` of two
+    words or more applies ``X → Y Z`` with ``Y`` over its widest proper span starting at ``i``
+    and ``Z`` over the rest."""
+    *lead, batch, N, _, S = spans.shape
+    flat = spans.reshape(-1, N, N, S)
+    P = flat.shape[0]
+    terms = flat.diagonal(0, 1, 2)[:, NT:].transpose(1, 2)
+    n = lengths.to(spans.device).repeat(P // batch if batch else 0)
+    roots = flat[torch.arange(P, device=spans.device), 0, n - 1, :NT]
+    present, label = flat.sum(-1) > 0.5, flat.argmax(-1)  # [P, N, N]
+    pos = torch.arange(N, device=spans.device)
+    inner = present.unsqueeze(2) & (pos < pos[:, None])  # [P, i, j, k]: (i, k) present, k < j
+    split = torch.where(inner, pos, -1).amax(-1)  # [P, N, N]: end of the left child
+    p, i, j = (present & (pos[:, None] < pos)).nonzero(as_tuple=True)
+    k = split[p, i, j]
+    rules = spans.new_zeros(P, NT, S, S)
+    rules.index_put_((p, label[p, i, j], label[p, i, k], label[p, k + 1, j]),
+                     torch.ones_like(k, dtype=spans.dtype), accumulate=True)
+    return (terms.reshape(*lead, batch, N, S - NT), rules.reshape(*lead, batch, NT, S, S),
+            roots.reshape(*lead, batch, NT))

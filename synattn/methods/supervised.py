@@ -29,7 +29,8 @@ class SupervisedHeadConfig:
     """The dependency-supervised head of one layer (Deguchi et al. 2019; docs/methods.md §2).
 
     Attributes:
-        layer: 0-based layer index (default: the 4th layer); with ``layers``, the first of them.
+        layer: 0-based layer index (default: the 4th layer); with ``layers``, one of them (the
+            first when not given).
         head: head index (the same head in each layer).
         weight: λ, weight of its parse loss (averaged over the layers when there are several).
         layers: several layers, each with head ``head`` (None: the one ``layer``).

@@ -5,6 +5,7 @@ baseline, on the same data and budget, with the noise measured over seeds.
   synattn reproduce supervised-head --src-trees train=en_ewt-ud-train.conllu dev=en_ewt-ud-dev.conllu
   synattn reproduce mt-syntax --arms baseline tree-distance --seeds 2 --minutes 45
   synattn reproduce mt-syntax --arms baseline tree-distance --seeds 3 --budget updates 900
+  synattn reproduce mt-syntax --sweep bet-sg --seeds 3 --budget updates 900
 
 A study trains every arm with every seed for the same minutes of training (``--budget updates N``:
 to the same update), scores each run and writes OUT (default outputs/reproduce/STUDY): README.md
@@ -64,9 +65,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("--budget", nargs=2, metavar=("KIND", "N"),
                        help="every run's budget: 'updates N' (every run ends at update N, and the learning rate "
                             "decays over N updates) or 'minutes N' (as --minutes; the default)")
-        s.add_argument("--arms", nargs="+", metavar="ARM", choices=[a.name for a in study.arms],
-                       help=f"only these arms (default all: {', '.join(a.name for a in study.arms)}); "
-                            f"the first arm, {study.arms[0].name}, is always run: the others are compared with it")
+        sweep_arms = [a.name for a in study.known_arms()[len(study.arms):]]
+        s.add_argument("--arms", nargs="+", metavar="ARM", choices=[a.name for a in study.known_arms()],
+                       help=f"only these arms (default: {', '.join(a.name for a in study.arms)}"
+                            + (f"; or any sweep arm: {', '.join(sweep_arms)}" if sweep_arms else "")
+                            + f"); the first arm, {study.arms[0].name}, is always run: the others are "
+                              "compared with it")
+        if study.sweeps:
+            groups = "; ".join(f"{g}: {', '.join(a.name for a in arms)}" for g, arms in study.sweeps.items())
+            s.add_argument("--sweep", nargs="+", metavar="GROUP", choices=[*study.sweeps, "all"],
+                           help=f"also run these groups of arms, not run by default (all: every group): "
+                                f"{groups}")
         s.add_argument("--toy", action="store_true", help="tiny data, model and budget (a smoke test)")
         s.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
         study.add_arguments(s)
@@ -84,13 +93,16 @@ def run(args: argparse.Namespace) -> int:
             arm_names = ", ".join(a.name for a in study.arms)
             print(f"{name:22} {study.title}\n{'':22} arms: {arm_names}; default {study.seeds} seeds × "
                   f"{study.minutes:g} min")
+            if study.sweeps:
+                print(f"{'':22} sweeps (--sweep GROUP, not run by default): "
+                      + "; ".join(f"{g} ({len(arms)} arms)" for g, arms in study.sweeps.items()))
         return 0
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     study = STUDIES[args.study]
-    arms = [a for a in study.arms if a is study.arms[0] or not args.arms or a.name in args.arms]
+    arms = study.select(args.arms, getattr(args, "sweep", None))
     budget = budget_of(args, study)
     out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
     from synattn.cli.paths import output_folder

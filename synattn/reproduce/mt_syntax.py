@@ -9,6 +9,13 @@ decoder's pointer loss BET(SG) or its diagonal-free attention BET(SF) (Sha et al
 segmentation (structured) cross-attention (Kim et al. 2017). Scores: sacreBLEU BLEU and chrF with
 signatures on the test verses; the noise is the std over seeds and, for each seed, sacreBLEU's
 paired bootstrap test against the baseline of the same seed.
+
+Sweeps (arms run only when asked, ``--sweep GROUP`` or ``--arms NAME``): the loss weight λ ∈ {0.1,
+0.3, 1} and the placement of BET(SG), of the supervised decoder and encoder heads, and of
+segmentation attention, one setting at a time from the default arm of the group. A sweep arm is
+named after its group's default arm and what it changes: ``-w0.1`` the loss weight, ``-layer2``
+one layer only, ``-all`` every layer, ``-head0`` one head instead of the head average
+(:func:`sweep_arm`).
 """
 
 from __future__ import annotations
@@ -17,9 +24,72 @@ import argparse
 from pathlib import Path
 
 from synattn.io import atomic_write
-from synattn.reproduce.study import NEW_FOLDER, Arm, Context, Study, budget_train
+from synattn.reproduce.study import NEW_FOLDER, Arm, Context, Study, budget_train, merge
+
+LAYERS = 3
+"""Encoder and decoder layers of every arm (toy and full size): the sweeps' placements name them."""
 
 SUPERVISED = {"layer": 2, "head": 0, "weight": 1.0}
+
+WEIGHTS = (0.1, 0.3)
+"""The sweeps' loss weights besides the default arms' 1."""
+
+BASELINE = Arm("baseline", {}, "Transformer, sinusoidal positions, softmax attention")
+SUPERVISED_ENC = Arm("supervised-enc", {"encoder": {"supervised_head": SUPERVISED}},
+                     "encoder head 0 of layer 2 supervised by the source dependency trees (λ = 1)")
+SUPERVISED_DEC = Arm("supervised-dec", {"decoder": {"supervised_head": SUPERVISED}},
+                     "decoder head 0 of layer 2 supervised by the target trees (causal; λ = 1)")
+BET_SG = Arm("bet-sg", {"decoder": {"bird_eye": "sg"}}, "BET(SG): pointer loss toward the syntax hints (λ_p = 1)")
+SEGMENTATION = Arm("segmentation", {"decoder": {"cross_attention": "segmentation"}},
+                   "segmentation (binary linear-chain CRF) cross-attention")
+
+SUFFIXES = {"weight": "w", "pointer_weight": "w", "pointer_head": "head"}
+"""How a changed setting names a sweep arm (layers: ``-layerL`` or ``-all``)."""
+
+
+def sweep_arm(arm: Arm, side: str, section: str | None, description: str, **change) -> Arm:
+    """``arm`` with ``change`` made to its ``side``'s ``section`` (None: flat keys of the stack),
+    named ``arm.name`` plus one suffix per change: ``-w`` λ, ``-head`` H, ``-layer`` L (one layer)
+    or ``-all`` (every layer, for a method whose default is one layer).
+
+    Example:
+        >>> sweep_arm(BET_SG, "decoder", "bird_eye", "", pointer_weight=0.1).name
+        'bet-sg-w0.1'
+    """
+    name = arm.name
+    for key, value in change.items():
+        if key.endswith("layers"):
+            name += "-all" if value == list(range(LAYERS)) else "-layer" + "-".join(map(str, value))
+        else:
+            name += f"-{SUFFIXES[key]}{value:g}"
+    current = arm.model[side] if section is None else arm.model[side][section]
+    if isinstance(current, str):  # bird_eye: sg
+        current = {"variant": current}
+    model = merge(arm.model, {side: change if section is None else {section: {**current, **change}}})
+    return Arm(name, model, description)
+
+
+def _bet_sg(description: str, **change) -> Arm:
+    return sweep_arm(BET_SG, "decoder", "bird_eye", description, **change)
+
+
+SWEEPS = {
+    "bet-sg": (BET_SG,
+               *(_bet_sg(f"BET(SG), λ_p = {w:g} (every block, head average)", pointer_weight=w) for w in WEIGHTS),
+               _bet_sg(f"BET(SG) on the last block only (λ_p = 1, head average; a third of {BET_SG.name}'s "
+                       "summed pointer weight)", layers=[LAYERS - 1]),
+               _bet_sg("BET(SG) on head 0 of every block instead of the head average (λ_p = 1)", pointer_head=0)),
+    **{arm.name: (arm,
+                  *(sweep_arm(arm, side, "supervised_head", f"{side} head 0 of layer 2 supervised (λ = {w:g})",
+                              weight=w) for w in WEIGHTS),
+                  sweep_arm(arm, side, "supervised_head", f"{side} head 0 of every layer supervised (λ = 1, the "
+                            f"parse loss averaged over the {LAYERS} layers)", layers=list(range(LAYERS))))
+       for arm, side in ((SUPERVISED_DEC, "decoder"), (SUPERVISED_ENC, "encoder"))},
+    "segmentation": (SEGMENTATION, *(
+        sweep_arm(SEGMENTATION, "decoder", None, f"segmentation cross-attention in decoder layer {layer} only "
+                  "(softmax in the others)", cross_attention_layers=[layer]) for layer in (0, LAYERS - 1))),
+}
+"""The study's sweeps (``--sweep GROUP``): each group's default arm, then one change at a time."""
 
 
 def resamples(ctx: Context) -> int:
@@ -34,23 +104,21 @@ class MTSyntaxStudy(Study):
                 "BLEU on ASPEC Ja→En), Bird-Eye attention (Sha et al. 2022) and structured cross-attention "
                 "(Kim et al. 2017): does each beat the same Transformer without it, on the same data and budget?")
     task = "mt"
-    arms = (Arm("baseline", {}, "Transformer, sinusoidal positions, softmax attention"),
+    arms = (BASELINE,
             Arm("tree-distance", {"encoder": {"relations": ["tree_distance"]}},
                 "encoder self-attention with tree-distance key/value embeddings (max distance 8)"),
             Arm("traversal", {"encoder": {"relations": ["traversal"]}},
                 "encoder self-attention with tree-traversal (U*D*, LD*, RD*) key/value embeddings"),
-            Arm("supervised-enc", {"encoder": {"supervised_head": SUPERVISED}},
-                "encoder head 0 of layer 2 supervised by the source dependency trees (λ = 1)"),
-            Arm("supervised-dec", {"decoder": {"supervised_head": SUPERVISED}},
-                "decoder head 0 of layer 2 supervised by the target trees (causal; λ = 1)"),
-            Arm("bet-sg", {"decoder": {"bird_eye": "sg"}}, "BET(SG): pointer loss toward the syntax hints (λ_p = 1)"),
+            SUPERVISED_ENC,
+            SUPERVISED_DEC,
+            BET_SG,
             Arm("bet-sf", {"decoder": {"bird_eye": "sf"}}, "BET(SF): diagonal-free reweighted decoder attention"),
-            Arm("segmentation", {"decoder": {"cross_attention": "segmentation"}},
-                "segmentation (binary linear-chain CRF) cross-attention"))
+            SEGMENTATION)
+    sweeps = SWEEPS
     seeds = 2
     minutes = 60.0
     primary = "chrf"
-    columns = (("bleu", "BLEU"), ("chrf", "chrF"), ("ppl", "test ppl"), ("uas", "supervised-head UAS %"),
+    columns = (("bleu", "BLEU"), ("chrf", "chrF"), ("ppl", "test ppl"), ("uas", "supervised-head UAS % (best layer)"),
                ("train_step", "updates"))
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -82,9 +150,9 @@ class MTSyntaxStudy(Study):
     def base_model(self, ctx: Context) -> dict:
         if ctx.toy:
             return {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1, "norm": "pre",
-                    "encoder": {"layers": 3}, "decoder": {"layers": 3}}
+                    "encoder": {"layers": LAYERS}, "decoder": {"layers": LAYERS}}
         return {"d_model": 256, "heads": 4, "ffn_dim": 1024, "dropout": 0.1, "norm": "pre",
-                "encoder": {"layers": 3}, "decoder": {"layers": 3}}
+                "encoder": {"layers": LAYERS}, "decoder": {"layers": LAYERS}}
 
     def base_train(self, ctx: Context) -> dict:
         return budget_train(ctx, max_tokens=4000, lr=2e-3, warmup=200, validate_every=2, bf16=True)
@@ -106,8 +174,8 @@ class MTSyntaxStudy(Study):
         out = {"bleu": ev.translation["bleu"], "chrf": ev.translation["chrf"], "ppl": ev.perplexity,
                "bleu_signature": ev.translation["bleu_signature"], "chrf_signature": ev.translation["chrf_signature"],
                "sentences": len(ev.hypotheses), "detokenized": True}
-        if ev.attachment:
-            out["uas"] = 100 * next(iter(ev.attachment.values()))
+        if ev.attachment:  # a head in several layers: the best of them
+            out["uas"] = 100 * max(ev.attachment.values())
         return out
 
     def rescore(self, ctx: Context, run_dir: Path, metrics: dict) -> dict | None:

@@ -43,7 +43,7 @@ def default_table(study: Study, metrics: dict[str, dict[int, dict]]) -> str:
     """Arms as rows, the study's columns as mean ± std over seeds, then the primary metric's
     seed-paired difference to the baseline (the first arm)."""
     baseline = next(iter(metrics))
-    arms = {a.name: a for a in study.arms}
+    arms = {a.name: a for a in study.known_arms()}
     columns = [(key, title) for key, title in study.columns
                if any(m.get(key) is not None for runs in metrics.values() for m in runs.values())]
     head = ["arm", "seeds"] + [title for _, title in columns]
@@ -97,7 +97,7 @@ def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]
                   final: bool, budget: Budget | None = None) -> dict:
     """Writes ``results.json`` and ``README.md`` (and, when ``final``, the plots)."""
     results = {"study": study.name, "title": study.title, "question": study.question,
-               "complete": final, "arms": {a.name: a.description for a in study.arms if a.name in metrics},
+               "complete": final, "arms": {a.name: a.description for a in study.known_arms() if a.name in metrics},
                "runs": {arm: {str(s): m for s, m in runs.items()} for arm, runs in metrics.items()},
                "summaries": summaries(study, metrics), "comparisons": comparisons}
     plots = study.plots(ctx, metrics, ctx.out / "plots") if final else []

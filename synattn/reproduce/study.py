@@ -14,7 +14,7 @@ import argparse
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,10 @@ class Study:
         title: one line: what the study compares.
         question: the claim of the paper that the study checks, with the paper cited.
         task: ``mt``, ``lm`` or ``mlm``.
-        arms: the baseline first, then the methods.
+        arms: the baseline first, then the methods: what the study runs by default.
+        sweeps: named groups of further arms (settings of one method: its loss weight, its
+            layers), run only when asked (``--sweep GROUP`` runs a group, ``--arms`` takes any of
+            their names); a group may hold default arms too (its method's default setting).
         seeds: default number of seeds.
         minutes: default training budget of one run, in minutes of a 2-core CPU (``--budget updates N``
             gives every run N updates instead: :class:`Budget`).
@@ -151,11 +154,37 @@ class Study:
     question: str = ""
     task: str = "mt"
     arms: tuple[Arm, ...] = ()
+    sweeps: ClassVar[dict[str, tuple[Arm, ...]]] = {}
     seeds: int = 3
     minutes: float = 30.0
     primary: str = ""
     columns: tuple[tuple[str, str], ...] = ()
     scale: float = 1.0
+
+    def known_arms(self) -> tuple[Arm, ...]:
+        """Every arm the study can run: the default arms, then the arms of its sweeps (each name once)."""
+        names = {a.name for a in self.arms}
+        extra = {a.name: a for group in self.sweeps.values() for a in group if a.name not in names}
+        return self.arms + tuple(extra.values())
+
+    def select(self, names: list[str] | None = None, sweeps: list[str] | None = None) -> list[Arm]:
+        """The arms a command runs: the default ones when it names none; else the baseline, the
+        arms ``names`` and those of the sweeps ``sweeps`` (``all``: every sweep), in the order of
+        :meth:`known_arms`.
+
+        Raises:
+            ValueError: an unknown arm or sweep (the command line's choices prevent it).
+        """
+        if not names and not sweeps:
+            return list(self.arms)
+        known = self.known_arms()
+        unknown = set(names or ()) - {a.name for a in known}
+        groups = list(self.sweeps) if sweeps and "all" in sweeps else list(sweeps or ())
+        unknown |= set(groups) - set(self.sweeps)
+        if unknown:
+            raise ValueError(f"{self.name}: no arm or sweep {', '.join(sorted(unknown))}")
+        chosen = {self.arms[0].name, *(names or ())} | {a.name for g in groups for a in self.sweeps[g]}
+        return [a for a in known if a.name in chosen]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Adds the study's own command-line options."""

@@ -546,6 +546,7 @@ def autoregressive_rows(peers: list[str], reps: int, small: bool) -> None:
         init = (torch.randn(batch, H),)
         ours = Autoregressive(model, init, C, n)
         fns = {"synattn": (lambda: ours.greedy()[0], lambda: ours.beam_search(8)[0])}
+        fns["torch path"] = on_torch_path(fns["synattn"])  # the beam step's topk in PyTorch
         if "torch-struct" in peers:
             import torch_struct
             peer = torch_struct.Autoregressive(model, init, C, n)

@@ -53,6 +53,11 @@ def test_log_prob_normalises_and_beam_search_is_exact_with_a_wide_beam():
     assert torch.allclose(scores, exact.values[:k].T.to(scores.dtype), atol=1e-6)
     for b in range(B):
         assert torch.equal(tokens[b], seqs[exact.indices[:k, b]])
+    # a beam wider than the space: every sequence once, in order, then padding
+    scores, tokens = dist.beam_search(C ** N + 2)
+    assert torch.allclose(scores[:, :C ** N], exact.values.T.to(scores.dtype), atol=1e-6)
+    assert (scores[:, C ** N:] == -float("inf")).all() and (tokens[:, C ** N:] == -1).all()
+    assert {tuple(s) for s in tokens[0, :C ** N].tolist()} == {tuple(s) for s in seqs.tolist()}
     # every sequence on the beam is scored by its true log-probability, best first
     narrow, seq = dist.beam_search(2)
     assert torch.allclose(narrow[:, 0], dist.log_prob(seq[:, 0]).to(narrow.dtype), atol=1e-6)
@@ -204,3 +209,41 @@ def test_greedy_tempmax_is_differentiable():
     h = torch.randn(B, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4),
                     requires_grad=True)
     assert torch.autograd.gradcheck(run, (h,))
+
+
+def test_compiled_beam_step_matches_topk():
+    """The compiled step (CPU) gives torch.topk's k best children: the same values, the same
+    children where values differ, ties (integer scores) in flat order, -inf children last."""
+    pytest.importorskip("numba")
+    from synattn.structs.sequence._beam_kernels import best_children
+    gen = torch.Generator().manual_seed(5)
+    for W, Cn, k, tied in ((1, 7, 3, False), (4, 5, 20, False), (3, 6, 18, True), (4, 5, 7, True)):
+        scores = torch.randn(3, W, dtype=torch.float64, generator=gen)
+        logp = torch.randn(3, W, Cn, generator=gen)
+        if tied:
+            scores, logp = scores.round(), logp.round()
+            logp[0, 0, :2] = -float("inf")
+        best, beam, token = best_children(scores, logp, k)
+        total = (scores.unsqueeze(-1) + logp).view(3, -1)
+        values, index = total.topk(k, -1)
+        assert torch.equal(best, values)
+        assert torch.equal(total.gather(1, beam * Cn + token), best)
+        flat = beam * Cn + token
+        assert all(len(set(row)) == k for row in flat.tolist())  # distinct children
+        if not tied:
+            assert torch.equal(flat, index)
+        else:  # ties keep the smaller flat index first
+            same = best[:, 1:] == best[:, :-1]
+            assert (flat[:, 1:][same] > flat[:, :-1][same]).all()
+
+
+def test_compiled_and_torch_paths_agree():
+    """Beam search and sampling without replacement give the same results on either backend."""
+    pytest.importorskip("numba")
+    from synattn.structs.backend import use_backend
+    dist = make()
+    with use_backend("torch"):
+        scores, tokens = dist.beam_search(5)
+        draws = dist.sample_without_replacement(4, generator=torch.Generator().manual_seed(6))
+    assert torch.equal(dist.beam_search(5)[0], scores) and torch.equal(dist.beam_search(5)[1], tokens)
+    assert torch.equal(dist.sample_without_replacement(4, generator=torch.Generator().manual_seed(6)), draws)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import torch
 
 from ..arguments import count as whole_count
+from ..backend import kernels, use_numba
 from ..distribution import _gumbel_argmax, _gumbel_noise, check_count
 
 State = tuple[torch.Tensor, ...]
@@ -150,30 +151,45 @@ class Autoregressive:
         Gumbel keys (stochastic beam search): ``log p [B, k]`` (float64),
         keys ``[B, k]`` and tokens ``[B, k, N]`` (``-1`` where ``-inf``), best key first."""
         B, C = self.batch, self.n_classes
-        state = self._repeat(k)
-        scores = torch.full((B, k), -float("inf"), dtype=torch.float64, device=self.device)
-        scores[:, 0] = 0.0  # one live prefix at the start: no duplicates
-        keys = scores  # a sequence's key: log p, or log p + its Gumbel (the root's is 0)
-        tokens = torch.full((B * k, 1), self.start_class, dtype=torch.long, device=self.device)
-        rows = torch.arange(B, device=self.device).unsqueeze(1) * k
+        # One live prefix (the start) per batch element: the model runs on the live prefixes only,
+        # ``width`` per element (fewer than k while C^t < k), never on padding.
+        state, width = self.state, 1
+        scores = torch.zeros(B, 1, dtype=torch.float64, device=self.device)
+        keys = scores  # a prefix's key: log p, or log p + its Gumbel (the root's is 0)
+        tokens = torch.full((B, 1), self.start_class, dtype=torch.long, device=self.device)
+        rows = torch.arange(B, device=self.device).unsqueeze(1)  # the first row of each element
         beams, chosen = [], []
-        for _ in range(self.n_length):
-            logp, state = self._call(tokens, state)  # [B*k, 1, C]
-            total = scores.unsqueeze(-1) + logp.view(B, k, C).to(scores.dtype)  # [B, k, C]
-            ranked = _truncated_gumbel(total, keys, generator) if stochastic else total
-            best, index = ranked.flatten(1).topk(k, -1)  # [B, k]
-            beam, token = index.div(C, rounding_mode="floor"), index % C
-            state = tuple(s[(rows + beam).view(-1)] for s in state)
-            scores = total.flatten(1).gather(1, index) if stochastic else best
-            keys, tokens = best, token.view(-1, 1)
+        for t in range(self.n_length):
+            logp, state = self._call(tokens, state)  # [B * width, 1, C]
+            logp, kept = logp.view(B, width, C), min(k, width * C)
+            if stochastic:
+                total = scores.unsqueeze(-1) + logp  # [B, width, C], float64
+                ranked = _truncated_gumbel(total, keys, generator)
+                best, beam, token = _best_children(torch.zeros_like(scores), ranked, kept)
+                scores = total.view(B, -1).gather(1, beam * C + token)
+            else:
+                best, beam, token = _best_children(scores, logp, kept)  # [B, kept]
+                scores = best
+            if t < self.n_length - 1:  # (the last state is not needed)
+                keep = (rows + beam).view(-1)
+                state = tuple(s.index_select(0, keep) for s in state)
+            if kept != width:
+                rows = torch.arange(B, device=self.device).unsqueeze(1) * kept
+            keys, tokens, width = best, token.view(-1, 1), kept
             beams.append(beam)
             chosen.append(token)
-        out = torch.empty(B, k, self.n_length, dtype=torch.long, device=self.device)
-        at = torch.arange(k, device=self.device).expand(B, k)
+        at = torch.arange(width, device=self.device).expand(B, width)
+        out = []
         for t in range(self.n_length - 1, -1, -1):  # back pointers
-            out[:, :, t] = chosen[t].gather(1, at)
+            out.append(chosen[t].gather(1, at))
             at = beams[t].gather(1, at)
-        return scores, keys, out.masked_fill((keys == -float("inf")).unsqueeze(-1), -1)
+        seqs = torch.stack(out[::-1], -1).masked_fill((keys == -float("inf")).unsqueeze(-1), -1)
+        if width < k:  # fewer sequences than k: padding
+            pad = k - width
+            scores = torch.cat((scores, scores.new_full((B, pad), -float("inf"))), 1)
+            keys = torch.cat((keys, keys.new_full((B, pad), -float("inf"))), 1)
+            seqs = torch.cat((seqs, seqs.new_full((B, pad, self.n_length), -1)), 1)
+        return scores, keys, seqs
 
     def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``scores [B]`` and tokens ``[B, N]`` of greedy decoding (``beam_search(1)``)."""
@@ -256,6 +272,22 @@ class Autoregressive:
             tokens = _gumbel_argmax(logp[:, -1].double(), generator).view(-1, 1)
             out.append(tokens)
         return torch.cat(out, 1).view(self.batch, count, self.n_length).transpose(0, 1)
+
+
+def _best_children(scores: torch.Tensor, logp: torch.Tensor, k: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``k`` best of ``scores [B, W] (float64) + logp [B, W, C]``, best first: their values
+    ``[B, k]`` (float64), prefixes ``w`` and tokens ``c`` (``[B, k]``). A compiled pass on CPU
+    (:mod:`~synattn.structs.sequence._beam_kernels`), else ``topk`` over the flattened sums
+    (``max`` for ``k = 1``, which is as fast as the compiled pass's call)."""
+    if k > 1 and use_numba(logp):
+        return kernels("sequence._beam_kernels").best_children(scores, logp, k)
+    B, W, C = logp.shape
+    total = (scores.unsqueeze(-1) + logp).view(B, -1)
+    best, index = total.max(-1, keepdim=True) if k == 1 else total.topk(k, -1)
+    if W == 1:
+        return best, torch.zeros_like(index), index
+    return best, index.div(C, rounding_mode="floor"), index % C
 
 
 def _truncated_gumbel(total: torch.Tensor, parent: torch.Tensor,

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..approximate import IterativeInference
 from ..arguments import score_tensor
 from ..backend import kernels, use_numba
-from ..constants import NEG
+from ..constants import MAX_TOTAL_SCORE, NEG
 from ..scores import check_scores, fp32_inside, mask_impossible
 from .arc_scores import check_arc_scores, usable_arcs
 
@@ -85,13 +86,16 @@ def _compiled(module: _SiblingInference, s: torch.Tensor, siblings: torch.Tensor
     if source not in (torch.float32, torch.float64):  # (half types: numpy reads neither)
         siblings = mask_impossible(siblings.float(), source)
     vi = kernels("dependency._vi_kernels")
-    stats = vi.sibling_stats(siblings.detach(), lengths)  # [B, 3]: NaN, smallest, largest
-    bounds = stats[:, 1:].flatten()
-    probe = torch.cat([bounds[torch.isfinite(bounds)], stats.new_full((int(stats[:, 0].any()),), math.nan)])
-    check_scores([(probe, None)], s.shape[-1] - 1, "siblings")
-    if lbp and probe.numel() and float(probe.abs().max()) > vi.LBP_LIMIT:
+    with torch.no_grad():
+        q, checks = vi.logits(s, siblings, lengths, module.max_iter, lbp)
+    bounds = checks[:, 1:][np.isfinite(checks[:, 1:])]
+    top = float(np.abs(bounds).max()) if bounds.size else 0.0
+    if checks[:, 0].any() or top * (s.shape[-1] - 1) > MAX_TOTAL_SCORE:  # refused as on the PyTorch path
+        check_scores([(torch.from_numpy(np.append(bounds, np.nan if checks[:, 0].any() else 0.0)), None)],
+                     s.shape[-1] - 1, "siblings")
+    if lbp and top > vi.LBP_LIMIT:
         return None
-    return _CompiledLogits.apply(s, siblings, lengths, module.max_iter, lbp, module._torch_logits)
+    return _CompiledLogits.apply(s, siblings, lengths, q, module.max_iter, lbp, module._torch_logits)
 
 
 class _CompiledLogits(torch.autograd.Function):
@@ -99,10 +103,10 @@ class _CompiledLogits(torch.autograd.Function):
     double backward of the PyTorch path when a second derivative is being built."""
 
     @staticmethod
-    def forward(ctx, s, siblings, lengths, max_iter, lbp, fallback):
+    def forward(ctx, s, siblings, lengths, q, max_iter, lbp, fallback):
         ctx.save_for_backward(s, siblings, lengths)
         ctx.max_iter, ctx.lbp, ctx.fallback = max_iter, lbp, fallback
-        return kernels("dependency._vi_kernels").logits(s, siblings, lengths, max_iter, lbp)
+        return q.clone()  # (computed by the caller, which checked the siblings on the way)
 
     @staticmethod
     def backward(ctx, g):
@@ -113,10 +117,10 @@ class _CompiledLogits(torch.autograd.Function):
                 y = siblings if siblings.requires_grad else siblings.detach().requires_grad_()
                 q = ctx.fallback(x, y, lengths)
                 gx, gy = torch.autograd.grad(q, (x, y), g, create_graph=True, allow_unused=True)
-            return gx, gy, None, None, None, None
+            return gx, gy, None, None, None, None, None
         gs, gsib = kernels("dependency._vi_kernels").logits_backward(
             s, siblings, lengths, ctx.max_iter, ctx.lbp, g, ctx.needs_input_grad[1])
-        return gs, gsib, None, None, None, None
+        return gs, gsib, None, None, None, None, None
 
 
 class _SiblingInference(IterativeInference):
@@ -156,7 +160,8 @@ class _SiblingInference(IterativeInference):
         """
         arcs, siblings = scores
         q, lengths = self._logits(arcs, siblings, lengths)
-        words = usable_arcs(lengths, q.shape[-1]).any(1, keepdim=True)  # [B, 1, d]
+        pos = torch.arange(q.shape[-1], device=q.device)
+        words = ((pos >= 1) & (pos <= lengths[:, None])).unsqueeze(1)  # [B, 1, d]
         marginals = torch.where(words, q.softmax(1), q.new_zeros(()))
         if target is None:
             return marginals

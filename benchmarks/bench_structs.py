@@ -58,6 +58,7 @@ import torch
 
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, SemiMarkovCRF, TreeCRF, convert
 from synattn.structs.backend import use_backend
+from synattn.structs.cky.dp import span_mask
 from synattn.structs.dependency.arc_scores import usable_arcs
 
 from device import add_device_argument, check_device, device_info, seconds, synchronize
@@ -366,6 +367,53 @@ def labelled_rows(peers: list[str], reps: int, small: bool) -> None:
             times["part"], diffs["part"])
         row(f"labelled Eisner marg B={batch} N={n} R={R}", times["marg"].pop("synattn"),
             times["marg"], diffs["marg"])
+    labelled_span_rows(peers, reps, small)
+
+
+def labelled_span_rows(peers: list[str], reps: int, small: bool) -> None:
+    """Labelled spans ``[B, N, N, NT]`` (log Z, labelled marginals, argmax) against torch-struct's
+    ``TreeCRF`` on the same scores (ragged lengths; theirs are compared inside the sentences)."""
+    for batch, n, NT in [(8, 20, 8)] if small else [(16, 20, 16), (8, 40, 16)]:
+        gen = torch.Generator().manual_seed(19 * 1000 + n)
+        scores = torch.randn(batch, n, n, NT, generator=gen).to(DEVICE)
+        lengths = torch.randint(max(1, n // 2), n + 1, (batch,), generator=gen).to(DEVICE)
+        lengths[0] = n
+        within = span_mask(lengths, n).unsqueeze(-1)
+
+        def ours(torch_path=False):
+            def part():
+                with torch.no_grad():
+                    return TreeCRF(scores, lengths).log_partition
+
+            def marg():
+                with torch.no_grad():
+                    return TreeCRF(scores, lengths).marginals
+
+            def best():
+                return TreeCRF(scores, lengths).argmax
+            return on_torch_path((part, marg, best)) if torch_path else (part, marg, best)
+
+        def peer():
+            import torch_struct
+
+            def part():
+                return torch_struct.TreeCRF(scores.clone().requires_grad_(), lengths).partition.detach()
+
+            def marg():
+                mu = torch_struct.TreeCRF(scores.clone().requires_grad_(), lengths).marginals
+                return mu.detach() * within
+
+            def best():
+                return torch_struct.TreeCRF(scores.clone().requires_grad_(), lengths).argmax.detach() * within
+            return part, marg, best
+        fns = {"synattn": ours(), "torch path": ours(True)}
+        if "torch-struct" in peers:
+            fns["torch-struct"] = peer()
+        values = {lib: tuple(fn() for fn in fns_) for lib, fns_ in fns.items()}
+        for which, index in (("log Z", 0), ("marg", 1), ("argmax", 2)):
+            diffs = {lib: max_diff(values["synattn"][index], values[lib][index]) for lib in list(fns)[1:]}
+            ms = median_ms({lib: fns_[index] for lib, fns_ in fns.items()}, reps)
+            row(f"labelled CKY {which} B={batch} N={n} NT={NT}", ms.pop("synattn"), ms, diffs)
 
 
 def second_order_rows(peers: list[str], reps: int, small: bool) -> None:

@@ -33,7 +33,9 @@ Python iteration per width. On CPU tensors the same passes run as compiled numba
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
+from typing import ClassVar
 
 import torch
 
@@ -65,7 +67,8 @@ class TreeCRF(PeerNames):
     Args:
         scores: ``[batch_size, N, N]`` span log-scores, ``scores[b, i, j]`` for words ``i..j``
             (inclusive, ``i <= j``); ``-inf`` forbids a span. Entries with ``i > j`` or past a
-            sentence's length are ignored.
+            sentence's length are ignored. Labelled scores ``[batch_size, N, N, NT]`` make the
+            CRF one over labelled trees (:mod:`synattn.structs.cky.labelled_spans`).
         lengths: ``[batch_size]`` number of words in ``1..N``; default all ``N``.
 
     Example:
@@ -79,6 +82,18 @@ class TreeCRF(PeerNames):
     under autocast). Distribution methods: ``log_prob``, ``entropy``, ``cross_entropy``, ``kl``,
     ``sample``.
     """
+
+    labelled_class: ClassVar[Callable[[type], type] | None] = None
+    """``class -> its labelled version``: :func:`~synattn.structs.cky.labelled_spans.labelled_class`,
+    set when that module is imported (the package imports it)."""
+
+    def __new__(cls, scores=None, *args, **kwargs):
+        # labelled span scores [B, N, N, NT]: the labelled version of the class
+        if isinstance(scores, torch.Tensor) and scores.dim() == 4 and not hasattr(cls, "_base"):
+            labelled = TreeCRF.labelled_class
+            assert labelled is not None, "synattn.structs.cky.labelled_spans sets it on import"
+            cls = labelled(cls)
+        return super().__new__(cls)
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None):
         self.scores, self.lengths = check_span_scores(scores, lengths)

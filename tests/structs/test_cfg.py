@@ -207,3 +207,78 @@ def test_sample_count_and_k_are_bounded_by_memory():
     with pytest.raises(ValueError, match=r"kbest: k=1000000000000000 is too large"):
         cfg.kbest(10 ** 15)
     assert cfg.sample(3)[0].shape == (3, 2, 5, 2)
+
+
+def masked_inputs(dtype=torch.float64):
+    """Random scores with masked terms, rules (one rule row of a block, one whole row) and roots,
+    ragged lengths and one sentence without any parse."""
+    terms, rules, roots = rand(4, 7, 3, 3, 5)
+    terms[0, 2, 1] = -float("inf")
+    rules[1, 0, :3, :3] = -float("inf")  # X=0 never has two nonterminal children
+    rules[2, 2] = -1e9  # nor X=2 anything
+    roots[2, 1] = -float("inf")
+    roots[3] = -float("inf")  # no parse at all
+    return terms.to(dtype), rules.to(dtype), roots.to(dtype), torch.tensor([7, 5, 6, 2])
+
+
+@pytest.fixture
+def compiled():
+    """The compiled kernels, whatever the environment asks (``use_backend`` blocks nest)."""
+    from synattn.structs.backend import use_backend
+
+    with use_backend("numba"):
+        yield
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_kernels_match_the_torch_path(dtype, compiled):
+    from synattn.structs.backend import kernels, use_backend
+
+    terms, rules, roots, lengths = masked_inputs(dtype)
+    with use_backend("torch"):
+        ref = SentCFG(terms, rules, roots, lengths)
+        log_z, mus = ref.log_partition, ref.marginals
+    cfg = SentCFG(terms, rules, roots, lengths)
+    assert cfg._compiled
+    tol = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-5}
+    torch.testing.assert_close(cfg.log_partition, log_z, **tol)
+    assert cfg.log_partition[3] == -float("inf")
+    for ours, theirs in zip(cfg.marginals, mus):
+        assert ours.dtype == dtype
+        torch.testing.assert_close(ours, theirs, **tol)
+    assert all((m[3] == 0).all() for m in cfg.marginals)
+    assert cfg.marginals[1][1, 0, :3, :3].abs().max() == 0 and cfg.marginals[2][2, 1] == 0
+    z = kernels("cky._cfg_kernels").log_partition(cfg.terms, cfg.rules, cfg.roots, lengths)
+    torch.testing.assert_close(cfg._finite(z), log_z, **tol)
+
+
+def test_compiled_backward_is_exact_to_second_order(compiled):
+    """gradcheck of the kernels' backward (their outside pass) and of the marginals' backward
+    (the PyTorch recursion's double backward), masks and an impossible sentence included."""
+    from synattn.structs.backend import use_backend
+
+    terms, rules, roots, lengths = masked_inputs()
+
+    def log_z_of_free(parts, lengths):
+        """``log Z`` as a function of the unmasked entries (gradcheck perturbs only those) and
+        those entries, leaf tensors."""
+        masks = [x <= -1e9 for x in parts]
+
+        def log_z(*xs):
+            full = [x.masked_fill(m, -float("inf")) for x, m in zip(xs, masks)]
+            return SentCFG(*full, lengths).log_partition.clamp_min(-100)
+        return log_z, [x.masked_fill(m, 0.0).requires_grad_() for x, m in zip(parts, masks)]
+
+    log_z, free = log_z_of_free((terms, rules, roots), lengths)
+    torch.autograd.gradcheck(log_z, free)
+    # second order on sentences 1 and 2 (a masked block of a rule row, a masked row and root)
+    torch.autograd.gradgradcheck(*log_z_of_free((terms[1:3, :6], rules[1:3], roots[1:3]), lengths[1:3]))
+    parts = [x.clone().requires_grad_() for x in (terms, rules, roots)]
+    cfg = SentCFG(*parts, lengths)
+    assert cfg._compiled and all(m.requires_grad for m in cfg.marginals)
+    directions = [torch.randn_like(m) for m in cfg.marginals]
+    ours = torch.autograd.grad(cfg.marginals, parts, directions)
+    with use_backend("torch"):
+        theirs = torch.autograd.grad(SentCFG(*parts, lengths).marginals, parts, directions)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)

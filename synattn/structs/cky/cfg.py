@@ -15,10 +15,16 @@ Inside recursion over span widths (``beta(i, j, X)`` for words ``i..j``, ``j > i
 with ``in`` the preterminal scores ``terms`` for one-word spans and ``beta`` otherwise.
 For each width the children are combined over the split points first, per kind of child pair,
 then contracted with the rules by a matrix product of exponentials, each factor shifted by its
-largest entry (a sum whose every term underflows, below ``1e-300`` of that product of maxima,
-counts as ``1e-300``). Marginals (expected counts of each term, rule and root) are the gradient
-of ``log Z`` by autograd (as in torch-struct); the Viterbi parse is the gradient of the
-max-semiring recursion, each maximum taken by ``torch.max`` so that ties route to one parse.
+largest entry (a sum at most ``1e-300`` times that product of maxima, in float32 its smallest
+normal number, is one of masked or underflowed terms only: it counts as impossible, ``NEG``).
+Marginals (expected counts of each term, rule and root) are the gradient of ``log Z`` by
+autograd (as in torch-struct); the Viterbi parse is the gradient of the max-semiring recursion,
+each maximum taken by ``torch.max`` so that ties route to one parse.
+
+On CPU tensors (:func:`~synattn.structs.backend.use_numba`) ``log Z`` and the marginals run
+compiled kernels instead (:mod:`synattn.structs.cky._cfg_kernels`: the same recursion with the
+terminals folded into the rules once per word, and its explicit outside pass); the marginals'
+own backward (a second derivative) is autograd's double backward of the PyTorch recursion.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from ..arguments import score_tensor
-from ..constants import IMPOSSIBLE, NEG
+from ..backend import kernels, use_numba
+from ..constants import IMPOSSIBLE, NEG, TINY
 from ..distribution import StructDistribution, _gumbel_argmax, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
 
@@ -108,13 +115,18 @@ class SentCFG(StructDistribution):
         def reduce(x, dim):
             return x.max(dim).values if viterbi else torch.logsumexp(x, dim)
 
+        tiny = max(TINY, torch.finfo(terms.dtype).tiny)
+
+        def log_sum(prod):  # log of a scaled sum; at most `tiny`: impossible (no NaN gradient)
+            return torch.where(prod > tiny, prod.clamp_min(tiny).log(), NEG)
+
         def contract(p, w):  # [B, n, K] with [B, 1, K, NT] -> [B, n, NT]
             if viterbi:
                 return (p.unsqueeze(-1) + w).max(-2).values
             mp = p.amax(-1, keepdim=True).clamp_min(NEG).detach()
             mw = w.amax(-2, keepdim=True).clamp_min(NEG).detach()
             prod = torch.matmul((p - mp).exp().unsqueeze(-2), (w - mw).exp()).squeeze(-2)
-            return prod.clamp_min(1e-300).log() + mp + mw.squeeze(-2)
+            return log_sum(prod) + mp + mw.squeeze(-2)
 
         beta: dict[int, torch.Tensor] = {} if chart is None else chart  # width -> [B, N-w+1, NT]
         top = []
@@ -137,7 +149,7 @@ class SentCFG(StructDistribution):
                     m = (ml + mr).amax(-2, keepdim=True)  # [B, n, 1, 1]
                     scale = (ml + mr - m).exp()  # [B, n, A, 1]
                     prod = torch.matmul(((left - ml).exp() * scale).transpose(-1, -2), (right - mr).exp())
-                    p = (prod.clamp_min(1e-300).log() + m).flatten(2)  # [B, n, NT*NT]
+                    p = (log_sum(prod) + m).flatten(2)  # [B, n, NT*NT]
                 out.append(contract(p, blocks[(0, 0)]))
             inside = reduce(torch.stack(out, -1), -1)
             if spans is not None:
@@ -151,15 +163,31 @@ class SentCFG(StructDistribution):
     def _finite(x: torch.Tensor) -> torch.Tensor:
         return impossible_as_inf(x)
 
+    @property
+    def _compiled(self) -> bool:
+        """Whether ``log Z`` and the marginals run the compiled kernels (CPU, no anchored spans)."""
+        return self._spans is None and use_numba(self.terms)
+
+    def _log_z(self, terms: torch.Tensor, rules: torch.Tensor, roots: torch.Tensor) -> torch.Tensor:
+        """``[B]`` ``log Z`` of the PyTorch recursion (the double backward of the kernels')."""
+        return self._inside(terms, rules, roots, False)
+
     @cached_property
     @fp32_inside
     def log_partition(self) -> torch.Tensor:
         """``[B]`` log-sum of all parses' scores (the sentence's log-likelihood for normalised
         parameters); differentiable."""
+        if self._compiled:
+            return self._finite(_LogPartition.apply(self.terms, self.rules, self.roots, self.lengths,
+                                                    self._log_z))
         return self._finite(self._inside(self.terms, self.rules, self.roots, False, self._spans))
 
     def _gradient(self, viterbi: bool, create_graph: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         parts = (self.terms, self.rules, self.roots)
+        if not viterbi and self._compiled:
+            g_terms, g_rules, g_roots = (torch.where(p > NEG, g, g.new_zeros(())) for p, g in
+                                         zip(parts, _Marginals.apply(*parts, self.lengths, self._log_z)))
+            return g_terms, g_rules, g_roots
         with torch.enable_grad():
             terms, rules, roots = (p if p.requires_grad else p.detach().requires_grad_() for p in parts)
             value = self._inside(terms, rules, roots, viterbi, self._spans)
@@ -326,6 +354,51 @@ class SentCFG(StructDistribution):
         best, spans = labelled_kbest(k, self.lengths, usable.expand(batch, N, N, NT + self.T),
                                      solve, terms.dtype)
         return best.to(device), spans.to(device)
+
+
+class _LogPartition(torch.autograd.Function):
+    """``log Z`` by the compiled kernels; backward: their marginals (explicit outside pass), or
+    :class:`_Marginals` when a second derivative is being built."""
+
+    @staticmethod
+    def forward(ctx, terms, rules, roots, lengths, log_z_fn):
+        ctx.log_z_fn = log_z_fn
+        if not any(ctx.needs_input_grad[:3]):
+            return kernels("cky._cfg_kernels").log_partition(terms, rules, roots, lengths)
+        log_z, *mus = kernels("cky._cfg_kernels").marginals(terms, rules, roots, lengths)
+        ctx.save_for_backward(terms, rules, roots, lengths, *mus)
+        return log_z
+
+    @staticmethod
+    def backward(ctx, g):
+        terms, rules, roots, lengths, *mus = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            mus = _Marginals.apply(terms, rules, roots, lengths, ctx.log_z_fn)
+        return tuple(mu * g.view(-1, *[1] * (mu.dim() - 1)) for mu in mus) + (None, None)
+
+
+class _Marginals(torch.autograd.Function):
+    """Expected counts ``(terms, rules, roots)`` by the compiled inside-outside pass; their
+    backward (the Hessian of ``log Z`` times the incoming gradients) by autograd's double
+    backward of the PyTorch recursion ``log_z_fn``."""
+
+    @staticmethod
+    def forward(ctx, terms, rules, roots, lengths, log_z_fn):
+        ctx.log_z_fn = log_z_fn
+        ctx.save_for_backward(terms, rules, roots)
+        return kernels("cky._cfg_kernels").marginals(terms, rules, roots, lengths)[1:]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        parts = ctx.saved_tensors
+        graph = torch.is_grad_enabled()
+        with torch.enable_grad():
+            xs = [p if graph and p.requires_grad else p.detach().requires_grad_() for p in parts]
+            value = ctx.log_z_fn(*xs)
+            mus = torch.autograd.grad(torch.where(value > IMPOSSIBLE, value, value.new_zeros(())).sum(),
+                                      xs, create_graph=True)
+            hs = torch.autograd.grad(mus, xs, grads, create_graph=graph, allow_unused=True)
+        return tuple(torch.zeros_like(p) if h is None else h for p, h in zip(parts, hs)) + (None, None)
 
 
 def parse_counts(spans: torch.Tensor, lengths: torch.Tensor, NT: int

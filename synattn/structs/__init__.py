@@ -23,8 +23,9 @@
   (torch-struct's): beam search, greedy decoding, ancestral samples, ``log_prob``.
 - :class:`TreeCRF`: binary constituency trees with span scores ``[B, N, N]`` by CKY
   inside-outside, or labelled span scores ``[B, N, N, NT]`` (:mod:`synattn.structs.cky.labelled_spans`);
-  :class:`ConstituencyMFVI`, :class:`ConstituencyLBP`: approximate span marginals with span-pair scores (supar's modules); :mod:`synattn.structs.convert` maps score layouts to
-  and from torch-struct and supar.
+  :class:`ConstituencyMFVI`, :class:`ConstituencyLBP`: approximate span marginals with span-pair
+  scores (supar's modules); :mod:`synattn.structs.convert` maps score layouts to and from
+  torch-struct and supar.
 
 Each structure has one plain reference implementation of ``log_partition`` that a reader can
 follow (:mod:`synattn.structs.reference`; marginals by autograd); the compiled kernels and the

@@ -56,13 +56,7 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
             MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
     """
     xs = [(x.detach(), usable) for x, usable in xs if x.numel()]
-    if not xs:
-        return False
-    # fast path (one reduction per tensor): no entry masked anywhere and all small enough
-    bounds = torch.stack([v for x, _ in xs for v in torch.aminmax(x)]).tolist()
-    lows, highs = bounds[0::2], bounds[1::2]
-    any_nan = any(v != v for v in bounds)  # (aminmax propagates NaN: one anywhere takes the slow path)
-    if not any_nan and min(lows) > NEG and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE:
+    if in_range([x for x, _ in xs], parts):  # fast path: no entry masked anywhere, all small enough
         return False
     stats = []
     for x, usable in xs:
@@ -85,6 +79,59 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
                          f"<= {NEG:.0e} instead")
     return any(v > 0 for v in values[1::3])
 
+
+
+def in_range(xs: list[torch.Tensor], parts: int) -> bool:
+    """Whether every entry of ``xs``, ignored ones included, is finite, above the mask limit of
+    :func:`mask_impossible` and small enough (``parts * max |x| <= MAX_TOTAL_SCORE``).
+
+    Then :func:`mask_impossible` changes nothing and :func:`check_scores` accepts the tensors
+    whatever entries are usable, so a caller may use them as given (ignored entries hold finite,
+    bounded numbers: a product with 0 is 0). One reduction per tensor (``aminmax``, NaN
+    propagating) and one host synchronisation in all; no temporary of the tensors' size.
+    """
+    return in_range_and_zero(xs, parts, [])[0]
+
+
+def in_range_and_zero(xs: list[torch.Tensor], parts: int, zeros: list[torch.Tensor]
+                      ) -> tuple[bool, list[bool]]:
+    """:func:`in_range` of ``xs`` and, in the same host synchronisation, whether each of ``zeros``
+    (views of the entries a caller needs to be 0, e.g. a diagonal) is all 0."""
+    xs = [x.detach() for x in xs if x.numel()]
+    reduced = [v.double() for x in [*xs, *zeros] for v in torch.aminmax(x.detach())]
+    bounds = torch.stack(reduced).tolist() if reduced else []
+    cut = 2 * len(xs)
+    lows, highs = bounds[0:cut:2], bounds[1:cut:2]
+    limits = [torch.finfo(torch.float16).min if x.dtype == torch.float16 else NEG for x in xs]
+    ok = not xs or (not any(v != v for v in bounds[:cut])  # (NaN anywhere)
+                    and all(lo > limit for lo, limit in zip(lows, limits))
+                    and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE)
+    return ok, [lo == 0 and hi == 0 for lo, hi in zip(bounds[cut::2], bounds[cut + 1::2])]
+
+
+def weights_as_given(xs: list[torch.Tensor], parts: int, diagonals: list[tuple[int, int]],
+                     like: torch.Tensor) -> list[torch.Tensor] | None:
+    """Pairwise weights for an update that multiplies each by its partner's marginal (0 for a
+    partner that is no variable), without masking them entry by entry; None when some entry, used
+    or not, is NaN, masked or out of range (:func:`in_range`): the caller masks them then.
+
+    Each ``xs[i]`` comes back in ``like``'s dtype and device with its diagonal over the dimensions
+    ``diagonals[i]`` set to 0 (the entries where the partner is the variable itself or its own
+    counterpart, which no product with a marginal excludes), on a copy unless it is 0 already and
+    no gradient is needed. One host synchronisation (bounds and diagonals in one reduction step).
+    """
+    views = [x.diagonal(0, *d) for x, d in zip(xs, diagonals)]
+    ok, zero = in_range_and_zero(xs, parts, views)
+    if not ok:
+        return None
+    out = []
+    for x, d, clean in zip(xs, diagonals, zero):
+        keep = clean and not (torch.is_grad_enabled() and x.requires_grad)
+        w = x.to(like.device, like.dtype, copy=not keep)
+        if not keep:
+            w.diagonal(0, *d).zero_()
+        out.append(w)
+    return out
 
 
 def float_dtype(x: torch.Tensor) -> torch.dtype:

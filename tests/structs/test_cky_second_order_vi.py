@@ -175,6 +175,21 @@ def test_padding_is_ignored_and_masks_forbid():
         assert cls()((forbidden, pairs), lengths)[0, 0, 2] == 0
 
 
+def test_finite_values_outside_the_factors_change_nothing():
+    """MFVI reads clean weights as given (no masking pass): whatever finite values lie outside the
+    factors (k = j, non-spans, padding) give the same marginals and zero gradients there."""
+    spans, pairs, lengths = inputs(13, lengths=(4, 2))
+    dirty = pairs + 1e3 * torch.randn(pairs.shape, generator=torch.Generator().manual_seed(1),
+                                      dtype=torch.float64) * (pairs == 0)
+    assert (dirty.diagonal(0, 2, 3) != 0).all()
+    for cls in (ConstituencyMFVI, ConstituencyLBP):
+        torch.testing.assert_close(cls()((spans, dirty), lengths), cls()((spans, pairs), lengths),
+                                   rtol=1e-12, atol=1e-12)
+        x = dirty.clone().requires_grad_()
+        cls()((spans, x), lengths).sum().backward()
+        assert (x.grad[pairs == 0] == 0).all() and x.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("bad, match", [((torch.zeros(1, 3, 3), torch.zeros(1, 3, 3)), "pairs must be"),
                                         ((torch.zeros(1, 3, 3), [0.0]), "pairs must be a torch.Tensor")])
 def test_bad_inputs(bad, match):

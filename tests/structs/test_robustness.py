@@ -523,3 +523,29 @@ def test_sample_count_is_bounded_by_memory(monkeypatch):
         with pytest.raises(ValueError, match=r"sample: count=1000000000 is too large: 1000000000 samples"):
             crf.sample(10 ** 9)
         assert crf.sample(3).shape[0] == 3, name  # a sensible count still samples
+
+
+def test_weights_as_given_need_one_clean_pass():
+    """The weights of the MFVI updates are used as given only when every entry, used or not, is
+    finite and in range; their diagonal is 0 on a copy unless it is 0 already and no gradient
+    flows (then the caller's tensor itself, no copy)."""
+    from synattn.structs.constants import MAX_TOTAL_SCORE
+    from synattn.structs.scores import in_range, weights_as_given
+
+    like = torch.zeros((), dtype=torch.float64)
+    x = torch.randn(2, 4, 4, 4, dtype=torch.float64)
+    out = weights_as_given([x], 4, [(2, 3)], like)[0]
+    assert out is not x and (out.diagonal(0, 2, 3) == 0).all() and (x.diagonal(0, 2, 3) != 0).all()
+    torch.testing.assert_close(out + torch.diag_embed(x.diagonal(0, 2, 3)), x)
+    clean = out.clone()
+    assert weights_as_given([clean], 4, [(2, 3)], like)[0] is clean
+    grad = clean.clone().requires_grad_()
+    assert weights_as_given([grad], 4, [(1, 2)], like)[0] is not grad
+    for bad in (float("nan"), -INF, INF, -1e9, MAX_TOTAL_SCORE):  # anywhere, even where unused
+        dirty = clean.clone()
+        dirty[1, 3, 0, 2] = bad
+        assert weights_as_given([clean, dirty], 4, [(2, 3), (2, 3)], like) is None
+        assert not in_range([dirty], 4)
+    half = clean.half()
+    half[0, 0, 0, 1] = torch.finfo(torch.float16).min  # a float16 mask
+    assert weights_as_given([half], 4, [(2, 3)], like) is None

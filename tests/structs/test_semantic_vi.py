@@ -177,6 +177,22 @@ def test_padding_and_self_loops_are_ignored():
         assert torch.allclose(cls()((dirty_e, *dirty_w), lengths), cls()((edges, *weights), lengths))
 
 
+def test_finite_values_outside_the_factors_change_nothing():
+    """MFVI reads clean weights as given (no masking pass): whatever finite values lie outside the
+    factors (the second arc the first one, its reverse, a self-loop or padding) give the same
+    marginals and zero gradients there."""
+    edges, weights, lengths, _ = inputs(14, lengths=(4, 2))
+    gen = torch.Generator().manual_seed(3)
+    dirty = [w + 1e3 * torch.randn(w.shape, generator=gen, dtype=torch.float64) * (w == 0) for w in weights]
+    for cls in (SemanticDependencyMFVI, SemanticDependencyLBP):
+        torch.testing.assert_close(cls()((edges, *dirty), lengths), cls()((edges, *weights), lengths),
+                                   rtol=1e-12, atol=1e-12)
+        xs = [w.clone().requires_grad_() for w in dirty]
+        cls()((edges, *xs), lengths).sum().backward()
+        assert all((x.grad[w == 0] == 0).all() for x, w in zip(xs, weights))
+        assert all(x.grad.abs().sum() > 0 for x in xs)
+
+
 def test_bad_inputs():
     edges = torch.zeros(1, 3, 3)
     with pytest.raises(ValueError, match="scores must be"):

@@ -27,14 +27,19 @@ import torch
 
 from ..approximate import IterativeInference, binary_message, binary_result
 from ..arguments import score_tensor
-from ..scores import check_scores, fp32_inside, mask_impossible
+from ..scores import check_scores, fp32_inside, mask_impossible, weights_as_given
 from .dp import check_span_scores, span_mask
 
 
-def _checked(spans: torch.Tensor, pairs: torch.Tensor, lengths: torch.Tensor | None, who: str
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _checked(spans: torch.Tensor, pairs: torch.Tensor, lengths: torch.Tensor | None, who: str,
+             as_given: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Span scores ``[B, N, N]`` (0 outside the spans), pair weights ``[B, i, j, k]`` (0 where no
-    factor is) and the spans ``[B, N, N]``."""
+    factor is) and the spans ``[B, N, N]``.
+
+    ``as_given`` (for an update that multiplies each weight by its partner's marginal, 0 outside
+    the spans): when every entry of ``pairs`` is finite and in range the weights come back as
+    given (:func:`~synattn.structs.scores.weights_as_given`: one synchronisation), 0 at ``k = j``,
+    instead of masked entry by entry."""
     score_tensor(spans, "spans", who)
     spans, lengths = check_span_scores(spans, lengths)
     score_tensor(pairs, "pairs", who)
@@ -43,6 +48,9 @@ def _checked(spans: torch.Tensor, pairs: torch.Tensor, lengths: torch.Tensor | N
         raise ValueError(f"{who}: pairs must be [B, N, N, N] = {[batch, N, N, N]} like the span "
                          f"scores, got {list(pairs.shape)}")
     usable = span_mask(lengths, N)  # [B, i, j]
+    given = weights_as_given([pairs], N, [(2, 3)], spans) if as_given else None  # (0 at i..j, i..j)
+    if given is not None:
+        return spans, given[0], usable
     # the factor of i..j and i..k: both spans and k != j
     factors = usable.unsqueeze(3) & usable.unsqueeze(2) & ~torch.eye(N, dtype=torch.bool, device=spans.device)
     source = pairs.dtype
@@ -55,8 +63,13 @@ def _checked(spans: torch.Tensor, pairs: torch.Tensor, lengths: torch.Tensor | N
 class _SpanInference(IterativeInference):
     """``forward(scores, lengths=None, target=None)`` as supar's, over spans."""
 
-    def logits(self, spans: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-        """``[B, N, N]`` logits of the spans from checked scores (:func:`_checked`)."""
+    weights_as_given = False
+    """Whether :meth:`logits` reads ``pairs`` only through products with partners' marginals
+    masked by ``usable`` (then :func:`_checked` may skip masking them)."""
+
+    def logits(self, spans: torch.Tensor, pairs: torch.Tensor, usable: torch.Tensor) -> torch.Tensor:
+        """``[B, N, N]`` logits of the spans from checked scores (:func:`_checked`) and the spans
+        ``usable [B, N, N]``."""
         raise NotImplementedError
 
     @fp32_inside
@@ -76,8 +89,8 @@ class _SpanInference(IterativeInference):
             loss) when ``target`` is given.
         """
         who = type(self).__name__
-        spans, pairs, usable = _checked(*scores, lengths, who)
-        return binary_result(who, self.logits(spans, pairs), usable, target)
+        spans, pairs, usable = _checked(*scores, lengths, who, self.weights_as_given)
+        return binary_result(who, self.logits(spans, pairs, usable), usable, target)
 
 
 class ConstituencyMFVI(_SpanInference):
@@ -90,12 +103,15 @@ class ConstituencyMFVI(_SpanInference):
         (torch.Size([2, 5, 5]), 0.0)
     """
 
-    def logits(self, spans, pairs):
+    weights_as_given = True
+
+    def logits(self, spans, pairs, usable):
         q = spans
+        zero = spans.new_zeros(())
         for _ in range(self.max_iter):
             # q(i..j) = s(i..j) + Σ_k σ(q(i..k)) pair(i, j, k)  (a product and a sum: faster on
-            # CPU than N² small matrix-vector products)
-            q = spans + (pairs * q.sigmoid().unsqueeze(2)).sum(-1)
+            # CPU than N² small matrix-vector products); no factor with a non-span i..k
+            q = spans + (pairs * torch.where(usable, q.sigmoid(), zero).unsqueeze(2)).sum(-1)
         return q
 
 
@@ -110,7 +126,7 @@ class ConstituencyLBP(_SpanInference):
         torch.Size([2, 5, 5])
     """
 
-    def logits(self, spans, pairs):
+    def logits(self, spans, pairs, usable):
         q = spans
         messages = torch.zeros_like(pairs)  # [B, i, j, k]: to i..j from its factor with i..k
         for _ in range(self.max_iter):

@@ -34,7 +34,7 @@ import torch
 
 from ..approximate import IterativeInference, binary_message, binary_result
 from ..arguments import score_tensor
-from ..scores import check_scores, fp32_inside, mask_impossible
+from ..scores import check_scores, fp32_inside, mask_impossible, weights_as_given
 from .arc_scores import check_arc_scores, usable_arcs
 
 FACTORS = ("siblings", "coparents", "grandparents")
@@ -51,10 +51,17 @@ def second_arcs(arcs: torch.Tensor) -> dict[str, torch.Tensor]:
             "grandparents": first & arcs.transpose(1, 2).unsqueeze(1)}
 
 
-def _checked(scores: tuple, lengths: torch.Tensor | None, who: str
+def _checked(scores: tuple, lengths: torch.Tensor | None, who: str, as_given: bool = False
              ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
     """Edge scores ``[B, L, L]`` (0 where no arc is), the three factor weights ``[B, h, k, m]`` (0
-    where no factor is) and the arcs ``[B, L, L]``."""
+    where no factor is) and the arcs ``[B, L, L]``.
+
+    ``as_given`` (for an update that multiplies each weight by its second arc's marginal, 0 where
+    no arc is): when every entry of the weights is finite and in range they come back as given
+    (:func:`~synattn.structs.scores.weights_as_given`: one synchronisation) instead of masked
+    entry by entry, with 0 where the second arc would be the first one or its reverse: siblings
+    ``k = m``, co-parents and grandparents ``k = h`` (the other ``k`` outside the factors make
+    the second arc a self-loop, whose marginal is 0)."""
     if not isinstance(scores, (tuple, list)) or len(scores) != 4:
         got = f"{len(scores)} tensors" if isinstance(scores, (tuple, list)) else type(scores).__name__
         raise ValueError(f"{who}: scores must be (edges, siblings, coparents, grandparents), got {got}")
@@ -62,13 +69,18 @@ def _checked(scores: tuple, lengths: torch.Tensor | None, who: str
     edges, lengths = check_arc_scores(edges, lengths)
     batch, L, _ = edges.shape
     arcs = usable_arcs(lengths, L)
-    masks = second_arcs(arcs)
-    weights = []
     for name, x in zip(FACTORS, scores[1:]):
         score_tensor(x, name, who)
         if x.shape != (batch, L, L, L):
             raise ValueError(f"{who}: {name} must be [B, n+1, n+1, n+1] = {[batch, L, L, L]} like the "
                              f"edge scores, got {list(x.shape)}")
+    # (0 at siblings h -> m, h -> m; co-parents h -> m, h -> m; grandparents h -> m, m -> h)
+    given = weights_as_given(list(scores[1:]), 3 * (L - 2), [(2, 3), (1, 2), (1, 2)], edges) if as_given else None
+    if given is not None:
+        return edges, given, arcs
+    masks = second_arcs(arcs)
+    weights = []
+    for name, x in zip(FACTORS, scores[1:]):
         w = torch.where(masks[name], x.to(edges.device, edges.dtype), edges.new_zeros(()))
         weights.append(mask_impossible(w, x.dtype))
     check_scores([(w, None) for w in weights], 3 * (L - 2), ", ".join(FACTORS))
@@ -78,9 +90,14 @@ def _checked(scores: tuple, lengths: torch.Tensor | None, who: str
 class _GraphInference(IterativeInference):
     """``forward(scores, lengths=None, target=None)`` as supar's, over the arcs of a graph."""
 
+    weights_as_given = False
+    """Whether :meth:`logits` reads the weights only through products with second arcs'
+    marginals masked by ``arcs`` (then :func:`_checked` may skip masking them)."""
+
     def logits(self, edges: torch.Tensor, siblings: torch.Tensor, coparents: torch.Tensor,
-               grandparents: torch.Tensor) -> torch.Tensor:
-        """``[B, n+1, n+1]`` logits of the arcs from checked scores (:func:`_checked`)."""
+               grandparents: torch.Tensor, arcs: torch.Tensor) -> torch.Tensor:
+        """``[B, n+1, n+1]`` logits of the arcs from checked scores (:func:`_checked`) and the
+        arcs ``[B, n+1, n+1]``."""
         raise NotImplementedError
 
     @fp32_inside
@@ -100,8 +117,9 @@ class _GraphInference(IterativeInference):
             (supar's loss) when ``target`` is given.
         """
         who = type(self).__name__
-        edges, weights, arcs = _checked(scores, lengths, who)
-        return binary_result(who, self.logits(edges, *weights), arcs, target)
+        edges, weights, arcs = _checked(scores, lengths, who, self.weights_as_given)
+        siblings, coparents, grandparents = weights
+        return binary_result(who, self.logits(edges, siblings, coparents, grandparents, arcs), arcs, target)
 
 
 class SemanticDependencyMFVI(_GraphInference):
@@ -116,13 +134,18 @@ class SemanticDependencyMFVI(_GraphInference):
         (torch.Size([2, 6, 6]), 0.0)
     """
 
-    def logits(self, edges, siblings, coparents, grandparents):
+    weights_as_given = True
+
+    def logits(self, edges, siblings, coparents, grandparents, arcs):
         q = edges
+        zero = edges.new_zeros(())
         for _ in range(self.max_iter):
-            p = q.sigmoid()  # [B, h, m]
+            p = torch.where(arcs, q.sigmoid(), zero)  # [B, h, m]
             # q(h->m) = s(h->m) + Σ_k p(h->k) sib(h,k,m) + p(k->m) cop(h,k,m) + p(m->k) grd(h,k,m)
-            q = edges + (siblings * p.unsqueeze(3) + coparents * p.unsqueeze(1)
-                         + grandparents * p.transpose(1, 2).unsqueeze(1)).sum(2)  # [B, h, k, m] summed over k
+            # (siblings: a matrix product per head; the others one product, one fused
+            # multiply-add and a sum over k, the middle axis, with p(m->k) made contiguous)
+            other = torch.addcmul(coparents * p.unsqueeze(1), grandparents, p.mT.contiguous().unsqueeze(1))
+            q = edges + torch.matmul(p.unsqueeze(2), siblings).squeeze(2) + other.sum(2)
         return q
 
 
@@ -137,7 +160,7 @@ class SemanticDependencyLBP(_GraphInference):
         torch.Size([2, 6, 6])
     """
 
-    def logits(self, edges, siblings, coparents, grandparents):
+    def logits(self, edges, siblings, coparents, grandparents, arcs):
         q = edges
         # [B, h, k, m]: to h -> m from its factor with h -> k, k -> m, m -> k
         m_sib, m_cop, m_grd = (torch.zeros_like(siblings) for _ in range(3))

@@ -37,7 +37,7 @@ def impossible_as_inf(x: torch.Tensor) -> torch.Tensor:
 
 
 def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
-                 what: str) -> bool:
+                 what: str, first: tuple[torch.Tensor, Callable[[], str]] | None = None) -> bool:
     """Refuse scores too large for masks to stay impossible; say whether any part is masked.
 
     Args:
@@ -45,6 +45,9 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
             entries that matter (broadcastable; None: all).
         parts: the number of scores one structure adds up.
         what: the arguments' names, for the message.
+        first: ``(flag, message)``: a boolean tensor (e.g. "some length is out of range"), read
+            in the same host synchronisation; if it is True, ``ValueError(message())`` is raised
+            before anything else.
 
     Returns:
         True if some usable entry is :data:`NEG` (masked). One host synchronisation in all
@@ -56,7 +59,12 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
             MAX_TOTAL_SCORE`` over usable entries above ``NEG``.
     """
     xs = [(x.detach(), usable) for x, usable in xs if x.numel()]
-    if in_range([x for x, _ in xs], parts):  # fast path: no entry masked anywhere, all small enough
+    flags = [] if first is None else [first[0].to(torch.float64).reshape(1)]
+    # fast path: no entry masked anywhere, all small enough
+    ok, clear = in_range_and_zero([x for x, _ in xs], parts, flags)
+    if first is not None and not clear[0]:
+        raise ValueError(first[1]())
+    if ok:
         return False
     stats = []
     for x, usable in xs:

@@ -549,3 +549,25 @@ def test_weights_as_given_need_one_clean_pass():
     half = clean.half()
     half[0, 0, 0, 1] = torch.finfo(torch.float16).min  # a float16 mask
     assert weights_as_given([half], 4, [(2, 3)], like) is None
+
+
+def test_arc_check_is_one_pass_with_lengths_first():
+    """check_arc_scores reads the lengths' range with the scores' bounds (one synchronisation);
+    a bad length is still reported before NaN or range errors, and ``fill`` sets the entries no
+    tree uses (what DependencyMFVI/LBP need) from the same usable mask."""
+    from synattn.structs.constants import NEG
+    from synattn.structs.dependency.arc_scores import check_arc_scores, usable_arcs
+    from synattn.structs.scores import check_scores
+
+    scores = torch.randn(2, 4, 4)
+    nan = scores.index_fill(1, torch.tensor([1]), float("nan"))  # NaN in usable arcs too
+    for bad in (torch.tensor([0, 3]), torch.tensor([3, 4])):
+        for x in (scores, nan):
+            with pytest.raises(ValueError, match=r"lengths must be \[B\] with values in 1\.\.3"):
+                check_arc_scores(x, bad)
+    out, lengths = check_arc_scores(scores, torch.tensor([3, 2]), fill=NEG)
+    usable = usable_arcs(lengths, 4)
+    assert (out[~usable] == NEG).all() and torch.equal(out[usable], scores[usable])
+    with pytest.raises(ValueError, match="first"):
+        check_scores([(scores, None)], 3, "scores", (torch.tensor(True), lambda: "first"))
+    assert not check_scores([(scores, None)], 3, "scores", (torch.tensor(False), lambda: "first"))

@@ -24,20 +24,21 @@ from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, 
 
 @overload
 def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
-                     with_masked: Literal[False] = False) -> tuple[torch.Tensor, torch.Tensor]: ...
+                     with_masked: Literal[False] = False, fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None,
-                     with_masked: Literal[True]) -> tuple[torch.Tensor, torch.Tensor, bool]: ...
-def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None, with_masked: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, bool]:
+                     with_masked: Literal[True], fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, bool]: ...
+def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None, with_masked: bool = False,
+                     fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, bool]:
     """Validate arc scores and lengths.
 
     Args:
         scores: ``[batch_size, n+1, n+1]`` arc scores (any float dtype).
         lengths: ``[batch_size]`` word counts in ``1..n``, or None for all ``n``.
+        fill: the value of the entries no tree uses in the result (after the checks).
 
     Returns:
-        Scores in float32/float64 with every entry that no tree uses set to 0 (so that padding
+        Scores in float32/float64 with every entry that no tree uses set to ``fill`` (so that padding
         may hold anything, even NaN), entries ``<= NEG`` (``-inf``, ``finfo.min``...) set to
         :data:`~synattn.structs.constants.NEG` (masked arcs), the lengths as a long tensor on
         the scores' device and, if ``with_masked``, whether any usable arc is masked.
@@ -54,11 +55,18 @@ def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None, with_ma
     if lengths is None:
         lengths = torch.full((batch,), L - 1, dtype=torch.long, device=scores.device)
     lengths = torch.as_tensor(lengths, device=scores.device).long()
-    if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > L - 1).any()):
-        raise ValueError(f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}")
+
+    def bad_lengths() -> str:
+        return f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}"
+    if lengths.shape != (batch,):
+        raise ValueError(bad_lengths())
+    usable = usable_arcs(lengths, L)
     scores = mask_impossible(scores.to(float_dtype(scores)), scores.dtype)
-    scores = torch.where(usable_arcs(lengths, L), scores, scores.new_zeros(()))
-    masked = check_scores([(scores, None)], L - 1, "scores")
+    scores = torch.where(usable, scores, scores.new_zeros(()))
+    # (the lengths' range read in the scores' one host synchronisation)
+    masked = check_scores([(scores, None)], L - 1, "scores", (((lengths < 1) | (lengths > L - 1)).any(), bad_lengths))
+    if fill != 0.0:
+        scores = torch.where(usable, scores, scores.new_full((), fill))
     return (scores, lengths, masked) if with_masked else (scores, lengths)
 
 

@@ -50,13 +50,13 @@ def _arcs(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor | 
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Arc logits ``[B, L, L]`` (unusable heads at :data:`NEG`) and lengths, the siblings' type
     and shape checked."""
-    scores, lengths = check_arc_scores(scores, lengths)
+    scores, lengths = check_arc_scores(scores, lengths, fill=NEG)
     score_tensor(siblings, "siblings", who)
     batch, L, _ = scores.shape
     if siblings.shape != (batch, L, L, L):
         raise ValueError(f"{who}: siblings must be [B, n+1, n+1, n+1] = {[batch, L, L, L]} like "
                          f"the arc scores, got {list(siblings.shape)}")
-    return torch.where(usable_arcs(lengths, L), scores, scores.new_full((), NEG)), lengths
+    return scores, lengths
 
 
 def _factors(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor

@@ -26,8 +26,13 @@ def mask_impossible(x: torch.Tensor, source: torch.dtype | None = None) -> torch
     ``source``: the dtype ``x`` was cast from; for float16, whose ``finfo.min`` is only
     ``-65504``, entries at or below that minimum are masks too.
     """
-    limit = torch.finfo(torch.float16).min if source == torch.float16 else NEG
-    return x.masked_fill(x <= limit, NEG)
+    return x.masked_fill(x <= mask_limit(source), NEG)
+
+
+def mask_limit(source: torch.dtype | None = None) -> float:
+    """The value at or below which :func:`mask_impossible` reads an entry of scores cast from
+    ``source`` as a mask: :data:`NEG`, or float16's ``finfo.min``."""
+    return torch.finfo(torch.float16).min if source == torch.float16 else NEG
 
 
 def impossible_as_inf(x: torch.Tensor) -> torch.Tensor:
@@ -76,16 +81,25 @@ def check_scores(xs: list[tuple[torch.Tensor, torch.Tensor | None]], parts: int,
         hit = (masked if usable is None else masked & usable).any()
         stats += [top, hit.to(x.dtype), nan.any().to(x.dtype)]
     values = torch.stack(stats).tolist()
-    if any(values[2::3]):
+    check_range(what, any(values[2::3]), max(values[0::3]), parts)
+    return any(v > 0 for v in values[1::3])
+
+
+def check_range(what: str, nan: bool, top: float, parts: int) -> None:
+    """:func:`check_scores`' verdict from its statistics (also those a compiled pass gathers):
+    ``nan`` whether a usable entry is NaN, ``top`` the largest magnitude of a usable unmasked one.
+
+    Raises:
+        ValueError: NaN, or ``parts * top > MAX_TOTAL_SCORE``.
+    """
+    if nan:
         raise ValueError(f"{what}: NaN among the scores (only entries that no structure uses, "
                          f"past a sentence's length, may hold NaN)")
-    top = max(values[0::3])
     if top * parts > MAX_TOTAL_SCORE:
         raise ValueError(f"{what}: finite scores up to {top:.3g} in magnitude over {parts} parts "
                          f"per structure exceed the supported range (parts x max|score| <= "
                          f"{MAX_TOTAL_SCORE:.0e}); mask impossible parts with -inf or any value "
                          f"<= {NEG:.0e} instead")
-    return any(v > 0 for v in values[1::3])
 
 
 
@@ -110,7 +124,7 @@ def in_range_and_zero(xs: list[torch.Tensor], parts: int, zeros: list[torch.Tens
     bounds = torch.stack(reduced).tolist() if reduced else []
     cut = 2 * len(xs)
     lows, highs = bounds[0:cut:2], bounds[1:cut:2]
-    limits = [torch.finfo(torch.float16).min if x.dtype == torch.float16 else NEG for x in xs]
+    limits = [mask_limit(x.dtype) for x in xs]
     ok = not xs or (not any(v != v for v in bounds[:cut])  # (NaN anywhere)
                     and all(lo > limit for lo, limit in zip(lows, limits))
                     and max(max(highs), -min(lows)) * parts <= MAX_TOTAL_SCORE)

@@ -173,3 +173,103 @@ def test_kl_and_the_distribution_adapter():
     assert support.shape == (64, 2, 3, 3, 2)
     torch.testing.assert_close(dist.log_prob(support).exp().sum(0), torch.ones(2, dtype=torch.float64))
     torch.testing.assert_close(dist.perplexity(), p.perplexity)
+
+
+def _both_paths(scores, lengths):
+    """The labelled CRF on the compiled path (one pass over the labels) and on the PyTorch one."""
+    from synattn.structs.backend import use_backend
+
+    with use_backend("torch"):
+        slow = TreeCRF(scores, lengths)
+        slow_values = (slow.log_partition, slow.marginals, slow.max, slow.argmax)
+    fast = TreeCRF(scores, lengths)
+    return (fast.log_partition, fast.marginals, fast.max, fast.argmax), slow_values
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+def test_compiled_label_reduction_matches_the_torch_path(dtype):
+    """Masked labels, dead spans (every label masked), a sentence without a tree, NaN past the
+    lengths, float16's mask value, a non-contiguous tensor: the compiled pass gives the values
+    of the PyTorch path."""
+    gen = torch.Generator().manual_seed(4)
+    scores = torch.randn(4, 6, 6, 5, generator=gen, dtype=torch.float64) * 3
+    scores[torch.rand(scores.shape, generator=gen) < 0.3] = -float("inf")
+    scores[1, 0, 2] = -float("inf")  # a dead span
+    scores[2, 0, 3] = -1e9  # the whole sentence of length 4 dead: no tree
+    scores[3, 4:] = float("nan")  # past the length 4
+    scores = scores.to(dtype)
+    if dtype == torch.float16:
+        scores[0, 1, 1, 0] = torch.finfo(torch.float16).min  # float16's mask
+    lengths = torch.tensor([6, 5, 4, 4])
+    for x in (scores, scores.transpose(1, 2).contiguous().transpose(1, 2)):
+        fast, slow = _both_paths(x, lengths)
+        for a, b in zip(fast, slow):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert fast[0][2] == -float("inf") and fast[3][2].sum() == 0
+
+
+def test_compiled_label_reduction_gradients():
+    """The gradient of log Z is the label softmax times the span marginals, differentiable again
+    (gradcheck and gradgradcheck through the compiled pass, masked labels and NaN padding)."""
+    scores = random_scores([3, 2], 3, 11, p_mask=0.3)
+    scores[1, 2] = float("nan")  # past the length 2
+    lengths = torch.tensor([3, 2])
+    free = scores > -float("inf")
+    base = torch.where(free, scores, 0.0)
+
+    def log_z(x):  # (the masked entries stay -inf, the NaN padding stays NaN)
+        return TreeCRF(torch.where(free, x, scores), lengths).log_partition
+
+    x = base.clone().requires_grad_()
+    torch.autograd.gradcheck(log_z, (x,))
+    torch.autograd.gradgradcheck(log_z, (x,))
+    (g,) = torch.autograd.grad(log_z(x).sum(), x)
+    torch.testing.assert_close(g, TreeCRF(scores, lengths).marginals.nan_to_num())
+    mu = TreeCRF(torch.where(free, x, scores), lengths).marginals
+    (h,) = torch.autograd.grad((mu * torch.randn(mu.shape, dtype=mu.dtype)).nan_to_num().sum(), x)
+    assert torch.isfinite(h).all() and (h[~free] == 0).all() and (h[1, 2] == 0).all()
+
+
+def test_compiled_label_reduction_checks_like_check_scores():
+    """The compiled pass refuses what check_scores refuses (NaN inside a sentence, a label or a
+    reduced span score too large for the masks) and accepts NaN past the lengths."""
+    from synattn.structs.constants import MAX_TOTAL_SCORE
+
+    with pytest.raises(ValueError, match="NaN among the scores"):
+        TreeCRF(torch.tensor([[[[0.0, float("nan")]]]]))
+    TreeCRF(torch.full((1, 2, 2, 2), float("nan")).index_fill(1, torch.tensor([0]), 0.0).tril(),
+            torch.tensor([1]))
+    parts = 2 * 2 - 1
+    edge = MAX_TOTAL_SCORE / parts  # |label| at the limit: accepted; its log-sum-exp over two
+    ok = torch.full((1, 2, 2, 1), edge, dtype=torch.float64)  # equal labels is past it
+    TreeCRF(ok)
+    for backend in ("torch", "auto"):
+        from synattn.structs.backend import use_backend
+
+        with use_backend(backend), pytest.raises(ValueError, match="exceed the supported range"):
+            TreeCRF(ok.expand(1, 2, 2, 2))
+
+
+def test_compiled_path_reads_the_labels_in_compiled_passes_only():
+    """Building a labelled TreeCRF on CPU and taking log Z, the marginals and the best tree run
+    no PyTorch operation over the labelled scores (the mask, range check, log-sum-exp and
+    dead-span test were one PyTorch pass each, more time than the unlabelled CKY at
+    torch-struct's sizes)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    scores = torch.randn(2, 7, 7, 4)
+    reads = []
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            flat = torch.utils._pytree.tree_leaves((args, kwargs))
+            if func not in (torch.ops.aten.detach.default, torch.ops.aten.alias.default) and any(
+                    isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr()
+                    == scores.untyped_storage().data_ptr() for t in flat):
+                reads.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Reads(), torch.no_grad():
+        crf = TreeCRF(scores, torch.tensor([7, 4]))
+        crf.log_partition, crf.marginals, crf.argmax
+    assert reads == []

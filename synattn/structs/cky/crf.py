@@ -98,6 +98,14 @@ class TreeCRF(PeerNames):
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None):
         self.scores, self.lengths = check_span_scores(scores, lengths)
 
+    @classmethod
+    def _from_checked(cls, scores: torch.Tensor, lengths: torch.Tensor) -> TreeCRF:
+        """The CRF over scores :func:`check_span_scores` would return as they are (masks ``NEG``,
+        0 outside the sentences, in range) and checked lengths, without checking them again."""
+        crf = super().__new__(cls)
+        crf.scores, crf.lengths = scores, lengths
+        return crf
+
     @cached_property
     @fp32_inside
     def log_partition(self) -> torch.Tensor:

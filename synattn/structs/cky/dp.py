@@ -52,6 +52,19 @@ def span_mask(lengths: torch.Tensor, N: int) -> torch.Tensor:
     return (pos[:, None] <= pos[None, :]) & inside.unsqueeze(1) & inside.unsqueeze(2)
 
 
+def check_lengths(lengths: torch.Tensor | None, batch: int, N: int,
+                  device: torch.device) -> torch.Tensor:
+    """``[batch]`` long lengths on ``device`` (default all ``N``); ValueError unless in ``1..N``."""
+    if lengths is None:
+        return torch.full((batch,), N, dtype=torch.long, device=device)
+    lengths = torch.as_tensor(lengths, device=device).long()
+    # (one host synchronisation for the lengths and one in check_scores: on CUDA as many as the
+    # two comparisons of the lengths took before the scores were checked for NaN and range)
+    if lengths.shape != (batch,) or bool(((lengths < 1) | (lengths > N)).any()):
+        raise ValueError(f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}")
+    return lengths
+
+
 def check_span_scores(scores: torch.Tensor,
                       lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate span scores and lengths.
@@ -68,13 +81,7 @@ def check_span_scores(scores: torch.Tensor,
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 1:
         raise ValueError(f"span scores must be [B, N, N] with N >= 1, got {tuple(scores.shape)}")
     batch, N, _ = scores.shape
-    if lengths is None:
-        lengths = torch.full((batch,), N, dtype=torch.long, device=scores.device)
-    lengths = torch.as_tensor(lengths, device=scores.device).long()
-    # (one host synchronisation for the lengths and one in check_scores: on CUDA as many as the
-    # two comparisons of the lengths took before the scores were checked for NaN and range)
-    if lengths.shape != (batch,) or bool(((lengths < 1) | (lengths > N)).any()):
-        raise ValueError(f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}")
+    lengths = check_lengths(lengths, batch, N, scores.device)
     scores = scores.to(float_dtype(scores))
     scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(())).clamp_min(NEG)
     check_scores([(scores, None)], 2 * N - 1, "scores")  # (NaN, and the range of the scores)

@@ -15,6 +15,12 @@ over one score per span, as for labelled arcs (:mod:`synattn.structs.dependency.
   second best may differ from the best in one label only;
 - the semiring programs: CKY over ``⊕_l s[i, j, l]`` (any semiring: the labels are independent).
 
+On CPU tensors one compiled pass over the labelled scores (:mod:`synattn.structs._label_kernels`)
+checks them (NaN, range) and reduces each span's labels (log-sum-exp, best label) for the compiled
+unlabelled kernels; the labelled marginals are a second pass, and the gradient of ``log Z`` is the
+label softmax (:class:`_LabelLogSumExp`, differentiable again). The masked copy
+``labelled_scores`` is then only built when asked for (k-best, sampling, scores of given trees).
+
 A labelled tree is a 0/1 chart ``[B, N, N, NT]`` (the layout of the marginals and of
 torch-struct's parts): 1 at ``(i, j, l)`` for each span ``(i, j)`` of the tree with label ``l``.
 
@@ -29,15 +35,15 @@ from functools import cache, cached_property
 from typing import TYPE_CHECKING, cast
 
 import torch
-import torch.nn.functional as F
 
 from ..arguments import score_tensor
+from ..backend import kernels, use_numba
 from ..constants import NEG
 from ..distribution import StructDistribution, _gumbel_argmax, check_count
-from ..scores import check_scores, float_dtype, fp32_inside, mask_impossible
+from ..scores import check_range, check_scores, float_dtype, fp32_inside, mask_impossible, mask_limit
 from ..semirings import programs
 from .crf import TreeCRF
-from .dp import check_span_scores, span_mask
+from .dp import _dead_to_inf, check_lengths, span_mask
 
 if TYPE_CHECKING:  # the mixin sits in front of TreeCRF (see labelled_class)
     _Mixed = TreeCRF
@@ -52,6 +58,8 @@ class LabelledSpans(StructDistribution, _Mixed):
     outside the sentences 0)."""
 
     _base: type[TreeCRF]
+    _reduction: tuple[torch.Tensor, float, torch.Tensor] | None = None
+    """Compiled path: ``(usable spans [B, N, N], mask limit, float64 log-sum-exp [B, N, N])``."""
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None):
         score_tensor(scores, "scores", "TreeCRF")
@@ -60,19 +68,43 @@ class LabelledSpans(StructDistribution, _Mixed):
             raise ValueError(f"TreeCRF: labelled span scores must be [B, N, N, labels] with N, "
                              f"labels >= 1, got {tuple(scores.shape)}")
         batch, N = scores.shape[:2]
-        _, lengths = check_span_scores(scores.new_zeros(batch, N, N), lengths)  # (the lengths)
-        within = span_mask(lengths, N).unsqueeze(-1)
-        labelled = mask_impossible(scores.to(float_dtype(scores)), scores.dtype)
-        labelled = torch.where(within, labelled, labelled.new_zeros(()))  # (NaN outside: no gradient)
+        self.lengths = check_lengths(lengths, batch, N, scores.device)
+        self._labels, self._source = scores.to(float_dtype(scores)), scores.dtype
+        if use_numba(self._labels):  # one compiled pass: check and reduce (module docstring)
+            usable, limit = span_mask(self.lengths, N), mask_limit(scores.dtype)
+            lse, best, arg, nan, top = kernels("_label_kernels").reduce_labels(
+                self._labels.detach(), usable, limit)
+            check_range("scores", nan, top, 2 * N - 1)
+            reduced = lse.to(self._labels.dtype)
+            if torch.is_grad_enabled() and self._labels.requires_grad:
+                reduced = _LabelLogSumExp.apply(self._labels, reduced, usable, limit)
+            self.scores = reduced  # (as check_span_scores would return it)
+            self._reduction, self._best_labels = (usable, limit, lse), (best, arg)
+            return
+        labelled = self.labelled_scores
         check_scores([(labelled, None)], 2 * N - 1, "scores")
-        self.labelled_scores = labelled
-        """``[B, N, N, NT]`` labelled span scores; masked labels ``NEG``, unusable entries 0."""
         dead = (labelled <= NEG).all(-1)  # every label of the span masked: the span is forbidden
-        super().__init__(torch.logsumexp(labelled, -1).masked_fill(dead, NEG), lengths)
+        super().__init__(torch.logsumexp(labelled, -1).masked_fill(dead, NEG), self.lengths)
+
+    @cached_property
+    def labelled_scores(self) -> torch.Tensor:
+        """``[B, N, N, NT]`` labelled span scores; masked labels ``NEG``, unusable entries 0."""
+        within = span_mask(self.lengths, self._labels.shape[1]).unsqueeze(-1)
+        labelled = mask_impossible(self._labels, self._source)
+        return torch.where(within, labelled, labelled.new_zeros(()))  # (NaN outside: no gradient)
 
     @property
     def num_labels(self) -> int:
-        return self.labelled_scores.shape[-1]
+        return self._labels.shape[-1]
+
+    @cached_property
+    @fp32_inside
+    def log_partition(self) -> torch.Tensor:
+        """``[B]`` log-sum of the scores of all labelled trees; ``-inf`` if none is allowed."""
+        if self._reduction is None or self.scores.requires_grad:
+            return self._base.log_partition.func(self)  # type: ignore[attr-defined]
+        log_z = kernels("cky._kernels").log_partition(self._reduction[2], self.lengths)
+        return _dead_to_inf(log_z.to(self.scores.dtype))  # (the compiled CKY on the float64 reduction)
 
     # --- marginals -----------------------------------------------------------------------------
 
@@ -86,7 +118,10 @@ class LabelledSpans(StructDistribution, _Mixed):
     def marginals(self) -> torch.Tensor:
         """``[B, N, N, NT]`` ``p((i, j) in the tree with label l)``; differentiable. 0 outside
         each sentence and where no tree exists."""
-        return self.span_marginals.unsqueeze(-1) * torch.softmax(self.labelled_scores, -1)
+        mu = self.span_marginals
+        if self._reduction is not None and not mu.requires_grad:  # (one compiled pass)
+            return kernels("_label_kernels").label_marginals(self._labels.detach(), *self._reduction, mu)
+        return mu.unsqueeze(-1) * torch.softmax(self.labelled_scores, -1)
 
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(self.labelled_scores, self.marginals)]
@@ -110,7 +145,7 @@ class LabelledSpans(StructDistribution, _Mixed):
     @cached_property
     def _max_crf(self) -> TreeCRF:
         """The unlabelled CRF whose span scores are each span's best label score."""
-        return self._base(self._best_labels[0], self.lengths)
+        return self._base._from_checked(self._best_labels[0], self.lengths)
 
     @property
     def max(self) -> torch.Tensor:
@@ -124,7 +159,8 @@ class LabelledSpans(StructDistribution, _Mixed):
 
     def _with_labels(self, trees: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """0/1 charts ``[..., B, N, N]`` with ``labels [..., B, N, N]`` → ``[..., B, N, N, NT]``."""
-        return trees.unsqueeze(-1) * F.one_hot(labels, self.num_labels).to(trees.dtype)
+        out = trees.new_zeros(*trees.shape, self.num_labels)
+        return out.scatter_(-1, labels.expand(trees.shape).unsqueeze(-1), trees.unsqueeze(-1))
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, B, N, N, NT]`` exact samples of labelled trees: trees of the unlabelled CRF
@@ -178,7 +214,7 @@ class LabelledSpans(StructDistribution, _Mixed):
 
     def _event_shape(self) -> tuple[int, ...]:
         """One labelled tree's shape ``(N, N, NT)`` (for :mod:`synattn.structs.torch_distribution`)."""
-        return tuple(self.labelled_scores.shape[1:])
+        return tuple(self._labels.shape[1:])
 
     # --- semiring programs and count -------------------------------------------------------------
 
@@ -187,6 +223,28 @@ class LabelledSpans(StructDistribution, _Mixed):
 
     def _with_scores(self, scores: torch.Tensor) -> TreeCRF:
         return type(self)(scores, self.lengths)
+
+
+class _LabelLogSumExp(torch.autograd.Function):
+    """``[B, N, N]`` span scores reduced by the compiled pass (``reduced``), with the gradient of
+    ``logsumexp_l x[..., l]``: the label softmax ``exp(x - reduced)`` over the usable unmasked
+    labels of live spans, 0 elsewhere, written in PyTorch so that it is differentiable again."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, reduced: torch.Tensor, usable: torch.Tensor,
+                limit: float) -> torch.Tensor:
+        out = reduced.clone()
+        ctx.save_for_backward(x, out)
+        ctx.usable, ctx.limit = usable, limit
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, out = ctx.saved_tensors
+        z = out.unsqueeze(-1)
+        valid = (ctx.usable & (out > NEG)).unsqueeze(-1) & (x > ctx.limit)  # (False at NaN)
+        p = torch.where(valid, torch.exp(torch.where(valid, x, z) - z), 0.0)
+        return grad.unsqueeze(-1) * p, None, None, None
 
 
 def labelled_cky(sr, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

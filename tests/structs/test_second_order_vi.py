@@ -163,3 +163,39 @@ def test_compiled_path_refuses_nan_siblings_like_the_torch_path(cls):
     for backend in ("numba", "torch"):
         with use_backend(backend), pytest.raises(ValueError, match="siblings: NaN"):
             cls()((scores, siblings), lengths)
+
+
+@pytest.mark.parametrize("cls", [DependencyMFVI, DependencyLBP])
+def test_compiled_path_checks_raw_arc_scores_in_the_kernel(cls, monkeypatch):
+    """On CPU the kernels read the raw arc scores, mask and check them and return the marginals
+    with the logits (no PyTorch pass over the scores when they are clean); what they flag goes
+    through check_arc_scores, with its messages, and every input gives the PyTorch path's result."""
+    pytest.importorskip("numba")
+    from synattn.structs.backend import use_backend
+    from synattn.structs.dependency import second_order_vi
+
+    scores, siblings, lengths = inputs(14, lengths=(5, 2, 4))
+    calls = []
+    checked = second_order_vi.check_arc_scores
+    monkeypatch.setattr(second_order_vi, "check_arc_scores", lambda *a, **k: calls.append(1) or checked(*a, **k))
+    dirty = scores.clone()
+    dirty[1, 3:] = float("nan")  # padding
+    dirty[0, 2, 3] = -float("inf")  # a masked arc
+    for x in (dirty, dirty.float(), dirty.half(), dirty.bfloat16()):
+        calls.clear()
+        with use_backend("numba"):
+            ours = cls()((x, siblings), lengths)
+        # (half types are cast and checked before the kernels)
+        assert len(calls) == (x.dtype not in (torch.float32, torch.float64))
+        with use_backend("torch"):
+            theirs = cls()((x, siblings), lengths)
+        assert torch.allclose(ours.double(), theirs.double(), atol=1e-6)
+    for bad, match in ((float("nan"), "scores: NaN"), (1e9, "exceed the supported range")):
+        x = scores.clone()
+        x[2, 1, 4] = bad
+        for backend in ("numba", "torch"):
+            with use_backend(backend), pytest.raises(ValueError, match=match):
+                cls()((x, siblings), lengths)
+    for backend in ("numba", "torch"):
+        with use_backend(backend), pytest.raises(ValueError, match=r"lengths must be \[B\] with values in 1\.\.5"):
+            cls()((scores, siblings), torch.tensor([5, 0, 4]))

@@ -7,7 +7,12 @@ up to rounding (the tests compare the two, and the adjoint with ``gradcheck``), 
 ``[B, n+1, n+1, n+1]`` temporaries: the pair mask (``h``, ``s``, ``m`` distinct, ``s``, ``m``
 words, ``h`` ROOT or a word) and the mask value (entries ``<= NEG`` are :data:`NEG`) are applied
 as the sibling scores are read, and entries outside the pairs are never read (they may be NaN).
-One sentence per ``numba.prange`` iteration, float64 arithmetic whatever the input dtype.
+One sentence per ``numba.prange`` iteration, float64 arithmetic whatever the input dtype. The
+kernels also read the raw arc scores (masks of ``check_arc_scores(..., fill=NEG)`` applied and its
+checks' statistics returned, so that clean inputs need no PyTorch pass), copy each sentence's
+factors once into a clean float64 block (``W``: then every round is a plain product), keep the
+logits transposed (``qT[d, h]``: the softmax over heads reads contiguous rows) and return the
+marginals with the logits.
 
 - **MFVI**: per round, the column softmax ``P[s, h] = softmax_h q[h, s]`` and
   ``q[h, m] = s[h, m] + Σ_s P[s, h] · sib[h, s, m]`` (log-linear, any score range); the adjoint
@@ -53,41 +58,77 @@ def _pair(h, s, m, n):
 
 
 @_jit
-def _softmax_columns(q, n, P):
-    """``P[s, h] = softmax over h in 0..n of q[h, s]`` for the words ``s``."""
+def _softmax_columns(qT, n, P):
+    """``P[s, h] = softmax over h in 0..n of q[h, s]`` for the words ``s``, from the logits
+    transposed, ``qT[s, h] = q[h, s]`` (the kernels keep them so: contiguous, vectorised)."""
     for s in range(1, n + 1):
-        top = q[0, s]
+        top = qT[s, 0]
         for h in range(1, n + 1):
-            top = max(top, q[h, s])
+            top = max(top, qT[s, h])
+        for h in range(n + 1):
+            P[s, h] = _exp(qT[s, h] - top)
         total = 0.0
         for h in range(n + 1):
-            e = _exp(q[h, s] - top)
-            P[s, h] = e
-            total += e
+            total += P[s, h]
         for h in range(n + 1):
             P[s, h] /= total
 
 
 @_jit
-def _stats(sib, n, out):
-    """``out[:] = (NaN present 1/0, smallest, largest)`` over the factors' scores above
-    :data:`NEG` (``+inf``/``-inf`` when there are none); per-``m`` accumulators, so that the
-    loop vectorises."""
+def _clean_arcs(s, n, out, stats):
+    """``out[d, h]`` (float64 ``[L, L]``, transposed) = ``s[h, d]`` on the arcs some head choice uses (``h``
+    ROOT or a word, ``d`` a word, ``h != d``), entries ``<= NEG`` as :data:`NEG`, and
+    :data:`NEG` elsewhere (as ``check_arc_scores(..., fill=NEG)``); ``stats[:] = (NaN present
+    1/0, smallest, largest)`` over those arcs' scores above :data:`NEG`."""
+    L = s.shape[0]
+    nan, lo, hi = 0.0, np.inf, -np.inf
+    for h in range(L):
+        for d in range(L):
+            x = np.float64(s[h, d])
+            use = h <= n and 1 <= d <= n and h != d
+            nan = 1.0 if (use and x != x) else nan
+            ok = use and x > NEG
+            lo = min(lo, x if ok else np.inf)
+            hi = max(hi, x if ok else -np.inf)
+            out[d, h] = (NEG if x <= NEG else x) if use else NEG
+    stats[0], stats[1], stats[2] = nan, lo, hi
+
+
+@_jit
+def _clean_factors(sib, n, off, W, stats):
+    """``W[h, s, m]`` (float64 ``[n+1, n+1, n+1]``) = ``sib[h, s, m]`` on the factors (entries
+    ``<= NEG`` as :data:`NEG`), ``off`` elsewhere; ``stats[:] = (NaN present 1/0, smallest,
+    largest)`` over the factors' scores above :data:`NEG` (``+inf``/``-inf`` when there are
+    none). One pass, per-``m`` accumulators so that the loop vectorises."""
     nan = np.zeros(n + 1)
     lo = np.full(n + 1, np.inf)
     hi = np.full(n + 1, -np.inf)
     for h in range(n + 1):
-        for s in range(1, n + 1):
-            if s == h:
-                continue
+        for j in range(n + 1):
+            row = j >= 1 and j != h
             for m in range(n + 1):
-                x = sib[h, s, m]
-                ok = m >= 1 and m != s and m != h
+                x = np.float64(sib[h, j, m])
+                ok = row and m >= 1 and m != j and m != h
                 nan[m] = 1.0 if (ok and x != x) else nan[m]
                 use = ok and x > NEG
                 lo[m] = min(lo[m], x if use else np.inf)
                 hi[m] = max(hi[m], x if use else -np.inf)
-    out[0], out[1], out[2] = nan.max(), lo.min(), hi.max()
+                W[h, j, m] = (NEG if x <= NEG else x) if ok else off
+    stats[0], stats[1], stats[2] = nan.max(), lo.min(), hi.max()
+
+
+@_jit
+def _marginals(qT, n, P, mu, out):
+    """``mu[h, d] = softmax_h q[h, d]`` for the words ``d`` (other entries of ``mu`` untouched)
+    and ``out = q`` from ``qT``."""
+    _softmax_columns(qT, n, P)
+    for h in range(n + 1):
+        for d in range(1, n + 1):
+            mu[h, d] = P[d, h]
+    L = qT.shape[0]
+    for h in range(L):
+        for d in range(L):
+            out[h, d] = qT[d, h]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,15 +136,14 @@ def _stats(sib, n, out):
 # ---------------------------------------------------------------------------------------------
 
 @_jit
-def _mfvi_rounds(s, sib, n, T, q, P, Ps, keep):
-    """``T`` rounds from ``q = s`` (``q [L, L]`` overwritten in rows and columns ``0..n``);
-    with ``keep`` each round's ``P`` goes to ``Ps[t]``."""
+def _mfvi_rounds(sT, W, n, T, qT, P, Ps, keep):
+    """``T`` rounds from ``q = s`` (clean arc scores ``[L, L]`` transposed, :func:`_clean_arcs`;
+    ``qT`` the logits transposed) with the factors ``W`` of :func:`_clean_factors`
+    (0 off the factors); with ``keep`` each round's ``P`` goes to ``Ps[t]``."""
     acc = np.empty(n + 1)
-    for h in range(n + 1):
-        for d in range(n + 1):
-            q[h, d] = s[h, d]
+    qT[:, :] = sT
     for t in range(T):
-        _softmax_columns(q, n, P)
+        _softmax_columns(qT, n, P)
         if keep:
             Ps[t] = P
         for h in range(n + 1):
@@ -112,45 +152,63 @@ def _mfvi_rounds(s, sib, n, T, q, P, Ps, keep):
                 p = P[j, h]
                 if j == h or p == 0.0:
                     continue
-                for m in range(1, n + 1):
-                    x = sib[h, j, m]
-                    x = NEG if x <= NEG else x
-                    acc[m] += p * (0.0 if (m == j or m == h) else x)
+                for m in range(n + 1):  # (0 off the factors: a plain product, vectorised)
+                    acc[m] += p * W[h, j, m]
             for m in range(1, n + 1):
                 if m != h:
-                    q[h, m] = s[h, m] + acc[m]
+                    qT[m, h] = sT[m, h] + acc[m]
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False)
 def _mfvi(s, sib, lengths, T):
     batch, L = s.shape[0], s.shape[1]
     out = np.empty((batch, L, L))
-    checks = np.empty((batch, 3))
+    mu = np.zeros((batch, L, L))
+    checks = np.empty((batch, 6))
     for b in numba.prange(batch):
         n = lengths[b]
-        _stats(sib[b], n, checks[b])
-        for h in range(L):
-            for d in range(L):
-                out[b, h, d] = s[b, h, d]
+        clean = np.empty((L, L))
+        _clean_arcs(s[b], n, clean, checks[b, :3])
+        W = np.empty((n + 1, n + 1, n + 1))
+        _clean_factors(sib[b], n, 0.0, W, checks[b, 3:])
         P = np.empty((n + 1, n + 1))
-        _mfvi_rounds(s[b], sib[b], n, T, out[b], P, P.reshape((1, n + 1, n + 1)), False)
-    return out, checks
+        qT = np.empty((L, L))
+        _mfvi_rounds(clean, W, n, T, qT, P, P.reshape((1, n + 1, n + 1)), False)
+        _marginals(qT, n, P, mu[b], out[b])
+    return out, mu, checks
+
+
+@_jit
+def _arc_gradient(s, n, g, out):
+    """``out[h, d] = g[h, d]`` on the arcs :func:`_clean_arcs` reads with a score above
+    :data:`NEG`, 0 elsewhere (the gradient of its masks)."""
+    L = s.shape[0]
+    for h in range(L):
+        for d in range(L):
+            use = h <= n and 1 <= d <= n and h != d and s[h, d] > NEG
+            out[h, d] = g[h, d] if use else 0.0
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False)
 def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
-    """``d/ds [B, L, L]`` and ``d/dsib [B, L, L, L]`` (layout of ``sib``; 0 outside the factors
-    and at masked entries) of ``Σ gq · q``."""
+    """``d/ds [B, L, L]`` and ``d/dsib [B, L, L, L]`` (layouts of the raw ``s`` and ``sib``; 0
+    outside the arcs and factors and at masked entries) of ``Σ gq · q``."""
     batch, L = s.shape[0], s.shape[1]
-    gs = gq.copy()
+    gs = np.zeros((batch, L, L))
     gsib = np.zeros((batch, L, L, L) if want_sib else (batch, 0, 0, 0))
     for b in numba.prange(batch):
         n = lengths[b]
+        stats = np.empty(3)
+        clean = np.empty((L, L))
+        _clean_arcs(s[b], n, clean, stats)
+        W = np.empty((n + 1, n + 1, n + 1))
+        _clean_factors(sib[b], n, 0.0, W, stats)
         q = np.empty((L, L))
         Ps = np.empty((T, n + 1, n + 1))
-        _mfvi_rounds(s[b], sib[b], n, T, q, np.empty((n + 1, n + 1)), Ps, True)
+        _mfvi_rounds(clean, W, n, T, q, np.empty((n + 1, n + 1)), Ps, True)
         Gs = np.empty((T, n + 1, n + 1))  # Gs[t]: d/dq after round t (the input of round t+1)
         G = np.zeros((n + 1, n + 1))
+        total = gq[b].copy()  # d/d(clean s)
         for h in range(n + 1):
             for d in range(n + 1):
                 G[h, d] = gq[b, h, d]
@@ -162,10 +220,8 @@ def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
                 for j in range(1, n + 1):
                     acc = 0.0
                     if j != h:
-                        for m in range(1, n + 1):
-                            x = sib[b, h, j, m]
-                            x = NEG if x <= NEG else x
-                            acc += G[h, m] * (0.0 if (m == j or m == h) else x)
+                        for m in range(n + 1):
+                            acc += G[h, m] * W[h, j, m]
                     gP[j, h] = acc
             G = np.zeros((n + 1, n + 1))
             for j in range(1, n + 1):  # through the column softmax
@@ -176,14 +232,15 @@ def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
                     G[h, j] = P[j, h] * (gP[j, h] - dot)
             for h in range(n + 1):
                 for d in range(n + 1):
-                    gs[b, h, d] += G[h, d]
+                    total[h, d] += G[h, d]
+        _arc_gradient(s[b], n, total, gs[b])
         if want_sib:  # d/dsib[h, s, m] = Σ_t P_t[s, h] G_{t+1}[h, m]
             for h in range(n + 1):
                 for j in range(1, n + 1):
                     if j == h:
                         continue
                     for m in range(1, n + 1):
-                        if m == j or m == h or not sib[b, h, j, m] > NEG:
+                        if m == j or m == h or not W[h, j, m] > NEG:
                             continue
                         acc = 0.0
                         for t in range(T):
@@ -197,20 +254,17 @@ def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
 # ---------------------------------------------------------------------------------------------
 
 @_jit
-def _exp_factors(sib, n, E):
-    """``E[m, s, h] = exp(sib[h, m, s])`` on the factors (0 elsewhere and for masked entries);
-    written in the layout of ``sib`` first (contiguous, vectorised), then transposed."""
-    T = np.empty((n + 1, n + 1, n + 1))
-    for h in range(n + 1):
-        for m in range(n + 1):
-            for j in range(n + 1):
-                x = sib[h, m, j]
-                v = _exp(x)
-                T[h, m, j] = v if (_pair(h, m, j, n) and x > NEG) else 0.0
+def _exp_factors(W, n, E):
+    """``E[m, s, h] = exp(W[h, m, s])`` from the factors of :func:`_clean_factors` with
+    ``off = NEG`` (so 0 off the factors and at masked entries); ``W`` is overwritten (the
+    exponentials in its layout first, contiguous and vectorised, then transposed)."""
+    flat = W.reshape(-1)
+    for i in range(flat.shape[0]):  # (one long loop: rows of n+1 are too short to vectorise)
+        flat[i] = _exp(flat[i])
     for m in range(n + 1):
         for j in range(n + 1):
             for h in range(n + 1):
-                E[m, j, h] = T[h, m, j]
+                E[m, j, h] = W[h, m, j]
 
 
 @_jit
@@ -233,20 +287,18 @@ def _message(P, old, E, n, L, out):
 
 
 @_jit
-def _lbp_rounds(s, E, n, L, T, q, P, mus, Ps, keep):
-    """``T`` rounds from ``q = s``, ``μ = 1``; messages in ``mus[0]`` (``[n+1, n+1, n+1]``,
-    ``mus[0][m, s, h] = μ[h, m, s]``), or with ``keep`` round ``t``'s in ``mus[t+1]`` and its
-    ``P`` in ``Ps[t]`` (``mus[0]`` stays 1)."""
+def _lbp_rounds(sT, E, n, L, T, qT, P, mus, Ps, keep):
+    """``T`` rounds from ``q = s`` (both transposed, as in :func:`_mfvi_rounds`), ``μ = 1``;
+    messages in ``mus[0]`` (``[n+1, n+1, n+1]``, ``mus[0][m, s, h] = μ[h, m, s]``), or with
+    ``keep`` round ``t``'s in ``mus[t+1]`` and its ``P`` in ``Ps[t]`` (``mus[0]`` stays 1)."""
     mu = mus[0]
     mu[:] = 1.0
     tmp = np.empty((2, n + 1))
     prod = np.empty(n + 1)
     acc = np.empty(n + 1)
-    for h in range(n + 1):
-        for d in range(n + 1):
-            q[h, d] = s[h, d]
+    qT[:, :] = sT
     for t in range(T):
-        _softmax_columns(q, n, P)
+        _softmax_columns(qT, n, P)
         if keep:
             Ps[t] = P
             mus[t + 1] = mus[t]
@@ -274,45 +326,54 @@ def _lbp_rounds(s, E, n, L, T, q, P, mus, Ps, keep):
                     count = 0
             for h in range(n + 1):
                 if h != m:
-                    q[h, m] = s[h, m] + acc[h] + math.log(prod[h])
+                    qT[m, h] = sT[m, h] + acc[h] + math.log(prod[h])
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False)
 def _lbp(s, sib, lengths, T):
     batch, L = s.shape[0], s.shape[1]
     out = np.empty((batch, L, L))
-    checks = np.empty((batch, 3))
+    mu = np.zeros((batch, L, L))
+    checks = np.empty((batch, 6))
     for b in numba.prange(batch):
         n = lengths[b]
-        _stats(sib[b], n, checks[b])
-        if checks[b, 0] > 0.0 or max(-checks[b, 1], checks[b, 2]) > LBP_LIMIT:
-            continue  # refused or left to the PyTorch path by the caller
-        for h in range(L):
-            for d in range(L):
-                out[b, h, d] = s[b, h, d]
+        clean = np.empty((L, L))
+        _clean_arcs(s[b], n, clean, checks[b, :3])
         E = np.empty((n + 1, n + 1, n + 1))
-        _exp_factors(sib[b], n, E)
+        _clean_factors(sib[b], n, NEG, E, checks[b, 3:])
+        if checks[b, 3] > 0.0 or max(-checks[b, 4], checks[b, 5]) > LBP_LIMIT:
+            continue  # refused or left to the PyTorch path by the caller
+        W = E.copy()
+        _exp_factors(W, n, E)
         P = np.empty((n + 1, n + 1))
         mus = np.empty((1, n + 1, n + 1, n + 1))
-        _lbp_rounds(s[b], E, n, L, T, out[b], P, mus, P.reshape((1, n + 1, n + 1)), False)
-    return out, checks
+        qT = np.empty((L, L))
+        _lbp_rounds(clean, E, n, L, T, qT, P, mus, P.reshape((1, n + 1, n + 1)), False)
+        _marginals(qT, n, P, mu[b], out[b])
+    return out, mu, checks
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False)
 def _lbp_backward(s, sib, lengths, T, gq, want_sib):
     """As :func:`_mfvi_backward`, for LBP."""
     batch, L = s.shape[0], s.shape[1]
-    gs = gq.copy()
+    gs = np.zeros((batch, L, L))
     gsib = np.zeros((batch, L, L, L) if want_sib else (batch, 0, 0, 0))
     for b in numba.prange(batch):
         n = lengths[b]
+        stats = np.empty(3)
+        clean = np.empty((L, L))
+        _clean_arcs(s[b], n, clean, stats)
+        W = np.empty((n + 1, n + 1, n + 1))
+        _clean_factors(sib[b], n, NEG, W, stats)
         E = np.empty((n + 1, n + 1, n + 1))
-        _exp_factors(sib[b], n, E)
+        _exp_factors(W, n, E)
         q = np.empty((L, L))
         P = np.empty((n + 1, n + 1))
         Ps = np.empty((T, n + 1, n + 1))
         mus = np.empty((T + 1, n + 1, n + 1, n + 1))
-        _lbp_rounds(s[b], E, n, L, T, q, P, mus, Ps, True)
+        _lbp_rounds(clean, E, n, L, T, q, P, mus, Ps, True)
+        total = gq[b].copy()  # d/d(clean s)
         G = np.zeros((n + 1, n + 1))
         for h in range(n + 1):
             for d in range(n + 1):
@@ -365,7 +426,8 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
                     G[h, j] = Ps[t - 1, j, h] * (gP[j, h] - dot)
             for h in range(n + 1):
                 for d in range(n + 1):
-                    gs[b, h, d] += G[h, d]
+                    total[h, d] += G[h, d]
+        _arc_gradient(s[b], n, total, gs[b])
     return gs, gsib
 
 
@@ -374,31 +436,35 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
 # ---------------------------------------------------------------------------------------------
 
 def _arrays(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor):
-    set_threads(int(((lengths + 1) ** 3).sum()), SERIAL_WORK)
-    return as_array(s.double()), as_array(sib), as_array(lengths.long())
+    lengths_ = as_array(lengths.long())
+    set_threads(int(((lengths_ + 1) ** 3).sum()), SERIAL_WORK)
+    return as_array(s), as_array(sib), lengths_
 
 
 def logits(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: int,
-           lbp: bool) -> tuple[torch.Tensor, np.ndarray]:
-    """``[B, L, L]`` logits ``q`` after ``max_iter`` rounds (dtype of ``s``) and ``[B, 3]``
-    checks of the sibling scores (NaN present 1/0, smallest and largest unmasked score over each
-    sentence's factors; LBP leaves the logits of a sentence with NaN or a score beyond
-    :data:`LBP_LIMIT` unset).
+           lbp: bool) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """``[B, L, L]`` logits ``q`` after ``max_iter`` rounds, the marginals ``softmax_h q`` in
+    the words' columns (0 elsewhere; both in the dtype of ``s``) and ``[B, 6]`` checks of the
+    arc scores (columns 0-2) and sibling scores (3-5): NaN present 1/0, smallest and largest
+    score above :data:`NEG` over each sentence's arcs and factors. LBP leaves a sentence with a
+    NaN or a sibling score beyond :data:`LBP_LIMIT` unset.
 
     Args:
-        s: ``[B, L, L]`` arc scores with unusable arcs at :data:`NEG`.
+        s: ``[B, L, L]`` raw arc scores ``[b, h, d]`` (float32/float64; read on the arcs a head
+            choice uses, masked to :data:`NEG` at or below it and :data:`NEG` elsewhere).
         sib: ``[B, L, L, L]`` raw sibling scores ``[b, h, s, m]`` (float32/float64).
-        lengths: ``[B]`` words per sentence.
+        lengths: ``[B]`` words per sentence, in ``1..L-1``.
     """
     s_, sib_, lengths_ = _arrays(s, sib, lengths)
-    out, checks = (_lbp if lbp else _mfvi)(s_, sib_, lengths_, max_iter)
-    return torch.from_numpy(out).to(s.dtype), checks
+    out, mu, checks = (_lbp if lbp else _mfvi)(s_, sib_, lengths_, max_iter)
+    return torch.from_numpy(out).to(s.dtype), torch.from_numpy(mu).to(s.dtype), checks
 
 
 def logits_backward(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: int,
                     lbp: bool, grad: torch.Tensor, want_sib: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(d/ds, d/dsib)`` of ``Σ grad · logits(...)`` (dtypes of ``s`` and ``sib``; None for the
-    second unless ``want_sib``)."""
+    """``(d/ds, d/dsib)`` of ``Σ grad · logits(...)`` with respect to the raw scores (dtypes of
+    ``s`` and ``sib``, 0 where they are masked or unread; None for the second unless
+    ``want_sib``)."""
     s_, sib_, lengths_ = _arrays(s, sib, lengths)
     gs, gsib = (_lbp_backward if lbp else _mfvi_backward)(s_, sib_, lengths_, max_iter,
                                                           as_array(grad.double()), want_sib)

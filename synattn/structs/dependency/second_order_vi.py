@@ -74,52 +74,99 @@ def _factors(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor
     return siblings, pairs
 
 
-def _compiled(module: _SiblingInference, s: torch.Tensor, siblings: torch.Tensor,
-              lengths: torch.Tensor) -> torch.Tensor | None:
-    """The logits by the compiled kernels (:mod:`._vi_kernels`), the siblings checked as on the
-    PyTorch path; None where that path must run (CUDA, or LBP with sibling scores beyond
-    :data:`~._vi_kernels.LBP_LIMIT`)."""
-    if not use_numba(s, siblings):
+def _words(q: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[B, 1, L]``: True in the columns of the words."""
+    pos = torch.arange(q.shape[-1], device=q.device)
+    return ((pos >= 1) & (pos <= lengths[:, None])).unsqueeze(1)
+
+
+def _marginals(q: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``softmax_h q`` in the words' columns, 0 elsewhere."""
+    return torch.where(_words(q, lengths), q.softmax(1), q.new_zeros(()))
+
+
+def _plain_lengths(scores: torch.Tensor, lengths) -> torch.Tensor | None:
+    """The lengths as a long tensor when ``scores`` are ``[B, L, L]`` and every length is in
+    ``1..L-1``; None otherwise (:func:`check_arc_scores` then says what is wrong)."""
+    if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
         return None
+    batch, L, _ = scores.shape
+    if lengths is None:
+        return torch.full((batch,), L - 1, dtype=torch.long)
+    lengths = torch.as_tensor(lengths, device=scores.device).long()
+    if lengths.shape != (batch,):
+        return None
+    values = lengths.numpy()
+    return lengths if values.min() >= 1 and values.max() <= L - 1 else None
+
+
+def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.Tensor, lengths,
+              who: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(logits, marginals, lengths)`` by the compiled kernels (:mod:`._vi_kernels`), which
+    read the raw scores with the masks and checks of :func:`_arcs` fused; None where the PyTorch
+    path must run (CUDA, or LBP with sibling scores beyond :data:`~._vi_kernels.LBP_LIMIT`).
+    Scores the kernels flag (NaN, out of range) go through the shared checks, which refuse them
+    with their messages."""
+    score_tensor(scores, "scores", "dependency CRF")
+    score_tensor(siblings, "siblings", who)
+    if not use_numba(scores, siblings):
+        return None
+    lengths = _plain_lengths(scores, lengths)
+    if lengths is None:
+        return None
+    batch, L, _ = scores.shape
+    if siblings.shape != (batch, L, L, L):
+        return None
+    s = scores
+    if s.dtype not in (torch.float32, torch.float64):  # (half types: numpy reads neither)
+        s = check_arc_scores(scores, lengths, fill=NEG)[0]
     lbp = isinstance(module, DependencyLBP)
     source = siblings.dtype
-    if source not in (torch.float32, torch.float64):  # (half types: numpy reads neither)
+    if source not in (torch.float32, torch.float64):
         siblings = mask_impossible(siblings.float(), source)
     vi = kernels("dependency._vi_kernels")
     with torch.no_grad():
-        q, checks = vi.logits(s, siblings, lengths, module.max_iter, lbp)
-    bounds = checks[:, 1:][np.isfinite(checks[:, 1:])]
-    top = float(np.abs(bounds).max()) if bounds.size else 0.0
-    if checks[:, 0].any() or top * (s.shape[-1] - 1) > MAX_TOTAL_SCORE:  # refused as on the PyTorch path
-        check_scores([(torch.from_numpy(np.append(bounds, np.nan if checks[:, 0].any() else 0.0)), None)],
-                     s.shape[-1] - 1, "siblings")
+        q, mu, checks = vi.logits(s, siblings, lengths, module.max_iter, lbp)
+    for part, args in ((checks[:, :3], (s, lengths)), (checks[:, 3:], None)):
+        bounds = part[:, 1:][np.isfinite(part[:, 1:])]
+        top = float(np.abs(bounds).max()) if bounds.size else 0.0
+        if part[:, 0].any() or top * (L - 1) > MAX_TOTAL_SCORE:  # refused as on the PyTorch path
+            if args is not None:
+                check_arc_scores(*args)
+            else:
+                check_scores([(torch.from_numpy(np.append(bounds, np.nan if part[:, 0].any() else 0.0)), None)],
+                             L - 1, "siblings")
     if lbp and top > vi.LBP_LIMIT:
         return None
-    return _CompiledLogits.apply(s, siblings, lengths, q, module.max_iter, lbp, module._torch_logits)
+    q, mu = _CompiledLogits.apply(s, siblings, lengths, (q, mu), module.max_iter, lbp, module._torch_both)
+    return q, mu, lengths
 
 
 class _CompiledLogits(torch.autograd.Function):
-    """MFVI/LBP logits by the compiled rounds; backward: their explicit adjoint, or autograd's
-    double backward of the PyTorch path when a second derivative is being built."""
+    """MFVI/LBP logits and marginals by the compiled rounds from the raw scores; backward: the
+    marginals' softmax, then the rounds' explicit adjoint, or autograd's double backward of the
+    PyTorch path when a second derivative is being built."""
 
     @staticmethod
-    def forward(ctx, s, siblings, lengths, q, max_iter, lbp, fallback):
-        ctx.save_for_backward(s, siblings, lengths)
+    def forward(ctx, s, siblings, lengths, result, max_iter, lbp, fallback):
+        q, mu = result  # (computed by the caller, which checked the scores on the way)
+        ctx.save_for_backward(s, siblings, lengths, mu)
         ctx.max_iter, ctx.lbp, ctx.fallback = max_iter, lbp, fallback
-        return q.clone()  # (computed by the caller, which checked the siblings on the way)
+        return q, mu
 
     @staticmethod
-    def backward(ctx, g):
-        s, siblings, lengths = ctx.saved_tensors
+    def backward(ctx, gq, gmu):
+        s, siblings, lengths, mu = ctx.saved_tensors
         if torch.is_grad_enabled():
             with torch.enable_grad():
                 x = s if s.requires_grad else s.detach().requires_grad_()
                 y = siblings if siblings.requires_grad else siblings.detach().requires_grad_()
-                q = ctx.fallback(x, y, lengths)
-                gx, gy = torch.autograd.grad(q, (x, y), g, create_graph=True, allow_unused=True)
+                outputs = ctx.fallback(x, y, lengths)
+                gx, gy = torch.autograd.grad(outputs, (x, y), (gq, gmu), create_graph=True, allow_unused=True)
             return gx, gy, None, None, None, None, None
+        gq = gq + mu * (gmu - (mu * gmu).sum(1, keepdim=True))  # through the column softmax
         gs, gsib = kernels("dependency._vi_kernels").logits_backward(
-            s, siblings, lengths, ctx.max_iter, ctx.lbp, g, ctx.needs_input_grad[1])
+            s, siblings, lengths, ctx.max_iter, ctx.lbp, gq, ctx.needs_input_grad[1])
         return gs, gsib, None, None, None, None, None
 
 
@@ -132,11 +179,23 @@ class _SiblingInference(IterativeInference):
         (compiled kernels on CPU, :mod:`._vi_kernels`; the PyTorch rounds otherwise)."""
         return self._logits(scores, siblings, lengths)[0]
 
-    def _logits(self, scores, siblings, lengths) -> tuple[torch.Tensor, torch.Tensor]:
-        """The logits and the checked lengths."""
+    def _logits(self, scores, siblings, lengths) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The logits, the marginals and the checked lengths."""
+        who = type(self).__name__
+        out = _compiled(self, scores, siblings, lengths, who)
+        if out is not None:
+            return out
+        s, lengths = _arcs(scores, siblings, lengths, who)
+        q = self._torch_logits(s, siblings, lengths)
+        return q, _marginals(q, lengths), lengths
+
+    def _torch_both(self, scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and marginals by the PyTorch path from raw scores (the compiled path's double
+        backward)."""
         s, lengths = _arcs(scores, siblings, lengths, type(self).__name__)
-        q = _compiled(self, s, siblings, lengths)
-        return (self._torch_logits(s, siblings, lengths) if q is None else q), lengths
+        q = self._torch_logits(s, siblings, lengths)
+        return q, _marginals(q, lengths)
 
     def _torch_logits(self, s: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """The rounds in PyTorch from arc logits as :func:`_arcs` returns them and raw siblings."""
@@ -159,17 +218,14 @@ class _SiblingInference(IterativeInference):
             words (supar's loss) when ``target`` is given.
         """
         arcs, siblings = scores
-        q, lengths = self._logits(arcs, siblings, lengths)
-        pos = torch.arange(q.shape[-1], device=q.device)
-        words = ((pos >= 1) & (pos <= lengths[:, None])).unsqueeze(1)  # [B, 1, d]
-        marginals = torch.where(words, q.softmax(1), q.new_zeros(()))
+        q, marginals, lengths = self._logits(arcs, siblings, lengths)
         if target is None:
             return marginals
         n = q.shape[-1] - 1
         if target.shape != (q.shape[0], n):
             raise ValueError(f"{type(self).__name__}: target must be [{q.shape[0]}, {n}] heads, "
                              f"got {tuple(target.shape)}")
-        within = words[:, 0, 1:]  # [B, n]
+        within = _words(q, lengths)[:, 0, 1:]  # [B, n]
         loss = F.cross_entropy(q.transpose(1, 2)[:, 1:][within], target.to(q.device).long()[within])
         return loss, marginals
 

@@ -60,11 +60,13 @@ def binary_message(partner: torch.Tensor, messages: torch.Tensor, weights: torch
     return F.softplus(cavity + weights) - F.softplus(cavity)
 
 
-def binary_result(who: str, logits: torch.Tensor, usable: torch.Tensor, target: torch.Tensor | None):
-    """The marginals ``σ(λ)`` (0 where ``usable`` is False) and, given a 0/1 ``target`` of the same
-    shape, preceded by supar's loss: the binary cross-entropy of the logits averaged over the usable
-    variables."""
-    marginals = torch.where(usable, logits.sigmoid(), logits.new_zeros(()))
+def binary_result(who: str, logits: torch.Tensor, usable: torch.Tensor, target: torch.Tensor | None,
+                  marginals: torch.Tensor | None = None):
+    """The marginals ``σ(λ)`` (0 where ``usable`` is False; given by a kernel that computed them
+    with the logits, or computed here) and, given a 0/1 ``target`` of the same shape, preceded by
+    supar's loss: the binary cross-entropy of the logits averaged over the usable variables."""
+    if marginals is None:
+        marginals = torch.where(usable, logits.sigmoid(), logits.new_zeros(()))
     if target is None:
         return marginals
     if not isinstance(target, torch.Tensor) or target.shape != logits.shape:

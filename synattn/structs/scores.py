@@ -181,3 +181,27 @@ def lengths_mask(lengths: torch.Tensor, n: int) -> torch.Tensor:
     """``[batch_size, n]`` boolean mask, True at positions ``< lengths``."""
     return torch.arange(n, device=lengths.device) < lengths.unsqueeze(-1)
 
+
+
+def plain_lengths(lengths, batch: int, top: int, device: torch.device) -> torch.Tensor | None:
+    """The lengths as a long tensor when they are ``[batch]`` values in ``1..top`` (None: all
+    ``top``), else None, read without a host synchronisation on the CPU: the compiled kernels'
+    fast path, which leaves everything else to the full checks (and their messages)."""
+    if lengths is None:
+        return torch.full((batch,), top, dtype=torch.long, device=device)
+    lengths = torch.as_tensor(lengths, device=device).long()
+    if lengths.shape != (batch,) or lengths.device.type != "cpu":
+        return None
+    values = lengths.numpy()
+    return lengths if values.min() >= 1 and values.max() <= top else None
+
+
+def kernel_flagged(stats, parts: int) -> tuple[bool, float]:
+    """``(refused, top)`` from a compiled kernel's statistics of some scores, ``[B, 3]``: NaN
+    present 1/0, smallest and largest entry above :data:`NEG` per sentence (``+inf``, ``-inf``
+    when there is none): whether :func:`check_scores` would refuse them (NaN, or ``parts * max
+    |x| > MAX_TOTAL_SCORE``, an infinite score included; the caller then runs the full check for
+    its message) and ``max |x|``."""
+    (nan, _, hi), (_, lo, _) = stats.max(0).tolist(), stats.min(0).tolist()
+    top = max(-lo, hi, lo, -hi) if lo <= hi else 0.0  # (the extremes of the sentences with entries)
+    return nan > 0 or top * parts > MAX_TOTAL_SCORE, top

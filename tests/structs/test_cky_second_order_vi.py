@@ -199,3 +199,49 @@ def test_bad_inputs(bad, match):
         ConstituencyLBP(0)
     with pytest.raises(ValueError, match="target"):
         ConstituencyLBP()((torch.zeros(1, 3, 3), torch.zeros(1, 3, 3, 3)), target=torch.zeros(3, 3))
+
+
+def test_compiled_mfvi_matches_the_torch_path_and_checks_raw_scores_in_the_kernel(monkeypatch):
+    """On CPU ConstituencyMFVI's kernels read the raw scores (no PyTorch pass over clean ones),
+    give the PyTorch path's marginals, loss and gradients, their hand-written backward passes
+    gradcheck, and what they flag is refused through the shared checks with their messages."""
+    pytest.importorskip("numba")
+    from synattn.structs.backend import use_backend
+    from synattn.structs.cky import second_order_vi
+
+    spans, pairs, lengths = inputs(14, lengths=(5, 2, 4), scale=2.0)
+    spans[0, 1, 3] = -float("inf")  # a forbidden span
+    pairs[2, 0, 1, 3] = -float("inf")  # a masked factor
+    dirty = pairs.clone()
+    dirty[1, :, 2:] = float("nan")  # padding
+    gold = torch.rand(spans.shape, generator=torch.Generator().manual_seed(3)) < 0.5
+    calls = []
+    checked = second_order_vi._checked
+    monkeypatch.setattr(second_order_vi, "_checked", lambda *a, **k: calls.append(1) or checked(*a, **k))
+    direction = torch.randn(spans.shape, dtype=torch.float64)
+    results = {}
+    for backend in ("numba", "torch"):
+        calls.clear()
+        x, y = spans.clone().requires_grad_(), dirty.clone().requires_grad_()
+        with use_backend(backend):
+            loss, mu = ConstituencyMFVI(3)((x, y), lengths, gold)
+        assert len(calls) == (backend == "torch")
+        grads = torch.autograd.grad(loss + (mu * direction).sum(), (x, y))
+        results[backend] = (loss, mu, *grads)
+    for a, b in zip(results["numba"], results["torch"]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    with use_backend("numba"):
+        clean = inputs(15, lengths=(3, 2))
+        assert torch.autograd.gradcheck(lambda s, p: ConstituencyMFVI(2)((s, p), clean[2], gold[:2, :3, :3])[0],
+                                        (clean[0].requires_grad_(), clean[1].requires_grad_()))
+        assert torch.autograd.gradgradcheck(lambda s, p: ConstituencyMFVI(2)((s, p), clean[2]),
+                                            (clean[0], clean[1]))
+    for which, bad, match in ((0, float("nan"), "scores: NaN"), (1, float("nan"), "pairs: NaN"),
+                              (1, 1e9, "exceed the supported range"), (0, float("inf"), "exceed")):
+        args = [spans.clone(), pairs.clone()]
+        args[which][0, 1, 2] = bad if which == 0 else args[which][0, 1, 2]
+        if which == 1:
+            args[1][0, 1, 2, 3] = bad
+        for backend in ("numba", "torch"):
+            with use_backend(backend), pytest.raises(ValueError, match=match):
+                ConstituencyMFVI()(tuple(args), lengths)

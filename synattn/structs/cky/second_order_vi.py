@@ -27,7 +27,8 @@ import torch
 
 from ..approximate import IterativeInference, binary_message, binary_result
 from ..arguments import score_tensor
-from ..scores import check_scores, fp32_inside, mask_impossible, weights_as_given
+from ..backend import kernels, use_numba
+from ..scores import check_scores, fp32_inside, kernel_flagged, mask_impossible, plain_lengths, weights_as_given
 from .dp import check_span_scores, span_mask
 
 
@@ -89,8 +90,55 @@ class _SpanInference(IterativeInference):
             loss) when ``target`` is given.
         """
         who = type(self).__name__
+        compiled = self._compiled(*scores, lengths)
+        if compiled is not None:
+            q, marginals, lengths = compiled
+            if target is None:
+                return marginals
+            return binary_result(who, q, span_mask(lengths, q.shape[-1]), target, marginals)
         spans, pairs, usable = _checked(*scores, lengths, who, self.weights_as_given)
         return binary_result(who, self.logits(spans, pairs, usable), usable, target)
+
+    def _compiled(self, spans, pairs, lengths) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``(logits, marginals, lengths)`` by compiled kernels from the raw scores, or None where
+        the PyTorch path runs (the default)."""
+        return None
+
+    def _torch_both(self, spans: torch.Tensor, pairs: torch.Tensor, lengths: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and marginals by the PyTorch path from raw scores (the compiled path's double
+        backward)."""
+        spans, pairs, usable = _checked(spans, pairs, lengths, type(self).__name__, self.weights_as_given)
+        q = self.logits(spans, pairs, usable)
+        return q, torch.where(usable, q.sigmoid(), q.new_zeros(()))
+
+
+class _CompiledSpanLogits(torch.autograd.Function):
+    """Span MFVI logits and marginals by the compiled rounds (:mod:`._vi_kernels`) from the raw
+    scores; backward: the marginals' sigmoid, then the rounds' explicit adjoint, or autograd's
+    double backward of the PyTorch path when a second derivative is being built."""
+
+    @staticmethod
+    def forward(ctx, spans, pairs, lengths, result, max_iter, fallback):
+        q, mu = result  # (computed by the caller, which checked the scores on the way)
+        ctx.save_for_backward(spans, pairs, lengths, mu)
+        ctx.max_iter, ctx.fallback = max_iter, fallback
+        return q, mu
+
+    @staticmethod
+    def backward(ctx, gq, gmu):
+        spans, pairs, lengths, mu = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            with torch.enable_grad():
+                x = spans if spans.requires_grad else spans.detach().requires_grad_()
+                y = pairs if pairs.requires_grad else pairs.detach().requires_grad_()
+                outputs = ctx.fallback(x, y, lengths)
+                gx, gy = torch.autograd.grad(outputs, (x, y), (gq, gmu), create_graph=True, allow_unused=True)
+            return gx, gy, None, None, None, None
+        gq = gq + gmu * mu * (1 - mu)  # through the sigmoid (mu is 0 outside the spans)
+        gs, gp = kernels("cky._vi_kernels").logits_backward(spans, pairs, lengths, ctx.max_iter, gq,
+                                                              ctx.needs_input_grad[1])
+        return gs, gp, None, None, None, None
 
 
 class ConstituencyMFVI(_SpanInference):
@@ -104,6 +152,26 @@ class ConstituencyMFVI(_SpanInference):
     """
 
     weights_as_given = True
+
+    def _compiled(self, spans, pairs, lengths):
+        """On CPU: the rounds by :mod:`._vi_kernels`, which read the raw scores with the masks and
+        checks of :func:`_checked` fused (what they flag goes through it, for its messages)."""
+        who = type(self).__name__
+        score_tensor(spans, "spans", who)
+        score_tensor(pairs, "pairs", who)
+        if (not use_numba(spans, pairs) or spans.dim() != 3 or spans.shape[1] != spans.shape[2]
+                or spans.shape[1] < 1 or {spans.dtype, pairs.dtype} - {torch.float32, torch.float64}):
+            return None
+        batch, N, _ = spans.shape
+        lengths = plain_lengths(lengths, batch, N, spans.device)
+        if lengths is None or pairs.shape != (batch, N, N, N):
+            return None
+        with torch.no_grad():
+            q, mu, checks = kernels("cky._vi_kernels").logits(spans, pairs, lengths, self.max_iter)
+        if kernel_flagged(checks[:, :3], 2 * N - 1)[0] or kernel_flagged(checks[:, 3:], N)[0]:
+            _checked(spans, pairs, lengths, who)  # (refuses them with its messages)
+        q, mu = _CompiledSpanLogits.apply(spans, pairs, lengths, (q, mu), self.max_iter, self._torch_both)
+        return q, mu, lengths
 
     def logits(self, spans, pairs, usable):
         q = spans

@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from ..approximate import IterativeInference
 from ..arguments import score_tensor
 from ..backend import kernels, use_numba
-from ..constants import MAX_TOTAL_SCORE, NEG
-from ..scores import check_scores, fp32_inside, mask_impossible
+from ..constants import NEG
+from ..scores import check_scores, fp32_inside, kernel_flagged, mask_impossible, plain_lengths
 from .arc_scores import check_arc_scores, usable_arcs
 
 
@@ -85,21 +85,6 @@ def _marginals(q: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.where(_words(q, lengths), q.softmax(1), q.new_zeros(()))
 
 
-def _plain_lengths(scores: torch.Tensor, lengths) -> torch.Tensor | None:
-    """The lengths as a long tensor when ``scores`` are ``[B, L, L]`` and every length is in
-    ``1..L-1``; None otherwise (:func:`check_arc_scores` then says what is wrong)."""
-    if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
-        return None
-    batch, L, _ = scores.shape
-    if lengths is None:
-        return torch.full((batch,), L - 1, dtype=torch.long)
-    lengths = torch.as_tensor(lengths, device=scores.device).long()
-    if lengths.shape != (batch,):
-        return None
-    values = lengths.numpy()
-    return lengths if values.min() >= 1 and values.max() <= L - 1 else None
-
-
 def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.Tensor, lengths,
               who: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``(logits, marginals, lengths)`` by the compiled kernels (:mod:`._vi_kernels`), which
@@ -111,11 +96,11 @@ def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.T
     score_tensor(siblings, "siblings", who)
     if not use_numba(scores, siblings):
         return None
-    lengths = _plain_lengths(scores, lengths)
-    if lengths is None:
+    if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 2:
         return None
     batch, L, _ = scores.shape
-    if siblings.shape != (batch, L, L, L):
+    lengths = plain_lengths(lengths, batch, L - 1, scores.device)
+    if lengths is None or siblings.shape != (batch, L, L, L):
         return None
     s = scores
     if s.dtype not in (torch.float32, torch.float64):  # (half types: numpy reads neither)
@@ -127,15 +112,13 @@ def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.T
     vi = kernels("dependency._vi_kernels")
     with torch.no_grad():
         q, mu, checks = vi.logits(s, siblings, lengths, module.max_iter, lbp)
-    for part, args in ((checks[:, :3], (s, lengths)), (checks[:, 3:], None)):
-        bounds = part[:, 1:][np.isfinite(part[:, 1:])]
-        top = float(np.abs(bounds).max()) if bounds.size else 0.0
-        if part[:, 0].any() or top * (L - 1) > MAX_TOTAL_SCORE:  # refused as on the PyTorch path
-            if args is not None:
-                check_arc_scores(*args)
-            else:
-                check_scores([(torch.from_numpy(np.append(bounds, np.nan if part[:, 0].any() else 0.0)), None)],
-                             L - 1, "siblings")
+    if kernel_flagged(checks[:, :3], L - 1)[0]:
+        check_arc_scores(s, lengths)  # (refuses them with its message)
+    refused, top = kernel_flagged(checks[:, 3:], L - 1)
+    if refused:  # as on the PyTorch path
+        bounds = checks[:, 4:][checks[:, 4] <= checks[:, 5]]
+        check_scores([(torch.from_numpy(np.append(bounds, np.nan if checks[:, 3].any() else 0.0)), None)],
+                     L - 1, "siblings")
     if lbp and top > vi.LBP_LIMIT:
         return None
     q, mu = _CompiledLogits.apply(s, siblings, lengths, (q, mu), module.max_iter, lbp, module._torch_both)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from synattn.structs import SentCFG
@@ -282,3 +283,30 @@ def test_compiled_backward_is_exact_to_second_order(compiled):
         theirs = torch.autograd.grad(SentCFG(*parts, lengths).marginals, parts, directions)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b)
+
+
+def test_compiled_kbest_matches_the_torch_path_without_autograd(monkeypatch):
+    """On CPU each k-best sub-problem is a compiled Viterbi parse with back pointers (the same
+    lists as the PyTorch path's masked max-semiring gradients, masks and a sentence without a
+    parse included), and no autograd runs."""
+    from synattn.structs.backend import use_backend
+
+    terms, rules, roots, lengths = masked_inputs()
+    with use_backend("torch"):
+        ref_scores, ref_spans = SentCFG(terms, rules, roots, lengths).kbest_spans(6)
+
+    def no_autograd(*args, **kwargs):
+        raise AssertionError("autograd ran")
+    monkeypatch.setattr(torch.autograd, "grad", no_autograd)
+    monkeypatch.setattr(torch.Tensor, "backward", no_autograd)
+    for dtype in (torch.float64, torch.float32):
+        cfg = SentCFG(terms.to(dtype), rules.to(dtype), roots.to(dtype), lengths)
+        scores, spans = cfg.kbest_spans(5)
+        tol = {} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-5}
+        torch.testing.assert_close(scores, ref_scores[:, :5], **tol)
+        near = (ref_scores[:, 1:] - ref_scores[:, :-1]).abs() < 1e-6  # ties: in either order
+        tied = (F.pad(near, (0, 1)) | F.pad(near, (1, 0)))[:, :5]
+        assert spans.dtype == dtype and torch.equal(spans[~tied].double(), ref_spans[:, :5][~tied])
+        counts = parse_counts(spans.transpose(0, 1), lengths, 3)
+        torch.testing.assert_close(cfg.score(counts).T[:3].double(), scores[:3].double(), **tol)
+    assert (scores[3] == -float("inf")).all() and (spans[3] == 0).all() and tied.any()

@@ -23,8 +23,10 @@ each maximum taken by ``torch.max`` so that ties route to one parse.
 
 On CPU tensors (:func:`~synattn.structs.backend.use_numba`) ``log Z`` and the marginals run
 compiled kernels instead (:mod:`synattn.structs.cky._cfg_kernels`: the same recursion with the
-terminals folded into the rules once per word, and its explicit outside pass); the marginals'
-own backward (a second derivative) is autograd's double backward of the PyTorch recursion.
+terminals folded into the rules once per word, and its explicit outside pass), and each k-best
+sub-problem is a compiled masked Viterbi parse with back pointers
+(:mod:`synattn.structs.cky._cfg_viterbi_kernels`); the marginals' own backward (a second
+derivative) is autograd's double backward of the PyTorch recursion.
 """
 
 from __future__ import annotations
@@ -344,6 +346,10 @@ class SentCFG(StructDistribution):
         usable = torch.where(one_word, symbol, ~symbol & (pos[:, None] < pos[None, :]).unsqueeze(-1))
 
         def solve(sents: torch.Tensor, allowed: torch.Tensor) -> tuple[list[float], torch.Tensor]:
+            if use_numba(terms):  # compiled Viterbi with back pointers (no autograd)
+                best, spans = kernels("cky._cfg_viterbi_kernels").viterbi(
+                    terms[sents], rules[sents], roots[sents], self.lengths[sents], allowed)
+                return best.tolist(), spans
             sents, allowed = sents.to(device), allowed.to(device)
             kept = allowed.diagonal(0, 1, 2)[:, NT:].transpose(1, 2)  # [M, N, T]
             sub = SentCFG(torch.where(kept, terms[sents], NEG), rules[sents], roots[sents],

@@ -199,3 +199,17 @@ def test_compiled_path_checks_raw_arc_scores_in_the_kernel(cls, monkeypatch):
     for backend in ("numba", "torch"):
         with use_backend(backend), pytest.raises(ValueError, match=r"lengths must be \[B\] with values in 1\.\.5"):
             cls()((scores, siblings), torch.tensor([5, 0, 4]))
+
+
+@pytest.mark.parametrize("cls", [DependencyMFVI, DependencyLBP])
+def test_infinite_sibling_scores_are_refused_on_every_backend(cls):
+    """An infinite sibling score counts as out of range on the compiled path too (its statistics
+    once dropped non-finite extremes and let +inf through)."""
+    pytest.importorskip("numba")
+    from synattn.structs.backend import use_backend
+
+    scores, siblings, lengths = inputs(16)
+    siblings[0, 1, 2, 3] = float("inf")
+    for backend in ("numba", "torch"):
+        with use_backend(backend), pytest.raises(ValueError, match="exceed the supported range"):
+            cls()((scores, siblings), lengths)

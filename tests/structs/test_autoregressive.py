@@ -247,3 +247,36 @@ def test_compiled_and_torch_paths_agree():
         draws = dist.sample_without_replacement(4, generator=torch.Generator().manual_seed(6))
     assert torch.equal(dist.beam_search(5)[0], scores) and torch.equal(dist.beam_search(5)[1], tokens)
     assert torch.equal(dist.sample_without_replacement(4, generator=torch.Generator().manual_seed(6)), draws)
+
+
+def test_greedy_keeps_the_state_in_place_and_scores_as_the_beam():
+    """Greedy decoding (beam_search(1)) hands the model back its own state each step (no beam to
+    reorder: the old path index-selected it every step), sums the float64 scores in step order
+    as the beam does, and marks a batch element whose every continuation is impossible (-inf, -1)."""
+    dist = make()
+    returned, handed = [], []
+
+    def model(tokens, state):
+        handed.append(state[0])
+        logits, state = dist.model(tokens, state)
+        logits = logits.clone()
+        logits[1, :, 1:] = -float("inf")  # element 1: only token 0 is possible
+        if len(handed) == N:
+            logits[0] = -float("inf")  # element 0: nothing at the last step
+        returned.append(state[0])
+        return logits, state
+
+    greedy = Autoregressive(model, dist.state, C, N, normalize=False)
+    scores, tokens = greedy.beam_search(1)
+    assert all(a is b for a, b in zip(handed[1:], returned[:-1])) and len(handed) == N
+    assert scores[0, 0] == -float("inf") and (tokens[0] == -1).all()
+    assert (tokens[1, 0] == 0).all()
+    logits, _ = dist.model(torch.zeros(B, N, dtype=torch.long), dist.state)
+    expect = torch.zeros((), dtype=torch.float64)
+    for t in range(N):  # element 1's token-0 path, scored step by step in float64
+        expect = expect + logits[1, t, 0].double()
+    assert scores[1, 0] == expect
+    handed.clear()
+    assert torch.equal(greedy.greedy()[1], tokens[:, 0])
+    handed.clear()
+    assert torch.equal(greedy.argmax, tokens[:, 0])

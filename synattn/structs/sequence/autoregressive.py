@@ -151,6 +151,8 @@ class Autoregressive:
         Gumbel keys (stochastic beam search): ``log p [B, k]`` (float64),
         keys ``[B, k]`` and tokens ``[B, k, N]`` (``-1`` where ``-inf``), best key first."""
         B, C = self.batch, self.n_classes
+        if k == 1 and not stochastic:
+            return self._greedy()
         # One live prefix (the start) per batch element: the model runs on the live prefixes only,
         # ``width`` per element (fewer than k while C^t < k), never on padding.
         state, width = self.state, 1
@@ -190,6 +192,24 @@ class Autoregressive:
             keys = torch.cat((keys, keys.new_full((B, pad), -float("inf"))), 1)
             seqs = torch.cat((seqs, seqs.new_full((B, pad, self.n_length), -1)), 1)
         return scores, keys, seqs
+
+    def _greedy(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_search` with one prefix per batch element: each step's best token extends it,
+        with no beam to reorder (the state stays in place) and no back pointers. The same float64
+        scores and first-maximum choices as the beam with ``k = 1``."""
+        B, N = self.batch, self.n_length
+        state = self.state
+        tokens = torch.full((B, 1), self.start_class, dtype=torch.long, device=self.device)
+        bests, chosen = [], []
+        for _ in range(N):
+            logp, state = self._call(tokens, state)  # [B, 1, C]
+            best, tokens = logp.max(-1)  # [B, 1] each
+            bests.append(best)
+            chosen.append(tokens)
+        # float64 sums in step order (a scan): the beam's scores + logp, step by step
+        scores = torch.cat(bests, 1).double().cumsum(1)[:, -1:]  # [B, 1]
+        seqs = torch.cat(chosen, 1).unsqueeze(1)  # [B, 1, N]
+        return scores, scores, seqs.masked_fill((scores == -float("inf")).unsqueeze(-1), -1)
 
     def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``scores [B]`` and tokens ``[B, N]`` of greedy decoding (``beam_search(1)``)."""

@@ -40,7 +40,7 @@ import torch
 
 from .._numba_math import exp as _exp
 from ..backend import as_array, set_threads
-from ..constants import NEG, SERIAL_WORK
+from ..constants import MAX_TOTAL_SCORE, NEG, SERIAL_WORK
 
 LBP_LIMIT = 64.0
 """Largest ``|sibling score|`` of the compiled LBP (see the module docstring)."""
@@ -48,7 +48,12 @@ CHUNK = 8
 """Message factors multiplied before one logarithm (``L^8 · exp(-8 · 64)`` is a normal float64
 for ``L`` up to 10⁴)."""
 
-_jit = numba.njit(cache=True, fastmath=False)
+LANES = 8
+"""Rows of the MFVI kernels are padded to a multiple of this many entries (one AVX-512 vector of
+float64), so that LLVM's vectorised loops cover them without a scalar remainder."""
+
+_jit = numba.njit(cache=True, fastmath=False, error_model="numpy")
+# (error_model="numpy": a float division has no zero check, so loops with one vectorise)
 
 
 @_jit
@@ -132,50 +137,244 @@ def _marginals(qT, n, P, mu, out):
 
 
 # ---------------------------------------------------------------------------------------------
-# Mean field.
+# Mean field: rows padded to LANES entries, the logits and marginals kept as [h, d] rows (the
+# softmax over heads runs along the columns, vectorised across them), the factors in the
+# siblings' dtype.
 # ---------------------------------------------------------------------------------------------
 
 @_jit
-def _mfvi_rounds(sT, W, n, T, qT, P, Ps, keep):
-    """``T`` rounds from ``q = s`` (clean arc scores ``[L, L]`` transposed, :func:`_clean_arcs`;
-    ``qT`` the logits transposed) with the factors ``W`` of :func:`_clean_factors`
-    (0 off the factors); with ``keep`` each round's ``P`` goes to ``Ps[t]``."""
-    acc = np.empty(n + 1)
-    qT[:, :] = sT
+def _width(n):
+    """Padded row length for the ``n + 1`` heads or dependents of a sentence of ``n`` words."""
+    return (n + LANES) // LANES * LANES
+
+
+@_jit
+def _arc_rows(s, n, S, stats):
+    """``S[h, d]`` (float64 ``[n+1, Lp]``) = ``s[h, d]`` on the arcs some head choice uses (as
+    :func:`_clean_arcs`), :data:`NEG` elsewhere and in the padding; ``stats`` as there."""
+    nan, lo, hi = 0.0, np.inf, -np.inf
+    Lp = S.shape[1]
+    for h in range(n + 1):
+        row = S[h]
+        for d in range(n + 1):
+            x = np.float64(s[h, d])
+            use = 1 <= d and h != d
+            nan = 1.0 if (use and x != x) else nan
+            ok = use and x > NEG
+            lo = min(lo, x if ok else np.inf)
+            hi = max(hi, x if ok else -np.inf)
+            row[d] = (NEG if x <= NEG else x) if use else NEG
+        for d in range(n + 1, Lp):
+            row[d] = NEG
+    stats[0], stats[1], stats[2] = nan, lo, hi
+
+
+@_jit
+def _bits(x):
+    """The bits of a float64 as an int64 (ordered as the floats for ``x >= 0``, NaN last)."""
+    return np.float64(x).view(np.int64)
+
+
+@_jit
+def _from_bits(i):
+    """The float64 of :func:`_bits`."""
+    return np.int64(i).view(np.float64)
+
+
+@_jit
+def _factor_rows(sib, n, W, stats):
+    """``W[h, s, m]`` (``[n+1, n+1, Lp]``, the siblings' dtype) = ``sib[h, s, m]`` on the factors
+    (entries ``<= NEG`` as :data:`NEG`), 0 elsewhere (rows ``s = 0``, ``s = h`` and the padding
+    included); ``stats`` as :func:`_clean_factors`.
+
+    Rows of ``n + 1`` entries are too short for vectorised loops with per-entry masks: each row
+    is copied as it is (a memory copy), the entries that are no factor are zeroed one by one,
+    and one flat loop over the whole block then masks the scores and gathers the statistics
+    (zeros leave them unchanged: a NaN or infinite factor shows up as the largest magnitude's
+    bits, an integer maximum that vectorises)."""
+    K = n + 1
+    for h in range(K):
+        W[h, 0, :] = 0.0
+        W[h, h, :] = 0.0
+        for j in range(1, K):
+            if j == h:
+                continue
+            src = sib[h, j]
+            dst = W[h, j]
+            for m in range(K):
+                dst[m] = src[m]
+            for m in range(K, W.shape[2]):
+                dst[m] = 0.0
+            dst[0] = 0.0
+            dst[j] = 0.0
+            dst[h] = 0.0
+    flat = W.reshape(-1)
+    top = np.int64(0)  # the bits of the largest |x| above NEG, NaN above +inf
+    for i in range(flat.shape[0]):
+        x = np.float64(flat[i])
+        masked = x <= NEG
+        bits = _bits(0.0 if masked else abs(x))
+        top = bits if bits > top else top
+        flat[i] = NEG if masked else flat[i]
+    largest = _from_bits(top)
+    stats[0] = 1.0 if largest != largest else 0.0
+    stats[1], stats[2] = (-largest, largest) if largest == largest else (0.0, 0.0)
+
+
+@_jit
+def _softmax_heads(Q, n, P, top, total):
+    """``P[h, d] = softmax over h in 0..n of Q[h, d]`` for every column ``d`` of the rows
+    ``[n+1, Lp]`` (each loop runs along a row: vectorised)."""
+    Lp = Q.shape[1]
+    top[:] = Q[0]
+    for h in range(1, n + 1):
+        q = Q[h]
+        for d in range(Lp):
+            x = q[d]
+            top[d] = x if x > top[d] else top[d]
+    total[:] = 0.0
+    for h in range(n + 1):
+        q, p = Q[h], P[h]
+        for d in range(Lp):
+            e = _exp(q[d] - top[d])
+            p[d] = e
+            total[d] += e
+    for h in range(n + 1):
+        p = P[h]
+        for d in range(Lp):
+            p[d] /= total[d]
+
+
+@_jit
+def _mix(p, Wh, n, acc):
+    """``acc = Σ_{s=1..n} p[s] · Wh[s]`` (rows ``[n+1, Lp]``), in the order of ``s``; four rows
+    per pass over ``acc`` (the same roundings as one at a time)."""
+    Lp = acc.shape[0]
+    acc[:] = 0.0
+    j = 1
+    while j + 3 <= n:
+        p0, p1, p2, p3 = p[j], p[j + 1], p[j + 2], p[j + 3]
+        r0, r1, r2, r3 = Wh[j], Wh[j + 1], Wh[j + 2], Wh[j + 3]
+        for m in range(Lp):
+            acc[m] = (((acc[m] + p0 * r0[m]) + p1 * r1[m]) + p2 * r2[m]) + p3 * r3[m]
+        j += 4
+    while j <= n:
+        pj, r = p[j], Wh[j]
+        for m in range(Lp):
+            acc[m] += pj * r[m]
+        j += 1
+
+
+@_jit
+def _mix_raw(p, R, h, n, acc):
+    """:func:`_mix` over the raw sibling rows ``R = sib[h]`` (every entry finite and above
+    :data:`NEG`: :func:`_plain_block`) instead of :func:`_factor_rows`' block: the row ``s = h``
+    is skipped and each row's own column ``s`` restored, which gives the same roundings (a zero
+    factor adds exactly 0); ``acc[0]`` and ``acc[h]`` are left unspecified."""
+    K = n + 1
+    acc[:] = 0.0
+    j = 1
+    while j <= n:
+        if j + 3 <= n and (h < j or h > j + 3):
+            p0, p1, p2, p3 = p[j], p[j + 1], p[j + 2], p[j + 3]
+            r0, r1, r2, r3 = R[j], R[j + 1], R[j + 2], R[j + 3]
+            a0, a1, a2, a3 = acc[j], acc[j + 1], acc[j + 2], acc[j + 3]
+            for m in range(K):
+                acc[m] = (((acc[m] + p0 * r0[m]) + p1 * r1[m]) + p2 * r2[m]) + p3 * r3[m]
+            acc[j] = ((a0 + p1 * r1[j]) + p2 * r2[j]) + p3 * r3[j]
+            acc[j + 1] = ((a1 + p0 * r0[j + 1]) + p2 * r2[j + 1]) + p3 * r3[j + 1]
+            acc[j + 2] = ((a2 + p0 * r0[j + 2]) + p1 * r1[j + 2]) + p3 * r3[j + 2]
+            acc[j + 3] = ((a3 + p0 * r0[j + 3]) + p1 * r1[j + 3]) + p2 * r2[j + 3]
+            j += 4
+            continue
+        if j != h:
+            pj, r, a = p[j], R[j], acc[j]
+            for m in range(K):
+                acc[m] += pj * r[m]
+            acc[j] = a
+        j += 1
+
+
+@_jit
+def _plain_block(sib, n, stats):
+    """Whether every sibling score of the heads ``0..n`` (``sib[:n+1]``, factors or not) is
+    within the range that the checks accept (``(L - 1) · |x| <= MAX_TOTAL_SCORE``, so finite and
+    none masked); if so ``stats`` get the statistics of that superset of the factors (which the
+    checks accept as well). One flat loop: an integer maximum of the magnitudes' bits (ordered as
+    the magnitudes, NaN above +inf), which vectorises."""
+    flat = sib[: n + 1].reshape(-1)
+    top = np.int64(0)
+    for i in range(flat.shape[0]):
+        bits = _bits(abs(np.float64(flat[i])))
+        top = bits if bits > top else top
+    largest = _from_bits(top)
+    if not largest * (sib.shape[0] - 1) <= MAX_TOTAL_SCORE:  # (NaN: not plain either)
+        return False
+    stats[0], stats[1], stats[2] = 0.0, -largest, largest
+    return True
+
+
+@_jit
+def _mfvi_rounds(S, W, n, T, Q, P, Ps, keep, raw):
+    """``T`` rounds from ``q = s`` (arc rows of :func:`_arc_rows`, logits in ``Q``) with the
+    factors ``W`` of :func:`_factor_rows`, or with ``raw`` the raw siblings of a
+    :func:`_plain_block` (:func:`_mix_raw`; the same numbers); ``P`` ends as the marginals of
+    the last logits, and with ``keep`` each round's ``P`` goes to ``Ps[t]``."""
+    Lp = S.shape[1]
+    acc = np.empty(Lp)
+    top = np.empty(Lp)
+    total = np.empty(Lp)
+    Q[:, :] = S
     for t in range(T):
-        _softmax_columns(qT, n, P)
+        _softmax_heads(Q, n, P, top, total)
         if keep:
             Ps[t] = P
         for h in range(n + 1):
-            acc[:] = 0.0
-            for j in range(1, n + 1):
-                p = P[j, h]
-                if j == h or p == 0.0:
-                    continue
-                for m in range(n + 1):  # (0 off the factors: a plain product, vectorised)
-                    acc[m] += p * W[h, j, m]
-            for m in range(1, n + 1):
-                if m != h:
-                    qT[m, h] = sT[m, h] + acc[m]
+            if raw:
+                _mix_raw(P[h], W[h], h, n, acc)
+                acc[0] = 0.0
+                acc[h] = 0.0
+            else:
+                _mix(P[h], W[h], n, acc)
+            q, s = Q[h], S[h]
+            for m in range(Lp):
+                q[m] = s[m] + acc[m]
+    _softmax_heads(Q, n, P, top, total)
 
 
-@numba.njit(cache=True, parallel=True, fastmath=False)
-def _mfvi(s, sib, lengths, T):
-    batch, L = s.shape[0], s.shape[1]
-    out = np.empty((batch, L, L))
-    mu = np.zeros((batch, L, L))
-    checks = np.empty((batch, 6))
-    for b in numba.prange(batch):
-        n = lengths[b]
-        clean = np.empty((L, L))
-        _clean_arcs(s[b], n, clean, checks[b, :3])
-        W = np.empty((n + 1, n + 1, n + 1))
-        _clean_factors(sib[b], n, 0.0, W, checks[b, 3:])
-        P = np.empty((n + 1, n + 1))
-        qT = np.empty((L, L))
-        _mfvi_rounds(clean, W, n, T, qT, P, P.reshape((1, n + 1, n + 1)), False)
-        _marginals(qT, n, P, mu[b], out[b])
-    return out, mu, checks
+@_jit
+def _mfvi_sentence(s, sib, n, T, out, mu, checks):
+    """One sentence: logits ``out`` and marginals ``mu`` (``[L, L]``; :data:`NEG` and 0 outside
+    the sentence) and ``checks`` (``[6]``, see :func:`logits`)."""
+    K, Lp, L = n + 1, _width(n), s.shape[0]
+    S = np.empty((K, Lp))
+    _arc_rows(s, n, S, checks[:3])
+    raw = _plain_block(sib, n, checks[3:])
+    if raw:  # (the common case: no copy of the factors)
+        W = sib
+    else:
+        W = np.empty((K, K, Lp), sib.dtype)
+        _factor_rows(sib, n, W, checks[3:])
+    P = np.empty((K, Lp))
+    Q = np.empty((K, Lp))
+    _mfvi_rounds(S, W, n, T, Q, P, P.reshape((1, K, Lp)), False, raw)
+    for h in range(L):
+        for d in range(L):
+            inside = h <= n and d <= n
+            out[h, d] = Q[h, d] if inside else NEG
+            mu[h, d] = P[h, d] if inside and d >= 1 else 0.0
+
+
+@numba.njit(cache=True, fastmath=False, error_model="numpy")
+def _mfvi(s, sib, lengths, T, out, mu, checks):
+    for b in range(s.shape[0]):
+        _mfvi_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False, error_model="numpy")
+def _mfvi_parallel(s, sib, lengths, T, out, mu, checks):
+    for b in numba.prange(s.shape[0]):
+        _mfvi_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
 
 
 @_jit
@@ -189,7 +388,7 @@ def _arc_gradient(s, n, g, out):
             out[h, d] = g[h, d] if use else 0.0
 
 
-@numba.njit(cache=True, parallel=True, fastmath=False)
+@numba.njit(cache=True, parallel=True, fastmath=False, error_model="numpy")
 def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
     """``d/ds [B, L, L]`` and ``d/dsib [B, L, L, L]`` (layouts of the raw ``s`` and ``sib``; 0
     outside the arcs and factors and at masked entries) of ``Σ gq · q``."""
@@ -198,53 +397,53 @@ def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
     gsib = np.zeros((batch, L, L, L) if want_sib else (batch, 0, 0, 0))
     for b in numba.prange(batch):
         n = lengths[b]
+        K, Lp = n + 1, _width(n)
         stats = np.empty(3)
-        clean = np.empty((L, L))
-        _clean_arcs(s[b], n, clean, stats)
-        W = np.empty((n + 1, n + 1, n + 1))
-        _clean_factors(sib[b], n, 0.0, W, stats)
-        q = np.empty((L, L))
-        Ps = np.empty((T, n + 1, n + 1))
-        _mfvi_rounds(clean, W, n, T, q, np.empty((n + 1, n + 1)), Ps, True)
-        Gs = np.empty((T, n + 1, n + 1))  # Gs[t]: d/dq after round t (the input of round t+1)
-        G = np.zeros((n + 1, n + 1))
+        S = np.empty((K, Lp))
+        _arc_rows(s[b], n, S, stats)
+        W = np.empty((K, K, Lp), sib.dtype)
+        _factor_rows(sib[b], n, W, stats)
+        Ps = np.empty((T, K, Lp))
+        _mfvi_rounds(S, W, n, T, np.empty((K, Lp)), np.empty((K, Lp)), Ps, True, False)
+        Gs = np.empty((T, K, K))  # Gs[t]: d/dq after round t (the input of round t+1)
+        G = np.empty((K, K))
         total = gq[b].copy()  # d/d(clean s)
-        for h in range(n + 1):
-            for d in range(n + 1):
+        for h in range(K):
+            for d in range(K):
                 G[h, d] = gq[b, h, d]
-        gP = np.empty((n + 1, n + 1))
+        gP = np.empty((K, K))  # gP[h, s] = Σ_m sib[h, s, m] G[h, m]
         for t in range(T - 1, -1, -1):
             Gs[t] = G
             P = Ps[t]
-            for h in range(n + 1):  # gP[s, h] = Σ_m sib[h, s, m] G[h, m]
-                for j in range(1, n + 1):
+            for h in range(K):
+                for j in range(1, K):
                     acc = 0.0
                     if j != h:
-                        for m in range(n + 1):
+                        for m in range(K):
                             acc += G[h, m] * W[h, j, m]
-                    gP[j, h] = acc
-            G = np.zeros((n + 1, n + 1))
-            for j in range(1, n + 1):  # through the column softmax
+                    gP[h, j] = acc
+            G = np.zeros((K, K))
+            for j in range(1, K):  # through the column softmax
                 dot = 0.0
-                for h in range(n + 1):
-                    dot += P[j, h] * gP[j, h]
-                for h in range(n + 1):
-                    G[h, j] = P[j, h] * (gP[j, h] - dot)
-            for h in range(n + 1):
-                for d in range(n + 1):
+                for h in range(K):
+                    dot += P[h, j] * gP[h, j]
+                for h in range(K):
+                    G[h, j] = P[h, j] * (gP[h, j] - dot)
+            for h in range(K):
+                for d in range(K):
                     total[h, d] += G[h, d]
         _arc_gradient(s[b], n, total, gs[b])
-        if want_sib:  # d/dsib[h, s, m] = Σ_t P_t[s, h] G_{t+1}[h, m]
-            for h in range(n + 1):
-                for j in range(1, n + 1):
+        if want_sib:  # d/dsib[h, s, m] = Σ_t P_t[h, s] G_{t+1}[h, m]
+            for h in range(K):
+                for j in range(1, K):
                     if j == h:
                         continue
-                    for m in range(1, n + 1):
+                    for m in range(1, K):
                         if m == j or m == h or not W[h, j, m] > NEG:
                             continue
                         acc = 0.0
                         for t in range(T):
-                            acc += Ps[t, j, h] * Gs[t, h, m]
+                            acc += Ps[t, h, j] * Gs[t, h, m]
                         gsib[b, h, j, m] = acc
     return gs, gsib
 
@@ -329,31 +528,40 @@ def _lbp_rounds(sT, E, n, L, T, qT, P, mus, Ps, keep):
                     qT[m, h] = sT[m, h] + acc[h] + math.log(prod[h])
 
 
-@numba.njit(cache=True, parallel=True, fastmath=False)
-def _lbp(s, sib, lengths, T):
-    batch, L = s.shape[0], s.shape[1]
-    out = np.empty((batch, L, L))
-    mu = np.zeros((batch, L, L))
-    checks = np.empty((batch, 6))
-    for b in numba.prange(batch):
-        n = lengths[b]
-        clean = np.empty((L, L))
-        _clean_arcs(s[b], n, clean, checks[b, :3])
-        E = np.empty((n + 1, n + 1, n + 1))
-        _clean_factors(sib[b], n, NEG, E, checks[b, 3:])
-        if checks[b, 3] > 0.0 or max(-checks[b, 4], checks[b, 5]) > LBP_LIMIT:
-            continue  # refused or left to the PyTorch path by the caller
-        W = E.copy()
-        _exp_factors(W, n, E)
-        P = np.empty((n + 1, n + 1))
-        mus = np.empty((1, n + 1, n + 1, n + 1))
-        qT = np.empty((L, L))
-        _lbp_rounds(clean, E, n, L, T, qT, P, mus, P.reshape((1, n + 1, n + 1)), False)
-        _marginals(qT, n, P, mu[b], out[b])
-    return out, mu, checks
+@_jit
+def _lbp_sentence(s, sib, n, T, out, mu, checks):
+    """As :func:`_mfvi_sentence`, for LBP; a sentence with a NaN or a sibling score beyond
+    :data:`LBP_LIMIT` is left unset (refused or left to the PyTorch path by the caller)."""
+    L = s.shape[0]
+    clean = np.empty((L, L))
+    _clean_arcs(s, n, clean, checks[:3])
+    E = np.empty((n + 1, n + 1, n + 1))
+    _clean_factors(sib, n, NEG, E, checks[3:])
+    if checks[3] > 0.0 or max(-checks[4], checks[5]) > LBP_LIMIT:
+        return
+    W = E.copy()
+    _exp_factors(W, n, E)
+    P = np.empty((n + 1, n + 1))
+    mus = np.empty((1, n + 1, n + 1, n + 1))
+    qT = np.empty((L, L))
+    _lbp_rounds(clean, E, n, L, T, qT, P, mus, P.reshape((1, n + 1, n + 1)), False)
+    mu[:, :] = 0.0
+    _marginals(qT, n, P, mu, out)
 
 
-@numba.njit(cache=True, parallel=True, fastmath=False)
+@numba.njit(cache=True, fastmath=False, error_model="numpy")
+def _lbp(s, sib, lengths, T, out, mu, checks):
+    for b in range(s.shape[0]):
+        _lbp_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False, error_model="numpy")
+def _lbp_parallel(s, sib, lengths, T, out, mu, checks):
+    for b in numba.prange(s.shape[0]):
+        _lbp_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False, error_model="numpy")
 def _lbp_backward(s, sib, lengths, T, gq, want_sib):
     """As :func:`_mfvi_backward`, for LBP."""
     batch, L = s.shape[0], s.shape[1]
@@ -436,9 +644,9 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
 # ---------------------------------------------------------------------------------------------
 
 def _arrays(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor):
+    """The inputs as arrays and the kernel's work (``Σ (n+1)³``)."""
     lengths_ = as_array(lengths.long())
-    set_threads(int(((lengths_ + 1) ** 3).sum()), SERIAL_WORK)
-    return as_array(s), as_array(sib), lengths_
+    return as_array(s), as_array(sib), lengths_, int(((lengths_ + 1) ** 3).sum())
 
 
 def logits(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: int,
@@ -455,9 +663,17 @@ def logits(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: 
         sib: ``[B, L, L, L]`` raw sibling scores ``[b, h, s, m]`` (float32/float64).
         lengths: ``[B]`` words per sentence, in ``1..L-1``.
     """
-    s_, sib_, lengths_ = _arrays(s, sib, lengths)
-    out, mu, checks = (_lbp if lbp else _mfvi)(s_, sib_, lengths_, max_iter)
-    return torch.from_numpy(out).to(s.dtype), torch.from_numpy(mu).to(s.dtype), checks
+    s_, sib_, lengths_, work = _arrays(s, sib, lengths)
+    # below SERIAL_WORK (or with one thread) the serial kernel runs, without numba's thread
+    # launch (a fixed cost of tens of microseconds at these sizes)
+    parallel = work >= SERIAL_WORK and set_threads(work, SERIAL_WORK) > 1
+    kernel = ((_lbp_parallel if parallel else _lbp) if lbp
+              else (_mfvi_parallel if parallel else _mfvi))
+    both = np.empty((2, *s.shape), s_.dtype)  # (one allocation for the logits and marginals)
+    checks = np.empty((s.shape[0], 6))
+    kernel(s_, sib_, lengths_, max_iter, both[0], both[1], checks)
+    out, mu = torch.from_numpy(both)
+    return out, mu, checks
 
 
 def logits_backward(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: int,
@@ -465,7 +681,8 @@ def logits_backward(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, m
     """``(d/ds, d/dsib)`` of ``Σ grad · logits(...)`` with respect to the raw scores (dtypes of
     ``s`` and ``sib``, 0 where they are masked or unread; None for the second unless
     ``want_sib``)."""
-    s_, sib_, lengths_ = _arrays(s, sib, lengths)
+    s_, sib_, lengths_, work = _arrays(s, sib, lengths)
+    set_threads(work, SERIAL_WORK)
     gs, gsib = (_lbp_backward if lbp else _mfvi_backward)(s_, sib_, lengths_, max_iter,
                                                           as_array(grad.double()), want_sib)
     return (torch.from_numpy(gs).to(s.dtype),

@@ -121,7 +121,8 @@ def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.T
                      L - 1, "siblings")
     if lbp and top > vi.LBP_LIMIT:
         return None
-    q, mu = _CompiledLogits.apply(s, siblings, lengths, (q, mu), module.max_iter, lbp, module._torch_both)
+    if torch.is_grad_enabled() and (s.requires_grad or siblings.requires_grad):
+        q, mu = _CompiledLogits.apply(s, siblings, lengths, (q, mu), module.max_iter, lbp, module._torch_both)
     return q, mu, lengths
 
 

@@ -213,3 +213,64 @@ def test_infinite_sibling_scores_are_refused_on_every_backend(cls):
     for backend in ("numba", "torch"):
         with use_backend(backend), pytest.raises(ValueError, match="exceed the supported range"):
             cls()((scores, siblings), lengths)
+
+
+@pytest.mark.parametrize("cls", [DependencyMFVI, DependencyLBP])
+def test_compiled_rounds_ignore_what_is_no_factor_exactly(cls):
+    """NaN or infinite entries outside the factors (a word's own sibling column, ROOT as a
+    sibling, padding) change no bit of the compiled result (the factors are copied with their
+    masks, rows padded to whole vectors, four rows per pass), and float32 inputs give float32
+    marginals within float32 rounding of the float64 ones."""
+    pytest.importorskip("numba")
+    from synattn.structs.backend import use_backend
+
+    scores, siblings, lengths = inputs(13, lengths=(9, 4, 7), scale=2.0)
+    dirty = siblings.clone()
+    dirty[:, :, 2, 2] = float("nan")  # s = m
+    dirty[:, :, 0] = float("inf")  # ROOT as a sibling
+    dirty[1, :, 5:] = float("nan")  # past the length
+    with use_backend("numba"):
+        clean = cls()((scores, siblings), lengths)
+        assert torch.equal(cls()((scores, dirty), lengths), clean)
+        single = cls()((scores.float(), siblings.float()), lengths)
+    with use_backend("torch"):
+        assert torch.allclose(clean, cls()((scores, siblings), lengths), atol=1e-12)
+    assert single.dtype == torch.float32
+    assert torch.allclose(single.double(), clean, atol=1e-6)
+
+
+def test_compiled_lbp_near_its_limit_on_long_sentences():
+    """Sibling scores just inside the compiled LBP's range on long sentences: the messages'
+    products taken before each logarithm stay in float64's range (the same numbers as the
+    PyTorch path)."""
+    pytest.importorskip("numba")
+    from synattn.structs.backend import use_backend
+    from synattn.structs.dependency._vi_kernels import LBP_LIMIT
+
+    scores, siblings, lengths = inputs(14, lengths=(30, 17))
+    siblings = siblings.clamp(-1, 1) * LBP_LIMIT
+    with use_backend("numba"):
+        ours = DependencyLBP()((scores, siblings), lengths)
+    with use_backend("torch"):
+        theirs = DependencyLBP()((scores, siblings), lengths)
+    assert torch.isfinite(ours).all() and torch.allclose(ours, theirs, atol=1e-10)
+
+
+def test_no_autocast_context_is_entered_when_autocast_is_off(monkeypatch):
+    """``fp32_inside`` (every structure's entry point) skips the two autocast contexts when
+    autocast is off (they cost more than a small compiled kernel) and still disables it when
+    it is on."""
+    entered = []
+    real = torch.autocast
+
+    def counting(*args, **kwargs):
+        entered.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "autocast", counting)
+    scores, siblings, lengths = inputs(15)
+    DependencyMFVI()((scores, siblings), lengths)
+    assert entered == []
+    with real("cpu", dtype=torch.bfloat16):
+        mu = DependencyMFVI()((scores.float(), siblings.float()), lengths)
+    assert entered and mu.dtype == torch.float32

@@ -23,9 +23,10 @@ marginals with the logits.
   ``a[h] = P[s, h] / μ[h, s, m]``, ``A = Σ_h a[h]``, ``b[h] = a[h] · E[h, m, s]``,
   ``μ'[h, m, s] = L · (A + b[h]) / (L · A + Σ_h b[h])`` — divisions and products, no
   transcendental per entry; ``q[h, m] = s[h, m] + Σ_s log μ'[h, m, s]`` takes one logarithm
-  per :data:`CHUNK` factors. Sibling scores within ``±`` :data:`LBP_LIMIT` keep every ``μ`` in
-  ``[L·exp(-LBP_LIMIT), L]``, so neither ``E`` nor those products leave float64's range; the
-  caller runs the PyTorch path for sentences with larger ones. The adjoint recomputes the
+  per :func:`_chunk` factors (all of them at ordinary score ranges). With sibling scores within
+  ``±top`` every ``μ`` is in ``[L / (L + exp(top)), L]`` (``B <= exp(top) · A``), so neither
+  ``E`` nor those products leave float64's range for ``top <=`` :data:`LBP_LIMIT`; the caller
+  runs the PyTorch path for sentences with larger ones. The adjoint recomputes the
   rounds of one sentence keeping every round's messages (``O(max_iter · n³)`` per sentence,
   not per batch) and goes back through them.
 """
@@ -40,13 +41,12 @@ import torch
 
 from .._numba_math import exp as _exp
 from ..backend import as_array, set_threads
-from ..constants import MAX_TOTAL_SCORE, NEG, SERIAL_WORK
+from ..constants import NEG, SERIAL_WORK
 
 LBP_LIMIT = 64.0
 """Largest ``|sibling score|`` of the compiled LBP (see the module docstring)."""
-CHUNK = 8
-"""Message factors multiplied before one logarithm (``L^8 · exp(-8 · 64)`` is a normal float64
-for ``L`` up to 10⁴)."""
+LOG_RANGE = 700.0
+"""``|log x|`` below which a float64 ``x`` is a normal number (with a margin)."""
 
 LANES = 8
 """Rows of the MFVI kernels are padded to a multiple of this many entries (one AVX-512 vector of
@@ -266,60 +266,10 @@ def _mix(p, Wh, n, acc):
 
 
 @_jit
-def _mix_raw(p, R, h, n, acc):
-    """:func:`_mix` over the raw sibling rows ``R = sib[h]`` (every entry finite and above
-    :data:`NEG`: :func:`_plain_block`) instead of :func:`_factor_rows`' block: the row ``s = h``
-    is skipped and each row's own column ``s`` restored, which gives the same roundings (a zero
-    factor adds exactly 0); ``acc[0]`` and ``acc[h]`` are left unspecified."""
-    K = n + 1
-    acc[:] = 0.0
-    j = 1
-    while j <= n:
-        if j + 3 <= n and (h < j or h > j + 3):
-            p0, p1, p2, p3 = p[j], p[j + 1], p[j + 2], p[j + 3]
-            r0, r1, r2, r3 = R[j], R[j + 1], R[j + 2], R[j + 3]
-            a0, a1, a2, a3 = acc[j], acc[j + 1], acc[j + 2], acc[j + 3]
-            for m in range(K):
-                acc[m] = (((acc[m] + p0 * r0[m]) + p1 * r1[m]) + p2 * r2[m]) + p3 * r3[m]
-            acc[j] = ((a0 + p1 * r1[j]) + p2 * r2[j]) + p3 * r3[j]
-            acc[j + 1] = ((a1 + p0 * r0[j + 1]) + p2 * r2[j + 1]) + p3 * r3[j + 1]
-            acc[j + 2] = ((a2 + p0 * r0[j + 2]) + p1 * r1[j + 2]) + p3 * r3[j + 2]
-            acc[j + 3] = ((a3 + p0 * r0[j + 3]) + p1 * r1[j + 3]) + p2 * r2[j + 3]
-            j += 4
-            continue
-        if j != h:
-            pj, r, a = p[j], R[j], acc[j]
-            for m in range(K):
-                acc[m] += pj * r[m]
-            acc[j] = a
-        j += 1
-
-
-@_jit
-def _plain_block(sib, n, stats):
-    """Whether every sibling score of the heads ``0..n`` (``sib[:n+1]``, factors or not) is
-    within the range that the checks accept (``(L - 1) · |x| <= MAX_TOTAL_SCORE``, so finite and
-    none masked); if so ``stats`` get the statistics of that superset of the factors (which the
-    checks accept as well). One flat loop: an integer maximum of the magnitudes' bits (ordered as
-    the magnitudes, NaN above +inf), which vectorises."""
-    flat = sib[: n + 1].reshape(-1)
-    top = np.int64(0)
-    for i in range(flat.shape[0]):
-        bits = _bits(abs(np.float64(flat[i])))
-        top = bits if bits > top else top
-    largest = _from_bits(top)
-    if not largest * (sib.shape[0] - 1) <= MAX_TOTAL_SCORE:  # (NaN: not plain either)
-        return False
-    stats[0], stats[1], stats[2] = 0.0, -largest, largest
-    return True
-
-
-@_jit
-def _mfvi_rounds(S, W, n, T, Q, P, Ps, keep, raw):
+def _mfvi_rounds(S, W, n, T, Q, P, Ps, keep):
     """``T`` rounds from ``q = s`` (arc rows of :func:`_arc_rows`, logits in ``Q``) with the
-    factors ``W`` of :func:`_factor_rows`, or with ``raw`` the raw siblings of a
-    :func:`_plain_block` (:func:`_mix_raw`; the same numbers); ``P`` ends as the marginals of
-    the last logits, and with ``keep`` each round's ``P`` goes to ``Ps[t]``."""
+    factors ``W`` of :func:`_factor_rows`; ``P`` ends as the marginals of the last logits, and
+    with ``keep`` each round's ``P`` goes to ``Ps[t]``."""
     Lp = S.shape[1]
     acc = np.empty(Lp)
     top = np.empty(Lp)
@@ -330,12 +280,7 @@ def _mfvi_rounds(S, W, n, T, Q, P, Ps, keep, raw):
         if keep:
             Ps[t] = P
         for h in range(n + 1):
-            if raw:
-                _mix_raw(P[h], W[h], h, n, acc)
-                acc[0] = 0.0
-                acc[h] = 0.0
-            else:
-                _mix(P[h], W[h], n, acc)
+            _mix(P[h], W[h], n, acc)
             q, s = Q[h], S[h]
             for m in range(Lp):
                 q[m] = s[m] + acc[m]
@@ -349,15 +294,11 @@ def _mfvi_sentence(s, sib, n, T, out, mu, checks):
     K, Lp, L = n + 1, _width(n), s.shape[0]
     S = np.empty((K, Lp))
     _arc_rows(s, n, S, checks[:3])
-    raw = _plain_block(sib, n, checks[3:])
-    if raw:  # (the common case: no copy of the factors)
-        W = sib
-    else:
-        W = np.empty((K, K, Lp), sib.dtype)
-        _factor_rows(sib, n, W, checks[3:])
+    W = np.empty((K, K, Lp), sib.dtype)
+    _factor_rows(sib, n, W, checks[3:])
     P = np.empty((K, Lp))
     Q = np.empty((K, Lp))
-    _mfvi_rounds(S, W, n, T, Q, P, P.reshape((1, K, Lp)), False, raw)
+    _mfvi_rounds(S, W, n, T, Q, P, P.reshape((1, K, Lp)), False)
     for h in range(L):
         for d in range(L):
             inside = h <= n and d <= n
@@ -404,7 +345,7 @@ def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
         W = np.empty((K, K, Lp), sib.dtype)
         _factor_rows(sib[b], n, W, stats)
         Ps = np.empty((T, K, Lp))
-        _mfvi_rounds(S, W, n, T, np.empty((K, Lp)), np.empty((K, Lp)), Ps, True, False)
+        _mfvi_rounds(S, W, n, T, np.empty((K, Lp)), np.empty((K, Lp)), Ps, True)
         Gs = np.empty((T, K, K))  # Gs[t]: d/dq after round t (the input of round t+1)
         G = np.empty((K, K))
         total = gq[b].copy()  # d/d(clean s)
@@ -486,7 +427,17 @@ def _message(P, old, E, n, L, out):
 
 
 @_jit
-def _lbp_rounds(sT, E, n, L, T, qT, P, mus, Ps, keep):
+def _chunk(L, lo, hi):
+    """Message factors multiplied before one logarithm, for sibling scores in ``[lo, hi]``: the
+    most whose product stays a normal float64 (each ``μ`` in ``[L / (L + exp(top)), L]``,
+    module docstring; at least 8 for ``top <=`` :data:`LBP_LIMIT` and ``L <= 10⁴``)."""
+    top = max(-lo, hi) if lo <= hi else 0.0
+    per = max(math.log(L), math.log1p(math.exp(min(top, LBP_LIMIT)) / L))
+    return max(1, int(LOG_RANGE / per))
+
+
+@_jit
+def _lbp_rounds(sT, E, n, L, T, qT, P, mus, Ps, keep, chunk):
     """``T`` rounds from ``q = s`` (both transposed, as in :func:`_mfvi_rounds`), ``μ = 1``;
     messages in ``mus[0]`` (``[n+1, n+1, n+1]``, ``mus[0][m, s, h] = μ[h, m, s]``), or with
     ``keep`` round ``t``'s in ``mus[t+1]`` and its ``P`` in ``Ps[t]`` (``mus[0]`` stays 1)."""
@@ -518,7 +469,7 @@ def _lbp_rounds(sT, E, n, L, T, qT, P, mus, Ps, keep):
                 for h in range(n + 1):
                     prod[h] *= 1.0 if (h == j or h == m) else mu[m, j, h]
                 count += 1
-                if count == CHUNK:
+                if count == chunk:
                     for h in range(n + 1):
                         acc[h] += math.log(prod[h])
                     prod[:] = 1.0
@@ -544,7 +495,8 @@ def _lbp_sentence(s, sib, n, T, out, mu, checks):
     P = np.empty((n + 1, n + 1))
     mus = np.empty((1, n + 1, n + 1, n + 1))
     qT = np.empty((L, L))
-    _lbp_rounds(clean, E, n, L, T, qT, P, mus, P.reshape((1, n + 1, n + 1)), False)
+    _lbp_rounds(clean, E, n, L, T, qT, P, mus, P.reshape((1, n + 1, n + 1)), False,
+                _chunk(L, checks[4], checks[5]))
     mu[:, :] = 0.0
     _marginals(qT, n, P, mu, out)
 
@@ -580,7 +532,7 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
         P = np.empty((n + 1, n + 1))
         Ps = np.empty((T, n + 1, n + 1))
         mus = np.empty((T + 1, n + 1, n + 1, n + 1))
-        _lbp_rounds(clean, E, n, L, T, q, P, mus, Ps, True)
+        _lbp_rounds(clean, E, n, L, T, q, P, mus, Ps, True, _chunk(L, stats[1], stats[2]))
         total = gq[b].copy()  # d/d(clean s)
         G = np.zeros((n + 1, n + 1))
         for h in range(n + 1):

@@ -203,7 +203,11 @@ def kernel_flagged(stats, parts: int) -> tuple[bool, float]:
     present 1/0, smallest and largest entry above :data:`NEG` per sentence (``+inf``, ``-inf``
     when there is none): whether :func:`check_scores` would refuse them (NaN, or ``parts * max
     |x| > MAX_TOTAL_SCORE``, an infinite score included; the caller then runs the full check for
-    its message) and ``max |x|``."""
-    (nan, _, hi), (_, lo, _) = stats.max(0).tolist(), stats.min(0).tolist()
+    its message) and ``max |x|``. ``[3]`` statistics are taken as already reduced over the
+    batch."""
+    if stats.ndim == 1:
+        nan, lo, hi = stats.tolist()
+    else:
+        (nan, _, hi), (_, lo, _) = stats.max(0).tolist(), stats.min(0).tolist()
     top = max(-lo, hi, lo, -hi) if lo <= hi else 0.0  # (the extremes of the sentences with entries)
     return nan > 0 or top * parts > MAX_TOTAL_SCORE, top

@@ -306,16 +306,30 @@ def _mfvi_sentence(s, sib, n, T, out, mu, checks):
             mu[h, d] = P[h, d] if inside and d >= 1 else 0.0
 
 
+@_jit
+def _summary(checks, out):
+    """``out[k] = (NaN present, smallest, largest)`` over the batch of the per-sentence
+    ``checks`` (``[B, 6]``) of the arcs (``k = 0``) and the siblings (``k = 1``)."""
+    for k in range(2):
+        out[k, 0], out[k, 1], out[k, 2] = 0.0, np.inf, -np.inf
+        for b in range(checks.shape[0]):
+            out[k, 0] = max(out[k, 0], checks[b, 3 * k])
+            out[k, 1] = min(out[k, 1], checks[b, 3 * k + 1])
+            out[k, 2] = max(out[k, 2], checks[b, 3 * k + 2])
+
+
 @numba.njit(cache=True, fastmath=False, error_model="numpy")
-def _mfvi(s, sib, lengths, T, out, mu, checks):
+def _mfvi(s, sib, lengths, T, out, mu, checks, summary):
     for b in range(s.shape[0]):
         _mfvi_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
+    _summary(checks, summary)
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False, error_model="numpy")
-def _mfvi_parallel(s, sib, lengths, T, out, mu, checks):
+def _mfvi_parallel(s, sib, lengths, T, out, mu, checks, summary):
     for b in numba.prange(s.shape[0]):
         _mfvi_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
+    _summary(checks, summary)
 
 
 @_jit
@@ -502,15 +516,17 @@ def _lbp_sentence(s, sib, n, T, out, mu, checks):
 
 
 @numba.njit(cache=True, fastmath=False, error_model="numpy")
-def _lbp(s, sib, lengths, T, out, mu, checks):
+def _lbp(s, sib, lengths, T, out, mu, checks, summary):
     for b in range(s.shape[0]):
         _lbp_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
+    _summary(checks, summary)
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False, error_model="numpy")
-def _lbp_parallel(s, sib, lengths, T, out, mu, checks):
+def _lbp_parallel(s, sib, lengths, T, out, mu, checks, summary):
     for b in numba.prange(s.shape[0]):
         _lbp_sentence(s[b], sib[b], lengths[b], T, out[b], mu[b], checks[b])
+    _summary(checks, summary)
 
 
 @numba.njit(cache=True, parallel=True, fastmath=False, error_model="numpy")
@@ -595,19 +611,30 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
 # Entry points.
 # ---------------------------------------------------------------------------------------------
 
-def _arrays(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor):
-    """The inputs as arrays and the kernel's work (``Σ (n+1)³``)."""
+def _inputs(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor):
+    """The inputs as arrays and the kernel's work (``Σ (n+1)³``; its bound ``B · L³`` when
+    that is below :data:`~synattn.structs.constants.SERIAL_WORK`)."""
     lengths_ = as_array(lengths.long())
-    return as_array(s), as_array(sib), lengths_, int(((lengths_ + 1) ** 3).sum())
+    work = s.shape[0] * s.shape[1] ** 3
+    if work >= SERIAL_WORK:
+        work = int(((lengths_ + 1) ** 3).sum())
+    return as_array(s), as_array(sib), lengths_, work
+
+
+def _arrays(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor):
+    """The inputs as arrays, the threads of the next (parallel) kernel set for their work."""
+    s_, sib_, lengths_, work = _inputs(s, sib, lengths)
+    set_threads(work, SERIAL_WORK)
+    return s_, sib_, lengths_
 
 
 def logits(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: int,
            lbp: bool) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """``[B, L, L]`` logits ``q`` after ``max_iter`` rounds, the marginals ``softmax_h q`` in
-    the words' columns (0 elsewhere; both in the dtype of ``s``) and ``[B, 6]`` checks of the
-    arc scores (columns 0-2) and sibling scores (3-5): NaN present 1/0, smallest and largest
-    score above :data:`NEG` over each sentence's arcs and factors. LBP leaves a sentence with a
-    NaN or a sibling score beyond :data:`LBP_LIMIT` unset.
+    the words' columns (0 elsewhere; both in the dtype of ``s``) and ``[2, 3]`` checks of the
+    arc scores (row 0) and sibling scores (row 1): NaN present 1/0, smallest and largest score
+    above :data:`NEG` over the batch's arcs and factors. LBP leaves a sentence with a NaN or a
+    sibling score beyond :data:`LBP_LIMIT` unset.
 
     Args:
         s: ``[B, L, L]`` raw arc scores ``[b, h, d]`` (float32/float64; read on the arcs a head
@@ -615,17 +642,17 @@ def logits(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: 
         sib: ``[B, L, L, L]`` raw sibling scores ``[b, h, s, m]`` (float32/float64).
         lengths: ``[B]`` words per sentence, in ``1..L-1``.
     """
-    s_, sib_, lengths_, work = _arrays(s, sib, lengths)
+    s_, sib_, lengths_, work = _inputs(s, sib, lengths)
     # below SERIAL_WORK (or with one thread) the serial kernel runs, without numba's thread
     # launch (a fixed cost of tens of microseconds at these sizes)
     parallel = work >= SERIAL_WORK and set_threads(work, SERIAL_WORK) > 1
     kernel = ((_lbp_parallel if parallel else _lbp) if lbp
               else (_mfvi_parallel if parallel else _mfvi))
-    both = np.empty((2, *s.shape), s_.dtype)  # (one allocation for the logits and marginals)
-    checks = np.empty((s.shape[0], 6))
-    kernel(s_, sib_, lengths_, max_iter, both[0], both[1], checks)
-    out, mu = torch.from_numpy(both)
-    return out, mu, checks
+    out = np.empty(s.shape, s_.dtype)
+    mu = np.empty(s.shape, s_.dtype)
+    summary = np.empty((2, 3))
+    kernel(s_, sib_, lengths_, max_iter, out, mu, np.empty((s.shape[0], 6)), summary)
+    return torch.from_numpy(out), torch.from_numpy(mu), summary
 
 
 def logits_backward(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, max_iter: int,
@@ -633,8 +660,7 @@ def logits_backward(s: torch.Tensor, sib: torch.Tensor, lengths: torch.Tensor, m
     """``(d/ds, d/dsib)`` of ``Σ grad · logits(...)`` with respect to the raw scores (dtypes of
     ``s`` and ``sib``, 0 where they are masked or unread; None for the second unless
     ``want_sib``)."""
-    s_, sib_, lengths_, work = _arrays(s, sib, lengths)
-    set_threads(work, SERIAL_WORK)
+    s_, sib_, lengths_ = _arrays(s, sib, lengths)
     gs, gsib = (_lbp_backward if lbp else _mfvi_backward)(s_, sib_, lengths_, max_iter,
                                                           as_array(grad.double()), want_sib)
     return (torch.from_numpy(gs).to(s.dtype),

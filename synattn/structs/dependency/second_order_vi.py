@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -42,7 +41,7 @@ from ..approximate import IterativeInference
 from ..arguments import score_tensor
 from ..backend import kernels, use_numba
 from ..constants import NEG
-from ..scores import check_scores, fp32_inside, kernel_flagged, mask_impossible, plain_lengths
+from ..scores import check_range, check_scores, fp32_inside, kernel_flagged, mask_impossible, plain_lengths
 from .arc_scores import check_arc_scores, usable_arcs
 
 
@@ -110,15 +109,12 @@ def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.T
     if source not in (torch.float32, torch.float64):
         siblings = mask_impossible(siblings.float(), source)
     vi = kernels("dependency._vi_kernels")
-    with torch.no_grad():
-        q, mu, checks = vi.logits(s, siblings, lengths, module.max_iter, lbp)
-    if kernel_flagged(checks[:, :3], L - 1)[0]:
+    q, mu, checks = vi.logits(s, siblings, lengths, module.max_iter, lbp)  # (no autograd: arrays)
+    if kernel_flagged(checks[0], L - 1)[0]:
         check_arc_scores(s, lengths)  # (refuses them with its message)
-    refused, top = kernel_flagged(checks[:, 3:], L - 1)
+    refused, top = kernel_flagged(checks[1], L - 1)
     if refused:  # as on the PyTorch path
-        bounds = checks[:, 4:][checks[:, 4] <= checks[:, 5]]
-        check_scores([(torch.from_numpy(np.append(bounds, np.nan if checks[:, 3].any() else 0.0)), None)],
-                     L - 1, "siblings")
+        check_range("siblings", checks[1, 0] > 0, top, L - 1)
     if lbp and top > vi.LBP_LIMIT:
         return None
     if torch.is_grad_enabled() and (s.requires_grad or siblings.requires_grad):

@@ -63,43 +63,6 @@ def _pair(h, s, m, n):
 
 
 @_jit
-def _softmax_columns(qT, n, P):
-    """``P[s, h] = softmax over h in 0..n of q[h, s]`` for the words ``s``, from the logits
-    transposed, ``qT[s, h] = q[h, s]`` (the kernels keep them so: contiguous, vectorised)."""
-    for s in range(1, n + 1):
-        top = qT[s, 0]
-        for h in range(1, n + 1):
-            top = max(top, qT[s, h])
-        for h in range(n + 1):
-            P[s, h] = _exp(qT[s, h] - top)
-        total = 0.0
-        for h in range(n + 1):
-            total += P[s, h]
-        for h in range(n + 1):
-            P[s, h] /= total
-
-
-@_jit
-def _clean_arcs(s, n, out, stats):
-    """``out[d, h]`` (float64 ``[L, L]``, transposed) = ``s[h, d]`` on the arcs some head choice uses (``h``
-    ROOT or a word, ``d`` a word, ``h != d``), entries ``<= NEG`` as :data:`NEG`, and
-    :data:`NEG` elsewhere (as ``check_arc_scores(..., fill=NEG)``); ``stats[:] = (NaN present
-    1/0, smallest, largest)`` over those arcs' scores above :data:`NEG`."""
-    L = s.shape[0]
-    nan, lo, hi = 0.0, np.inf, -np.inf
-    for h in range(L):
-        for d in range(L):
-            x = np.float64(s[h, d])
-            use = h <= n and 1 <= d <= n and h != d
-            nan = 1.0 if (use and x != x) else nan
-            ok = use and x > NEG
-            lo = min(lo, x if ok else np.inf)
-            hi = max(hi, x if ok else -np.inf)
-            out[d, h] = (NEG if x <= NEG else x) if use else NEG
-    stats[0], stats[1], stats[2] = nan, lo, hi
-
-
-@_jit
 def _clean_factors(sib, n, off, W, stats):
     """``W[h, s, m]`` (float64 ``[n+1, n+1, n+1]``) = ``sib[h, s, m]`` on the factors (entries
     ``<= NEG`` as :data:`NEG`), ``off`` elsewhere; ``stats[:] = (NaN present 1/0, smallest,
@@ -122,20 +85,6 @@ def _clean_factors(sib, n, off, W, stats):
     stats[0], stats[1], stats[2] = nan.max(), lo.min(), hi.max()
 
 
-@_jit
-def _marginals(qT, n, P, mu, out):
-    """``mu[h, d] = softmax_h q[h, d]`` for the words ``d`` (other entries of ``mu`` untouched)
-    and ``out = q`` from ``qT``."""
-    _softmax_columns(qT, n, P)
-    for h in range(n + 1):
-        for d in range(1, n + 1):
-            mu[h, d] = P[d, h]
-    L = qT.shape[0]
-    for h in range(L):
-        for d in range(L):
-            out[h, d] = qT[d, h]
-
-
 # ---------------------------------------------------------------------------------------------
 # Mean field: rows padded to LANES entries, the logits and marginals kept as [h, d] rows (the
 # softmax over heads runs along the columns, vectorised across them), the factors in the
@@ -150,8 +99,10 @@ def _width(n):
 
 @_jit
 def _arc_rows(s, n, S, stats):
-    """``S[h, d]`` (float64 ``[n+1, Lp]``) = ``s[h, d]`` on the arcs some head choice uses (as
-    :func:`_clean_arcs`), :data:`NEG` elsewhere and in the padding; ``stats`` as there."""
+    """``S[h, d]`` (float64 ``[n+1, Lp]``) = ``s[h, d]`` on the arcs some head choice uses (``h``
+    ROOT or a word, ``d`` a word, ``h != d``), entries ``<= NEG`` as :data:`NEG`, and :data:`NEG`
+    elsewhere and in the padding (as ``check_arc_scores(..., fill=NEG)``); ``stats[:] = (NaN
+    present 1/0, smallest, largest)`` over those arcs' scores above :data:`NEG`."""
     nan, lo, hi = 0.0, np.inf, -np.inf
     Lp = S.shape[1]
     for h in range(n + 1):
@@ -291,7 +242,7 @@ def _mfvi_rounds(S, W, n, T, Q, P, Ps, keep):
 def _mfvi_sentence(s, sib, n, T, out, mu, checks):
     """One sentence: logits ``out`` and marginals ``mu`` (``[L, L]``; :data:`NEG` and 0 outside
     the sentence) and ``checks`` (``[6]``, see :func:`logits`)."""
-    K, Lp, L = n + 1, _width(n), s.shape[0]
+    K, Lp = n + 1, _width(n)
     S = np.empty((K, Lp))
     _arc_rows(s, n, S, checks[:3])
     W = np.empty((K, K, Lp), sib.dtype)
@@ -299,6 +250,14 @@ def _mfvi_sentence(s, sib, n, T, out, mu, checks):
     P = np.empty((K, Lp))
     Q = np.empty((K, Lp))
     _mfvi_rounds(S, W, n, T, Q, P, P.reshape((1, K, Lp)), False)
+    _write(Q, P, n, out, mu)
+
+
+@_jit
+def _write(Q, P, n, out, mu):
+    """The logits ``out`` and marginals ``mu`` (``[L, L]``) of a sentence from its rows ``Q``
+    and ``P`` (:data:`NEG` and 0 outside the sentence, 0 in ROOT's column of ``mu``)."""
+    L = out.shape[0]
     for h in range(L):
         for d in range(L):
             inside = h <= n and d <= n
@@ -334,7 +293,7 @@ def _mfvi_parallel(s, sib, lengths, T, out, mu, checks, summary):
 
 @_jit
 def _arc_gradient(s, n, g, out):
-    """``out[h, d] = g[h, d]`` on the arcs :func:`_clean_arcs` reads with a score above
+    """``out[h, d] = g[h, d]`` on the arcs :func:`_arc_rows` reads with a score above
     :data:`NEG`, 0 elsewhere (the gradient of its masks)."""
     L = s.shape[0]
     for h in range(L):
@@ -415,20 +374,29 @@ def _exp_factors(W, n, E):
     flat = W.reshape(-1)
     for i in range(flat.shape[0]):  # (one long loop: rows of n+1 are too short to vectorise)
         flat[i] = _exp(flat[i])
-    for m in range(n + 1):
-        for j in range(n + 1):
-            for h in range(n + 1):
+    for h in range(n + 1):  # (rows of W read in order)
+        for m in range(n + 1):
+            for j in range(n + 1):
                 E[m, j, h] = W[h, m, j]
 
 
 @_jit
-def _message(P, old, E, n, L, out):
-    """``out[h] = μ'[h]`` of one factor-to-variable message (module docstring); returns the
-    normaliser ``Z``, ``A``."""
+def _reciprocals(mu, inv):
+    """``inv = 1 / mu`` in one flat loop (vectorised: a division per entry of the short loops of
+    :func:`_message` would stay scalar)."""
+    x, out = mu.reshape(-1), inv.reshape(-1)
+    for i in range(x.shape[0]):
+        out[i] = 1.0 / x[i]
+
+
+@_jit
+def _message(P, inv, E, n, L, out):
+    """``out[h] = μ'[h]`` of one factor-to-variable message (module docstring) from the
+    reciprocals ``inv = 1 / μ`` of the previous messages; returns the normaliser ``Z``, ``A``."""
     A = 0.0
     B = 0.0
     for h in range(n + 1):
-        a = P[h] / old[h]
+        a = P[h] * inv[h]
         b = a * E[h]
         A += a
         B += b
@@ -451,26 +419,37 @@ def _chunk(L, lo, hi):
 
 
 @_jit
-def _lbp_rounds(sT, E, n, L, T, qT, P, mus, Ps, keep, chunk):
-    """``T`` rounds from ``q = s`` (both transposed, as in :func:`_mfvi_rounds`), ``μ = 1``;
-    messages in ``mus[0]`` (``[n+1, n+1, n+1]``, ``mus[0][m, s, h] = μ[h, m, s]``), or with
-    ``keep`` round ``t``'s in ``mus[t+1]`` and its ``P`` in ``Ps[t]`` (``mus[0]`` stays 1)."""
+def _lbp_rounds(S, E, n, L, T, Q, PR, P, mus, Ps, keep, chunk):
+    """``T`` rounds from ``q = s`` (rows as in :func:`_mfvi_rounds`: arc rows ``S``, logits
+    ``Q``, their column softmax ``PR``, which ends as the marginals of the last logits),
+    ``μ = 1``; each round's input marginals transposed in ``P[s, h]`` (the messages read rows
+    over heads), messages in ``mus[0]`` (``[n+1, n+1, n+1]``, ``mus[0][m, s, h] = μ[h, m, s]``),
+    or with ``keep`` round ``t``'s in ``mus[t+1]`` and its ``P`` in ``Ps[t]`` (``mus[0]`` stays
+    1)."""
+    Lp = S.shape[1]
+    top = np.empty(Lp)
+    total = np.empty(Lp)
     mu = mus[0]
     mu[:] = 1.0
+    inv = np.empty(mu.shape)
     tmp = np.empty((2, n + 1))
     prod = np.empty(n + 1)
     acc = np.empty(n + 1)
-    qT[:, :] = sT
+    Q[:, :] = S
     for t in range(T):
-        _softmax_columns(qT, n, P)
+        _softmax_heads(Q, n, PR, top, total)
+        for h in range(n + 1):
+            for j in range(n + 1):
+                P[j, h] = PR[h, j]
         if keep:
             Ps[t] = P
             mus[t + 1] = mus[t]
             mu = mus[t + 1]
+        _reciprocals(mu, inv)
         for m in range(1, n + 1):
             for j in range(m + 1, n + 1):  # the factor of the pair {m, j}: both messages
-                _message(P[j], mu[j, m], E[m, j], n, L, tmp[0])
-                _message(P[m], mu[m, j], E[j, m], n, L, tmp[1])
+                _message(P[j], inv[j, m], E[m, j], n, L, tmp[0])
+                _message(P[m], inv[m, j], E[j, m], n, L, tmp[1])
                 mu[m, j] = tmp[0]
                 mu[j, m] = tmp[1]
         for m in range(1, n + 1):  # q[h, m] = s[h, m] + Σ_s log μ[h, m, s] over the factors
@@ -490,29 +469,29 @@ def _lbp_rounds(sT, E, n, L, T, qT, P, mus, Ps, keep, chunk):
                     count = 0
             for h in range(n + 1):
                 if h != m:
-                    qT[m, h] = sT[m, h] + acc[h] + math.log(prod[h])
+                    Q[h, m] = S[h, m] + acc[h] + math.log(prod[h])
+    _softmax_heads(Q, n, PR, top, total)
 
 
 @_jit
 def _lbp_sentence(s, sib, n, T, out, mu, checks):
     """As :func:`_mfvi_sentence`, for LBP; a sentence with a NaN or a sibling score beyond
     :data:`LBP_LIMIT` is left unset (refused or left to the PyTorch path by the caller)."""
-    L = s.shape[0]
-    clean = np.empty((L, L))
-    _clean_arcs(s, n, clean, checks[:3])
-    E = np.empty((n + 1, n + 1, n + 1))
+    K, Lp, L = n + 1, _width(n), s.shape[0]
+    S = np.empty((K, Lp))
+    _arc_rows(s, n, S, checks[:3])
+    E = np.empty((K, K, K))
     _clean_factors(sib, n, NEG, E, checks[3:])
     if checks[3] > 0.0 or max(-checks[4], checks[5]) > LBP_LIMIT:
         return
     W = E.copy()
     _exp_factors(W, n, E)
-    P = np.empty((n + 1, n + 1))
-    mus = np.empty((1, n + 1, n + 1, n + 1))
-    qT = np.empty((L, L))
-    _lbp_rounds(clean, E, n, L, T, qT, P, mus, P.reshape((1, n + 1, n + 1)), False,
+    P = np.empty((K, K))
+    PR = np.empty((K, Lp))
+    Q = np.empty((K, Lp))
+    _lbp_rounds(S, E, n, L, T, Q, PR, P, np.empty((1, K, K, K)), P.reshape((1, K, K)), False,
                 _chunk(L, checks[4], checks[5]))
-    mu[:, :] = 0.0
-    _marginals(qT, n, P, mu, out)
+    _write(Q, PR, n, out, mu)
 
 
 @numba.njit(cache=True, fastmath=False, error_model="numpy")
@@ -537,18 +516,18 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
     gsib = np.zeros((batch, L, L, L) if want_sib else (batch, 0, 0, 0))
     for b in numba.prange(batch):
         n = lengths[b]
+        K, Lp = n + 1, _width(n)
         stats = np.empty(3)
-        clean = np.empty((L, L))
-        _clean_arcs(s[b], n, clean, stats)
-        W = np.empty((n + 1, n + 1, n + 1))
+        S = np.empty((K, Lp))
+        _arc_rows(s[b], n, S, stats)
+        W = np.empty((K, K, K))
         _clean_factors(sib[b], n, NEG, W, stats)
-        E = np.empty((n + 1, n + 1, n + 1))
+        E = np.empty((K, K, K))
         _exp_factors(W, n, E)
-        q = np.empty((L, L))
-        P = np.empty((n + 1, n + 1))
-        Ps = np.empty((T, n + 1, n + 1))
-        mus = np.empty((T + 1, n + 1, n + 1, n + 1))
-        _lbp_rounds(clean, E, n, L, T, q, P, mus, Ps, True, _chunk(L, stats[1], stats[2]))
+        Ps = np.empty((T, K, K))
+        mus = np.empty((T + 1, K, K, K))
+        _lbp_rounds(S, E, n, L, T, np.empty((K, Lp)), np.empty((K, Lp)), np.empty((K, K)), mus, Ps,
+                    True, _chunk(L, stats[1], stats[2]))
         total = gq[b].copy()  # d/d(clean s)
         G = np.zeros((n + 1, n + 1))
         for h in range(n + 1):
@@ -559,8 +538,10 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
         gP = np.empty((n + 1, n + 1))
         a = np.empty(n + 1)
         new = np.empty(n + 1)
+        inv = np.empty((n + 1, n + 1, n + 1))
         for t in range(T, 0, -1):
-            mu, old = mus[t], mus[t - 1]
+            mu = mus[t]
+            _reciprocals(mus[t - 1], inv)
             for m in range(1, n + 1):  # q = s + Σ log μ: d/dμ[h, m, s] += G[h, m] / μ
                 for j in range(1, n + 1):
                     if j == m:
@@ -574,7 +555,7 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
                 for j in range(1, n + 1):
                     if j == m:
                         continue
-                    Pj, o, e, g = Ps[t - 1, j], old[j, m], E[m, j], gmu[m, j]
+                    Pj, o, e, g = Ps[t - 1, j], inv[j, m], E[m, j], gmu[m, j]  # (o = 1 / μ)
                     Z, A = _message(Pj, o, e, n, L, new)
                     dot = 0.0
                     for h in range(n + 1):
@@ -585,13 +566,13 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
                         gA += g[h]
                     gA = gA * L / Z + gZ * L
                     for h in range(n + 1):
-                        a[h] = Pj[h] / o[h]
+                        a[h] = Pj[h] * o[h]
                         gb = g[h] * L / Z + gZ
                         if want_sib and e[h] != 0.0:
                             gsib[b, h, m, j] += gb * a[h] * e[h]
                         ga = gA + gb * e[h]
-                        gP[j, h] += ga / o[h]
-                        gprev[j, m, h] -= ga * a[h] / o[h]
+                        gP[j, h] += ga * o[h]
+                        gprev[j, m, h] -= ga * a[h] * o[h]
             gmu, gprev = gprev, gmu
             G = np.zeros((n + 1, n + 1))
             for j in range(1, n + 1):  # through the column softmax of round t - 1

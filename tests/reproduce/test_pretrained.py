@@ -27,7 +27,7 @@ def treebank(tmp_path_factory):
 
 def _args(out, treebank, model, *more):
     return ["reproduce", "pretrained-syntax", "--toy", "--seeds", "1", "-o", str(out), "--model", str(model),
-            "--layer", "1", "--src-trees", *[f"{s}={p}" for s, p in treebank.items()], *more]
+            "--layer", "1", "--head", "1", "--src-trees", *[f"{s}={p}" for s, p in treebank.items()], *more]
 
 
 def test_the_study_probes_trains_scores_and_resumes(tmp_path, treebank, capsys):
@@ -66,14 +66,18 @@ def test_the_study_on_the_real_minilm(tmp_path, treebank, capsys):
     real_minilm()
     out = tmp_path / "ps"
     args = _args(out, treebank, "all-MiniLM-L6-v2", "--arms", "finetuned")
-    args[args.index("--layer") + 1] = "4"
+    for option in ("--layer", "--head"):  # the study's defaults: the head its sweeps chose
+        i = args.index(option)
+        del args[i:i + 2]
     assert main(args) == 0, capsys.readouterr().err
     results = json.loads((out / "results.json").read_text())
     assert list(results["runs"]) == ["probe", "finetuned"]
     probe = results["runs"]["probe"]["1"]
     assert np.asarray(probe["all_heads_dev"]["encoder"]).shape == (6, 12, 2)
     assert probe["uas_dev"] > 30  # pretrained heads attach words far above chance on these short sentences
-    assert results["runs"]["finetuned"]["1"]["head"] == "encoder_4.parse"
+    assert results["runs"]["finetuned"]["1"]["head"] == "encoder_5.parse"
+    config = (out / "configs" / "finetuned.yaml").read_text()
+    assert "head: 10" in config, config
 
 
 def test_a_wrong_model_is_one_line_before_anything_is_prepared(tmp_path, treebank, capsys):

@@ -7,12 +7,15 @@ up to rounding (the tests compare the two, and the adjoint with ``gradcheck``), 
 ``[B, n+1, n+1, n+1]`` temporaries: the pair mask (``h``, ``s``, ``m`` distinct, ``s``, ``m``
 words, ``h`` ROOT or a word) and the mask value (entries ``<= NEG`` are :data:`NEG`) are applied
 as the sibling scores are read, and entries outside the pairs are never read (they may be NaN).
-One sentence per ``numba.prange`` iteration, float64 arithmetic whatever the input dtype. The
-kernels also read the raw arc scores (masks of ``check_arc_scores(..., fill=NEG)`` applied and its
-checks' statistics returned, so that clean inputs need no PyTorch pass), copy each sentence's
-factors once into a clean float64 block (``W``: then every round is a plain product), keep the
-logits transposed (``qT[d, h]``: the softmax over heads reads contiguous rows) and return the
-marginals with the logits.
+One sentence per ``numba.prange`` iteration (a serial kernel below
+:data:`~synattn.structs.constants.SERIAL_WORK`), float64 arithmetic whatever the input dtype,
+the results written in the input's dtype. The kernels also read the raw arc scores (masks of
+``check_arc_scores(..., fill=NEG)`` applied and its checks' statistics returned, reduced over the
+batch, so that clean inputs need no PyTorch pass), copy each sentence's factors once into a clean
+block (then every round is a plain product), keep the logits and marginals as ``[h, d]`` rows
+padded to :data:`LANES` entries (the softmax over heads runs along the columns, across them:
+rows of ``n + 1`` entries are too short for LLVM's vectorised loops, whole rows of vectors are
+not) and return the marginals with the logits.
 
 - **MFVI**: per round, the column softmax ``P[s, h] = softmax_h q[h, s]`` and
   ``q[h, m] = s[h, m] + Σ_s P[s, h] · sib[h, s, m]`` (log-linear, any score range); the adjoint
@@ -21,14 +24,15 @@ marginals with the logits.
   per call), the update of the message of factor ``(h → m, h → s)`` into ``m``'s head is, over
   the ``L = N + 1`` values ``h`` of the padded batch as in the PyTorch path,
   ``a[h] = P[s, h] / μ[h, s, m]``, ``A = Σ_h a[h]``, ``b[h] = a[h] · E[h, m, s]``,
-  ``μ'[h, m, s] = L · (A + b[h]) / (L · A + Σ_h b[h])`` — divisions and products, no
-  transcendental per entry; ``q[h, m] = s[h, m] + Σ_s log μ'[h, m, s]`` takes one logarithm
-  per :func:`_chunk` factors (all of them at ordinary score ranges). With sibling scores within
-  ``±top`` every ``μ`` is in ``[L / (L + exp(top)), L]`` (``B <= exp(top) · A``), so neither
-  ``E`` nor those products leave float64's range for ``top <=`` :data:`LBP_LIMIT`; the caller
-  runs the PyTorch path for sentences with larger ones. The adjoint recomputes the
-  rounds of one sentence keeping every round's messages (``O(max_iter · n³)`` per sentence,
-  not per batch) and goes back through them.
+  ``μ'[h, m, s] = L · (A + b[h]) / (L · A + Σ_h b[h])`` — products (with the reciprocals of the
+  previous messages, one flat vectorised pass per round), no transcendental per entry;
+  ``q[h, m] = s[h, m] + Σ_s log μ'[h, m, s]`` takes one logarithm per :func:`_chunk` factors
+  (all of them at ordinary score ranges). With sibling scores within ``±top`` every ``μ`` is in
+  ``[L / (L + exp(top)), L]`` (``B <= exp(top) · A``), so neither ``E`` nor those products
+  leave float64's range for ``top <=`` :data:`LBP_LIMIT`; the caller runs the PyTorch path for
+  sentences with larger ones. The adjoint recomputes the rounds of one sentence keeping every
+  round's messages (``O(max_iter · n³)`` per sentence, not per batch) and goes back through
+  them.
 """
 
 from __future__ import annotations

@@ -71,7 +71,9 @@ class SupervisedHeadMethod(Method):
 
     def coerce(self, stack: Any) -> None:
         sup = stack.supervised_head
-        if sup is not None and isinstance(sup.layers, list) and sup.layers and sup.layer not in sup.layers:
+        if not isinstance(sup, SupervisedHeadConfig):  # None, or a wrong type that the section check names
+            return
+        if isinstance(sup.layers, list) and sup.layers and sup.layer not in sup.layers:
             sup.layer = sup.layers[0]  # `layer` names the first of `layers` (and round-trips)
 
     def validate(self, model: Any, side: str, stack: Any) -> None:

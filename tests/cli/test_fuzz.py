@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from synattn.cli.main import build_parser, main
 from synattn.data.prepare import PrepareConfig, prepare
@@ -300,6 +300,7 @@ def _check(capsys, argv):
 
 @settings(max_examples=FUZZ_SCALE or 150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(overrides=st.lists(OVERRIDE, min_size=1, max_size=3))
+@example(overrides=["model.encoder.supervised_head=0"])  # a method section given as a number (was a traceback)
 def test_fuzzed_overrides(setup, capsys, overrides):
     _, _, run, config = setup
     _check(capsys, ["train", "--config", str(config), "--run-dir", str(run), *overrides])

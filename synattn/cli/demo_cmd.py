@@ -55,6 +55,10 @@ SUPERVISED: dict[str, Any] = {"layer": 0, "head": 0, "weight": 1.0}
 BASELINE = {**BASE, "encoder": {"layers": 1, "relations": ["sequential"]}}
 SYNTAX = {**BASE, "encoder": {"layers": 1, "relations": ["tree_distance", "sequential"],
                               "supervised_head": SUPERVISED}}
+MODELS = {"baseline": BASELINE, "tree+supervised": SYNTAX}
+"""The demo's two models by name: the baseline first, the syntax model last."""
+UPDATES = 1200
+"""Updates of each model by default: about ten minutes of one core of a 2-core laptop (docs/results.md)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,14 +67,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="outputs/demo", help="output folder (default outputs/demo)")
     p.add_argument("--pairs", type=positive_int, default=20000,
                    help="training verse pairs, the first in canonical order (default 20000)")
-    p.add_argument("--minutes", type=positive_float, default=10.0,
-                   help="training minutes of each model; the two train side by side (default 10)")
+    p.add_argument("--updates", type=positive_int, default=None,
+                   help=f"updates of each model: both end at the same update, the learning rate decays over them "
+                        f"(default {UPDATES})")
+    p.add_argument("--minutes", type=positive_float, default=None,
+                   help="train each model for these minutes instead (equal minutes: the model whose updates "
+                        "cost more makes fewer)")
+    p.add_argument("--seeds", type=positive_int, default=1,
+                   help="seeds of each model (default 1): with 2 or more the demo reports each model's mean ± std "
+                        "over seeds and the difference paired by seed; each seed is one more round of training")
     p.add_argument("--test-sentences", type=positive_int, default=300, help="test verses translated (default 300)")
     p.add_argument("--vocab-size", type=positive_int, default=6000, help="sentencepiece vocabulary per side")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads in all, split between the two models (default: torch's)")
     p.add_argument("--stats-only", action="store_true", help="stop after the statistics (no training)")
     p.set_defaults(func=run)
+
+
+def budget_of(args: argparse.Namespace):
+    """The demo's :class:`~synattn.reproduce.study.Budget`: ``--updates`` (the default) or ``--minutes``."""
+    from synattn.errors import UsageError
+    from synattn.reproduce.study import Budget
+
+    if args.minutes is not None and args.updates is not None:
+        raise UsageError("--updates and --minutes: give one budget (equal updates or equal minutes)")
+    return Budget(minutes=args.minutes) if args.minutes is not None else Budget(updates=args.updates or UPDATES)
 
 
 def _statistics(data: Path, out: Path) -> None:
@@ -98,37 +119,45 @@ TRAIN = {"max_tokens": 2000, "max_epochs": 100, "lr": 2e-3, "warmup_updates": 60
          "progress_bar": False, "tensorboard": False}
 
 
-def _experiment(model: dict, args: argparse.Namespace, data: Path) -> dict:
+def _experiment(model: dict, budget, seed: int, data: Path) -> dict:
     return {"task": "mt", "data": str(data.resolve()), "model": model,
-            "train": {**TRAIN, "max_minutes": args.minutes}, "eval": {"beam": 4, "bleu_sentences": 0}}
+            "train": {**TRAIN, **budget.train, "seed": seed}, "eval": {"beam": 4, "bleu_sentences": 0}}
 
 
-def _train_both(models: dict[str, dict], args: argparse.Namespace, data: Path, out: Path) -> list[dict]:
-    """Trains the models side by side (one ``synattn train`` process each, the CPU threads split
-    between them), or reuses finished runs; returns what the report needs of each."""
+def _train_all(models: dict[str, dict], args: argparse.Namespace, data: Path, out: Path) -> dict[int, list[dict]]:
+    """Trains the models side by side, seed after seed (one ``synattn train`` process per model with
+    its share of the CPU threads), or reuses finished runs; returns what the report needs of each
+    run, by seed."""
     import torch
 
     from synattn.cli.side_by_side import Job, train_side_by_side
     from synattn.experiment import ExperimentConfig, build_model
     from synattn.train import read_log
 
-    jobs = [Job(name, _experiment(model, args, data), out / "runs" / name) for name, model in models.items()]
-    threads = max(1, (args.threads or torch.get_num_threads()) // len(jobs))
-    print("\n== " + _training_plan(jobs, args.minutes, threads) + f" (logs: {out / 'logs'}) ==", file=sys.stderr)
-    train_side_by_side(jobs, out / "configs", out / "logs", threads, args.minutes)
-    results = []
-    for job in jobs:
-        exp = ExperimentConfig.from_dict(job.config)
-        train_log = read_log(job.run_dir, "train")
-        speed = float(np.median([r["tokens_per_s"] for r in train_log])) if train_log else float("nan")
-        results.append({"name": job.name, "run": job.run_dir, "exp": exp, "tokens_per_s": speed,
-                        "minutes": train_log[-1].get("elapsed_s", 0.0) / 60 if train_log else 0.0,
-                        "steps": train_log[-1]["step"] if train_log else 0,
-                        "params": sum(p.numel() for p in build_model(exp).parameters())})
-    return results
+    budget = budget_of(args)
+    threads = max(1, (args.threads or torch.get_num_threads()) // len(models))
+    by_seed: dict[int, list[dict]] = {}
+    for seed in range(1, args.seeds + 1):
+        jobs = [Job(name, _experiment(model, budget, seed, data), out / "runs" / f"{name}-seed{seed}")
+                for name, model in models.items()]
+        print(f"\n== seed {seed} of {args.seeds}: " + _training_plan(jobs, budget, threads)
+              + f" (logs: {out / 'logs'}) ==", file=sys.stderr)
+        train_side_by_side(jobs, out / "configs", out / "logs", threads, budget,
+                           desc=f"training, seed {seed}" if args.seeds > 1 else "training")
+        results = []
+        for job in jobs:
+            exp = ExperimentConfig.from_dict(job.config)
+            train_log = read_log(job.run_dir, "train")
+            speed = float(np.median([r["tokens_per_s"] for r in train_log])) if train_log else float("nan")
+            results.append({"name": job.name, "seed": seed, "run": job.run_dir, "exp": exp, "tokens_per_s": speed,
+                            "minutes": train_log[-1].get("elapsed_s", 0.0) / 60 if train_log else 0.0,
+                            "steps": train_log[-1]["step"] if train_log else 0,
+                            "params": sum(p.numel() for p in build_model(exp).parameters())})
+        by_seed[seed] = results
+    return by_seed
 
 
-def _training_plan(jobs: list, minutes: float, threads: int) -> str:
+def _training_plan(jobs: list, budget, threads: int) -> str:
     """What the training step will do: train, resume, or reuse each run (a run whose log shows
     its whole budget used is finished; a rerun into the same ``--out`` reuses it)."""
     from synattn.cli.side_by_side import _progress
@@ -141,13 +170,17 @@ def _training_plan(jobs: list, minutes: float, threads: int) -> str:
         seconds, step, _ = _progress(job)
         if resolve_checkpoint(job.run_dir) is None:
             new.append(job.name)
+            continue
+        if budget.updates is None:
+            done = seconds >= 60.0 * budget.minutes
+            where = f"{seconds / 60:.1f} of {budget.minutes:g} minutes, update {step}"
         else:
-            (finished if seconds >= 60.0 * minutes else resumed).append(
-                f"{job.name} ({seconds / 60:.1f} of {minutes:g} minutes, update {step})")
+            done = step >= budget.updates
+            where = f"update {step} of {budget.updates}, {seconds / 60:.1f} minutes"
+        (finished if done else resumed).append(f"{job.name} ({where})")
     parts = []
     if new:
-        parts.append(f"training {' and '.join(new)} side by side for {minutes:g} minutes each, "
-                     f"{threads} CPU thread(s) each")
+        parts.append(f"training {' and '.join(new)} side by side for {budget} each, {threads} CPU thread(s) each")
     if resumed:
         parts.append(f"resuming {' and '.join(resumed)}, {threads} CPU thread(s) each")
     if finished:
@@ -174,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     from synattn.cli.paths import output_folder
     from synattn.folders import check_own_folder, mark
 
+    budget_of(args)  # a contradictory budget is refused before any work
     out = output_folder(args.out, "--out")
     check_own_folder(out, "--out", DEMO)
     mark(out, DEMO)
@@ -183,62 +217,95 @@ def run(args: argparse.Namespace) -> int:
     _statistics(data, out)
     if args.stats_only:
         return 0
-    results = _train_both({"baseline": BASELINE, "tree+supervised": SYNTAX}, args, data, out)
-    for result in results:
-        _evaluate(result, args)
-    _report(results, out, time.monotonic() - started, args)
+    by_seed = _train_all(MODELS, args, data, out)
+    for results in by_seed.values():
+        for result in results:
+            _evaluate(result, args)
+    _report(by_seed, out, time.monotonic() - started, args)
     return 0
 
 
-def noise_line(name: str, test: dict, minutes: float) -> str:
+def noise_line(name: str, test: dict, what: str) -> str:
     """One line of the demo's comparison: the difference, the 95% interval of the difference and
     the p-value of the paired bootstrap (``test``: an entry of
     :func:`synattn.reproduce.stats.paired_bootstrap`), and what they show
-    (:func:`synattn.reproduce.stats.bootstrap_verdict`)."""
+    (:func:`synattn.reproduce.stats.bootstrap_verdict`); ``what`` names the runs (seed, budget)."""
     from synattn.reproduce.stats import bootstrap_verdict
 
     low, high = test["delta_interval"]
     return (f"  Δ{name} {test['delta']:+.2f} ({test['system']:.2f} against {test['baseline']:.2f}; 95% interval "
-            f"of Δ {low:+.2f} to {high:+.2f}, p = {test['p_value']:.3f}): {bootstrap_verdict(test)}, one seed and "
-            f"{minutes:g} training minutes each")
+            f"of Δ {low:+.2f} to {high:+.2f}, p = {test['p_value']:.3f}): {bootstrap_verdict(test)}, {what}")
 
 
-def _report(results: list[dict], out: Path, wall: float, args: argparse.Namespace) -> None:
+def seed_lines(by_seed: dict[int, list[dict]]) -> list[str]:
+    """Mean ± std over seeds of each model's chrF and BLEU, and the syntax model's difference paired
+    by seed (mean ± std, and its smallest and largest): the noise of training, which the paired
+    bootstrap of one seed does not see."""
+    from synattn.reproduce.stats import paired_difference, summarize
+
+    names = [r["name"] for r in next(iter(by_seed.values()))]
+    lines = [f"Over {len(by_seed)} seeds (mean ± std):"]
+    for key, metric in (("chrf", "chrF"), ("bleu", "BLEU")):
+        scores = {name: {seed: next(r for r in runs if r["name"] == name)["eval"].translation[key]
+                         for seed, runs in by_seed.items()} for name in names}
+        parts = [f"{name} {summarize(list(scores[name].values())).format(2)}" for name in names]
+        deltas = [scores[names[-1]][seed] - scores[names[0]][seed] for seed in by_seed]
+        paired = paired_difference(scores[names[-1]], scores[names[0]])
+        lines.append(f"  {metric}: {', '.join(parts)}; Δ{metric} paired by seed {paired.format(2)} "
+                     f"(from {min(deltas):+.2f} to {max(deltas):+.2f})")
+    return lines
+
+
+def _report(by_seed: dict[int, list[dict]], out: Path, wall: float, args: argparse.Namespace) -> None:
     from synattn.data.batching import PreparedDataset
     from synattn.reproduce.heads import best_head
     from synattn.reproduce.stats import paired_bootstrap
     from synattn.viz.demo import plot_head_attachment, plot_learning_curves, plot_supervised_example
 
-    header = (f"{'model':<18}{'params':>8}{'steps':>7}{'tok/s':>8}{'min':>6}{'ppl':>9}{'BLEU':>7}{'chrF':>7}"
-              f"{'UAS':>18}")
+    budget = budget_of(args)
+    header = (f"{'model':<18}{'seed':>5}{'params':>8}{'steps':>7}{'tok/s':>8}{'min':>6}{'ppl':>9}{'BLEU':>7}"
+              f"{'chrF':>7}{'UAS':>18}")
     print("\n" + header + "\n" + "-" * len(header))
-    for r in results:
-        ev, heads = r["eval"], r["heads"]
-        if heads["supervised"]:
-            uas = f"{100 * next(iter(heads['supervised'].values()))[0]:.1f} (superv.)"
-        else:
-            layer, head = best_head(heads["heads"]["encoder"])
-            uas = f"{100 * heads['heads']['encoder'][layer][head][0]:.1f} (best head)"
-        print(f"{r['name']:<18}{r['params'] / 1e6:>7.1f}M{r['steps']:>7}{r['tokens_per_s']:>8.0f}"
-              f"{r['minutes']:>6.1f}{ev.perplexity:>9.1f}{ev.translation['bleu']:>7.2f}"
-              f"{ev.translation['chrf']:>7.2f}{uas:>18}")
-    base, syntax = results[0]["eval"], results[-1]["eval"]
-    refs = PreparedDataset(results[0]["exp"].data, "test").text("tgt")[:len(base.hypotheses)]
-    test = paired_bootstrap(base.hypotheses, syntax.hypotheses, refs)
-    print(f"\nTest: the first {len(refs)} test verses, beam 4. {results[0]['eval'].translation['bleu_signature']}")
-    print(f"{results[-1]['name']} − {results[0]['name']}, paired bootstrap (1000 resamples):")
-    for key, name in (("bleu", "BLEU"), ("chrf", "chrF")):
-        print(noise_line(name, test[key], args.minutes))
-    print("UAS: word-level attachment of the supervised head (for the baseline, of its best encoder head) "
+    for seed, results in by_seed.items():
+        for r in results:
+            ev, heads = r["eval"], r["heads"]
+            if heads["supervised"]:
+                uas = f"{100 * next(iter(heads['supervised'].values()))[0]:.1f} (superv.)"
+            else:
+                layer, head = best_head(heads["heads"]["encoder"])
+                uas = f"{100 * heads['heads']['encoder'][layer][head][0]:.1f} (best head)"
+            print(f"{r['name']:<18}{seed:>5}{r['params'] / 1e6:>7.1f}M{r['steps']:>7}{r['tokens_per_s']:>8.0f}"
+                  f"{r['minutes']:>6.1f}{ev.perplexity:>9.1f}{ev.translation['bleu']:>7.2f}"
+                  f"{ev.translation['chrf']:>7.2f}{uas:>18}")
+    first = by_seed[1]
+    refs = PreparedDataset(first[0]["exp"].data, "test").text("tgt")[:len(first[0]["eval"].hypotheses)]
+    print(f"\nTest: the first {len(refs)} test verses, beam 4. {first[0]['eval'].translation['bleu_signature']}")
+    print(f"{first[-1]['name']} − {first[0]['name']}, paired bootstrap (1000 resamples) of each seed: the noise "
+          f"of the test sample")
+    for seed, results in by_seed.items():
+        test = paired_bootstrap(results[0]["eval"].hypotheses, results[-1]["eval"].hypotheses, refs)
+        for key, name in (("bleu", "BLEU"), ("chrf", "chrF")):
+            print(noise_line(name, test[key], f"seed {seed}, {budget} each"))
+    if len(by_seed) > 1:
+        print("\n".join(seed_lines(by_seed)))
+    else:
+        print("One seed: the noise of training (another seed's batches and initialisation) is not in these "
+              "intervals; synattn demo --seeds 3 measures it (three rounds of training).")
+    print("UAS: word-level attachment of the supervised head (otherwise of the model's best encoder head) "
           "against the spaCy parse of the test verses, punctuation included. The syntax model is given that "
-          "parse (tree-distance relations), so its head shows that attention follows the tree it reads, "
+          "parse (tree-distance relations), so its heads show that attention follows the tree it reads, "
           "not that it parses: the supervised head on gold trees without a parse as input is "
           "synattn reproduce supervised-head.")
     print("The comparison of every method, with seeds and longer budgets: synattn reproduce mt-syntax; the "
           "supervised head on gold trees: synattn reproduce supervised-head (docs/reproduce.md).")
-    plots = [plot_learning_curves({r["name"]: r["run"] for r in results}, out / "learning_curves.png"),
-             plot_head_attachment({r["name"]: r["heads"] for r in results}, out / "head_attachment.png",
-                                  marks={results[-1]["name"]: (SUPERVISED["layer"], SUPERVISED["head"])}),
-             plot_supervised_example(results[-1]["model"], results[-1]["exp"], out / "supervised_head.png")]
+    runs = {f"{r['name']} (seed {seed})" if len(by_seed) > 1 else r["name"]: r["run"]
+            for seed, results in by_seed.items() for r in results}
+    syntax = first[-1]
+    supervised = syntax["exp"].model.get("encoder", {}).get("supervised_head")
+    marks = {syntax["name"]: (supervised["layer"], supervised["head"])} if supervised else {}
+    plots = [plot_learning_curves(runs, out / "learning_curves.png"),
+             plot_head_attachment({r["name"]: r["heads"] for r in first}, out / "head_attachment.png", marks=marks)]
+    if supervised:
+        plots.append(plot_supervised_example(syntax["model"], syntax["exp"], out / "supervised_head.png"))
     print(f"plots: {', '.join(str(p) for p in plots)}, {out / 'relations.png'}")
     print(f"total wall time {wall / 60:.1f} min")

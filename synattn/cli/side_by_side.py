@@ -7,7 +7,7 @@ a small Transformer does not use two cores fully). Each process is the public ``
 command on a config written to ``CONFIGS/NAME.yaml``: its console output goes to
 ``LOGS/NAME.log``, and one progress bar here follows every run through its ``log.jsonl``. A run
 that already has a checkpoint is resumed (``--resume``), so a killed demo continues where it
-stopped; a run that has used its ``train.max_minutes`` stops at once.
+stopped; a run that has used its budget (``train.max_minutes`` or ``max_steps``) stops at once.
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from synattn.errors import RunFailure
 from synattn.io import atomic_write
+
+if TYPE_CHECKING:
+    from synattn.reproduce.study import Budget
 
 
 @dataclass
@@ -66,9 +70,12 @@ def _progress(job: Job) -> tuple[float, int, float | None]:
     return float(last.get("elapsed_s", 0.0)), int(last["step"]), last.get("task_loss", last.get("loss"))
 
 
-def train_side_by_side(jobs: list[Job], configs: Path, logs: Path, threads: int, minutes: float,
-                       poll_s: float = 2.0) -> None:
+def train_side_by_side(jobs: list[Job], configs: Path, logs: Path, threads: int, budget: Budget,
+                       poll_s: float = 2.0, desc: str = "training") -> None:
     """Trains ``jobs`` at the same time, ``threads`` CPU threads each; returns when all are done.
+
+    ``budget``: what the progress bar counts, training seconds (the furthest run) or updates (the
+    slowest run); the runs themselves stop at their own config's ``max_minutes`` / ``max_steps``.
 
     Raises:
         RunFailure: a run's process failed (its exit status, the last line of its log and the log's path).
@@ -88,13 +95,17 @@ def train_side_by_side(jobs: list[Job], configs: Path, logs: Path, threads: int,
                 proc = subprocess.Popen(_command(job, config_path), stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=_environment(threads))
             processes.append((job, proc, log_path))
-        total = 60.0 * minutes
-        with progress_bar(round(total), unit="s", desc="training", leave=True,
-                          bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s{postfix}") as bar:
+        by_time = budget.updates is None
+        total = 60.0 * budget.minutes if budget.minutes is not None else float(budget.updates or 0)
+        unit = "s" if by_time else "updates"
+        with progress_bar(round(total), unit=unit, desc=desc, leave=True,
+                          bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} " + unit
+                          + "{postfix}") as bar:
             while any(proc.poll() is None for _, proc, _ in processes):
                 time.sleep(poll_s)
                 states = [_progress(job) for job, _, _ in processes]
-                bar.n = min(total, max(s for s, _, _ in states))
+                done = max(s for s, _, _ in states) if by_time else min(step for _, step, _ in states)
+                bar.n = min(total, done)
                 bar.set_postfix_str(" | ".join(
                     f"{job.name}: update {step}" + (f", loss {loss:.2f}" if loss is not None else "")
                     for (job, _, _), (_, step, loss) in zip(processes, states)), refresh=False)

@@ -19,11 +19,18 @@ def test_demo_prints_a_comparison_with_its_noise_and_writes_its_plots(tmp_path, 
     monkeypatch.setattr(viz_demo, "plot_attention", lambda probs, tokens, path, **kw: drawn.append(
         (list(tokens), kw)) or plot(probs, tokens, path, **kw))
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--pairs", "40", "--minutes", "0.01", "--test-sentences", "6",
-                 "--vocab-size", "300"]) == 0
+    assert main(["demo", "--out", str(out), "--pairs", "40", "--updates", "3", "--seeds", "2", "--test-sentences",
+                 "6", "--vocab-size", "300"]) == 0
     text = capsys.readouterr().out
     assert "paired bootstrap (1000 resamples)" in text
     assert "ΔchrF" in text and "p = " in text and "95% interval of Δ" in text
+    assert text.count("seed 1, 3 updates each") == 2 and text.count("seed 2, 3 updates each") == 2
+    assert "Over 2 seeds (mean ± std):" in text and "ΔchrF paired by seed" in text
+    from synattn.train import read_log
+
+    for name in ("baseline", "tree+supervised"):  # every model of every seed ends at the same update
+        for seed in (1, 2):
+            assert read_log(out / "runs" / f"{name}-seed{seed}", "train")[-1]["step"] == 3
     assert any(verdict in text for verdict in ("within the noise", "better,", "worse,", "no evidence (both"))
     assert "(superv.)" in text and "(best head)" in text and "synattn reproduce mt-syntax" in text
     for name in ("learning_curves.png", "head_attachment.png", "supervised_head.png", "relations.png"):
@@ -44,10 +51,12 @@ def test_demo_prints_a_comparison_with_its_noise_and_writes_its_plots(tmp_path, 
 def test_a_failed_side_by_side_run_is_one_error_naming_the_run_and_its_log(tmp_path, capsys):
     from synattn.cli.side_by_side import Job, train_side_by_side
     from synattn.errors import RunFailure
+    from synattn.reproduce.study import Budget
 
     jobs = [Job("broken", {"task": "mt", "data": str(tmp_path / "no-such-dataset")}, tmp_path / "runs" / "broken")]
     with pytest.raises(RunFailure) as caught:
-        train_side_by_side(jobs, tmp_path / "configs", tmp_path / "logs", threads=1, minutes=0.01, poll_s=0.1)
+        train_side_by_side(jobs, tmp_path / "configs", tmp_path / "logs", threads=1, budget=Budget(minutes=0.01),
+                           poll_s=0.1)
     message = str(caught.value)
     assert "training broken failed (exit status 2)" in message and "no-such-dataset" in message
     assert str(tmp_path / "logs" / "broken.log") in message
@@ -77,15 +86,15 @@ def test_the_noise_line_gives_the_interval_of_the_difference_and_no_evidence_for
     diffs = sorted(CHRF().corpus_score([better[i] for i in row], [[refs[i] for i in row]]).score
                    - CHRF().corpus_score([base[i] for i in row], [[refs[i] for i in row]]).score for row in idxs)
     assert test["chrf"]["delta_interval"] == pytest.approx([diffs[2], diffs[-3]], abs=1e-3)
-    line = noise_line("BLEU", test["bleu"], 10)
+    line = noise_line("BLEU", test["bleu"], "one seed and 10 training minutes each")
     low, high = test["bleu"]["delta_interval"]
     assert f"95% interval of Δ {low:+.2f} to {high:+.2f}" in line and line.rstrip().endswith(
         "better, one seed and 10 training minutes each") and "±" not in line
     same = paired_bootstrap(base, list(base), refs, samples=100)
-    assert same["chrf"]["delta_interval"] == [0.0, 0.0] and "within the noise" in noise_line("chrF", same["chrf"], 1)
+    assert same["chrf"]["delta_interval"] == [0.0, 0.0] and "within the noise" in noise_line("chrF", same["chrf"], "")
     degenerate = {"baseline": 0.13, "system": 0.0, "delta": -0.13, "ci": 0.0, "delta_interval": [-0.2, -0.05],
                   "p_value": 0.001}
-    assert "no evidence (both scores under 1)" in noise_line("BLEU", degenerate, 0.5)
+    assert "no evidence (both scores under 1)" in noise_line("BLEU", degenerate, "")
 
 
 def test_the_training_step_says_which_runs_it_reuses_resumes_or_trains(tiny_runs, tmp_path):
@@ -95,12 +104,31 @@ def test_the_training_step_says_which_runs_it_reuses_resumes_or_trains(tiny_runs
 
     from synattn.cli.demo_cmd import _training_plan
     from synattn.cli.side_by_side import Job
+    from synattn.reproduce.study import Budget
     from synattn.train import read_log
 
     shutil.copytree(tiny_runs / "mt", tmp_path / "done")
     seconds = read_log(tmp_path / "done", "train")[-1]["elapsed_s"]
     jobs = [Job("done", {}, tmp_path / "done"), Job("new", {}, tmp_path / "new")]
-    plan = _training_plan(jobs, seconds / 60, threads=1)
+    plan = _training_plan(jobs, Budget(minutes=seconds / 60), threads=1)
     assert plan.startswith("training new side by side for") and "reusing the finished run done (" in plan
-    plan = _training_plan(jobs, 10.0, threads=1)
+    plan = _training_plan(jobs, Budget(minutes=10.0), threads=1)
     assert f"resuming done ({seconds / 60:.1f} of 10 minutes, update 2)" in plan and "reusing" not in plan
+    # at equal updates a run is finished by its update, whatever its minutes
+    plan = _training_plan(jobs, Budget(updates=2), threads=1)
+    assert plan.startswith("training new side by side for 2 updates each") and "reusing the finished run done (" in plan
+    assert "resuming done (update 2 of 5" in _training_plan(jobs, Budget(updates=5), threads=1)
+
+
+def test_the_demo_takes_one_budget_equal_updates_by_default(capsys):
+    import argparse
+
+    from synattn.cli.demo_cmd import UPDATES, budget_of
+
+    def args(**kw):
+        return argparse.Namespace(**{"minutes": None, "updates": None, **kw})
+
+    assert budget_of(args()).updates == UPDATES and budget_of(args(updates=7)).updates == 7
+    assert budget_of(args(minutes=2.5)).minutes == 2.5
+    assert main(["demo", "--out", "x", "--updates", "5", "--minutes", "1"]) == 2
+    assert "--updates and --minutes: give one budget" in capsys.readouterr().err

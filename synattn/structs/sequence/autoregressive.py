@@ -39,6 +39,13 @@ from ..distribution import _gumbel_argmax, _gumbel_noise, check_count
 
 State = tuple[torch.Tensor, ...]
 
+PENDING_BYTES = 1 << 22
+"""Greedy decoding's batched path normalises the raw logits of its steps at the end, or sooner
+once their storage (what the model's logits keep alive) reaches this many bytes: the memory it
+holds beyond the step-by-step decode's is bounded (4 MiB)."""
+
+_BATCHED = (torch.float32, torch.float64)  # the dtypes whose batched log-softmax is checked bit for bit
+
 
 class Autoregressive:
     """Sequences of an autoregressive model (see the module docstring).
@@ -80,13 +87,18 @@ class Autoregressive:
         """The model's raw logits ``[b, t, C]`` after ``tokens [b, t]`` (or token distributions
         ``[b, t, C]``), their shapes checked, and its next state."""
         logits, state = self.model(tokens, state)
+        self._check(tokens, logits, state)
+        return logits, state
+
+    def _check(self, tokens: torch.Tensor, logits: torch.Tensor, state: State) -> None:
+        """Raises unless the model returned logits ``[b, t, C]`` after ``tokens [b, t, ...]`` and a
+        state of tensors ``[b, ...]``."""
         b, t = tokens.shape[:2]
         if logits.shape != (b, t, self.n_classes):
             raise ValueError(f"Autoregressive: the model must return logits [{b}, {t}, "
                              f"{self.n_classes}], got {tuple(logits.shape)}")
         if any(s.shape[0] != b for s in state):
             raise ValueError(f"Autoregressive: the model must return a state of tensors [{b}, ...]")
-        return logits, state
 
     def _call(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         logits, state = self._logits(tokens, state)
@@ -152,7 +164,8 @@ class Autoregressive:
         keys ``[B, k]`` and tokens ``[B, k, N]`` (``-1`` where ``-inf``), best key first."""
         B, C = self.batch, self.n_classes
         if k == 1 and not stochastic:
-            return self._greedy()
+            scores, tokens = self._greedy()
+            return scores.unsqueeze(1), scores.unsqueeze(1), tokens.unsqueeze(1)
         # One live prefix (the start) per batch element: the model runs on the live prefixes only,
         # ``width`` per element (fewer than k while C^t < k), never on padding.
         state, width = self.state, 1
@@ -193,28 +206,86 @@ class Autoregressive:
             seqs = torch.cat((seqs, seqs.new_full((B, pad, self.n_length), -1)), 1)
         return scores, keys, seqs
 
-    def _greedy(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`_search` with one prefix per batch element: each step's best token extends it,
-        with no beam to reorder (the state stays in place) and no back pointers. The same float64
-        scores and first-maximum choices as the beam with ``k = 1``."""
+    def _greedy(self, batched: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy decoding: ``scores [B]`` (float64, the chosen tokens' ``log p`` summed in step
+        order, as the beam sums them) and tokens ``[B, N]`` (``-1`` rows where the score is
+        ``-inf``), each token the first maximum of its step's ``log p``.
+
+        One prefix per batch element, so the model is handed back its own state (no beam to
+        reorder) and there are no back pointers. ``batched``: on CPU with float32/float64 logits
+        (any logits when ``normalize=False``) each step takes one ``argmax`` of the raw logits,
+        whose order the log-softmax keeps (it subtracts one number from a row), and the
+        log-softmax and the chosen values come from one pass over the steps' logits at the end
+        (or whenever they hold :data:`PENDING_BYTES`), its rows bit for bit the per-step ones.
+        Where a row's largest logit exceeds an earlier one by less than about half an ulp of
+        ``log Z``, the subtraction rounds the two into a tie whose first maximum is the earlier
+        token: the pass checks that the first maxima of its ``log p`` are the chosen tokens,
+        and where one is not the decode runs again from the start step by step (log-softmax and
+        ``max`` each step; the model is called again). Other dtypes and devices, and logits that
+        change dtype midway, take the step-by-step path (from there on).
+        """
         B, N = self.batch, self.n_length
         state = self.state
         tokens = torch.full((B, 1), self.start_class, dtype=torch.long, device=self.device)
-        bests, chosen = [], []
-        for _ in range(N):
-            logp, state = self._call(tokens, state)  # [B, 1, C]
-            best, tokens = logp.max(-1)  # [B, 1] each
-            bests.append(best)
-            chosen.append(tokens)
+        chosen: list[torch.Tensor] = []  # [B, 1] tokens
+        pending: list[torch.Tensor] = []  # raw logits [B, 1, C] of the batched steps not settled
+        values: list[torch.Tensor] = []  # log p [B, s] of the tokens settled (or [B, 1] per step)
+        held, dtype = 0, None  # the pending logits' bytes, the logits' dtype so far
+        model, shape = self.model, (B, 1, self.n_classes)
+        for t in range(N):
+            logits, state = model(tokens, state)  # [B, 1, C]
+            if logits.shape != shape or logits.dtype is not dtype or [
+                    s for s in state if s.shape[0] != B]:  # the first step, or a change
+                self._check(tokens, logits, state)  # (raises)
+                if batched and self.normalize and (dtype is not None or logits.dtype not in _BATCHED
+                                                   or logits.device.type != "cpu"):
+                    # not batchable (from the first step, or the dtype changed): step by step
+                    if pending and not self._settle(pending, torch.cat(chosen[t - len(pending):], 1),
+                                                    values):
+                        return self._greedy(batched=False)
+                    batched = False
+                dtype = logits.dtype
+            if batched:
+                tokens = logits.argmax(-1)  # [B, 1], the first maximum (as max(-1))
+                pending.append(logits)
+                chosen.append(tokens)
+                held += logits.untyped_storage().nbytes()
+                if held >= PENDING_BYTES and t < N - 1:
+                    if not self._settle(pending, torch.cat(chosen[t + 1 - len(pending):], 1), values):
+                        return self._greedy(batched=False)
+                    held = 0
+            else:
+                best, tokens = (logits.log_softmax(-1) if self.normalize else logits).max(-1)
+                values.append(best)  # [B, 1]
+                chosen.append(tokens)
+        seqs = torch.cat(chosen, 1)  # [B, N]
+        if pending and not self._settle(pending, seqs[:, N - len(pending):] if values else seqs,
+                                        values):
+            return self._greedy(batched=False)
         # float64 sums in step order (a scan): the beam's scores + logp, step by step
-        scores = torch.cat(bests, 1).double().cumsum(1)[:, -1:]  # [B, 1]
-        seqs = torch.cat(chosen, 1).unsqueeze(1)  # [B, 1, N]
-        return scores, scores, seqs.masked_fill((scores == -float("inf")).unsqueeze(-1), -1)
+        scores = (values[0] if len(values) == 1 else torch.cat(values, 1)).double().cumsum(1)[:, -1]
+        return scores, seqs.masked_fill((scores == -float("inf")).unsqueeze(-1), -1)
 
+    def _settle(self, pending: list[torch.Tensor], tokens: torch.Tensor,
+                values: list[torch.Tensor]) -> bool:
+        """Appends to ``values`` the ``log p [B, s]`` of the tokens ``[B, s]`` chosen at ``s``
+        batched steps from their raw logits ``pending`` (``s`` of ``[B, 1, C]``; emptied), one
+        log-softmax over all. False where a token is not the first maximum of its ``log p`` (a
+        near-tie that the subtraction of ``log Z`` rounded into a tie with an earlier token), as
+        ``argmax`` of the ``log p`` finds."""
+        logp = torch.cat(pending, 1)  # [B, s, C]
+        pending.clear()
+        if self.normalize:
+            logp = logp.log_softmax(-1)
+            if not torch.equal(logp.argmax(-1), tokens):
+                return False
+        values.append(logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+        return True
+
+    @torch.no_grad()
     def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``scores [B]`` and tokens ``[B, N]`` of greedy decoding (``beam_search(1)``)."""
-        scores, tokens = self.beam_search(1)
-        return scores[:, 0], tokens[:, 0]
+        return self._greedy()
 
     def greedy_tempmax(self, alpha: float, gumbel: bool = False,
                        generator: torch.Generator | None = None

@@ -24,15 +24,21 @@ not) and return the marginals with the logits.
   per call), the update of the message of factor ``(h → m, h → s)`` into ``m``'s head is, over
   the ``L = N + 1`` values ``h`` of the padded batch as in the PyTorch path,
   ``a[h] = P[s, h] / μ[h, s, m]``, ``A = Σ_h a[h]``, ``b[h] = a[h] · E[h, m, s]``,
-  ``μ'[h, m, s] = L · (A + b[h]) / (L · A + Σ_h b[h])`` — products (with the reciprocals of the
-  previous messages, one flat vectorised pass per round), no transcendental per entry;
-  ``q[h, m] = s[h, m] + Σ_s log μ'[h, m, s]`` takes one logarithm per :func:`_chunk` factors
-  (all of them at ordinary score ranges). With sibling scores within ``±top`` every ``μ`` is in
-  ``[L / (L + exp(top)), L]`` (``B <= exp(top) · A``), so neither ``E`` nor those products
-  leave float64's range for ``top <=`` :data:`LBP_LIMIT`; the caller runs the PyTorch path for
-  sentences with larger ones. The adjoint recomputes the rounds of one sentence keeping every
-  round's messages (``O(max_iter · n³)`` per sentence, not per batch) and goes back through
-  them.
+  ``μ'[h, m, s] = L · (A + b[h]) / (L · A + Σ_h b[h])`` — products, no transcendental per entry,
+  and the same ``μ'`` for ``a`` scaled by any factor per message. The messages of the pairs of
+  words ``{x, y}`` are kept twice, as ``[x, h, y]`` blocks into ``x`` (``F``) and into ``y``
+  (``G``), each as ``A + b[h]`` without its factor ``L / Z`` (which the next update does not
+  see): block ``x`` of one is updated from block ``x`` of the other, so every loop runs along
+  rows over ``y`` (vectorised, the sums over ``h`` accumulated across rows; each message is
+  computed twice, once per block, where the earlier layout computed it once, one scalar sum over
+  ``h`` at a time). ``q[h, y] = s[h, y] + Σ_x log μ'[h, y, x]`` multiplies block rows of ``G``
+  (the messages into ``y``, their factor restored) along ``y`` and takes one logarithm per
+  :func:`_chunk` blocks (once per round at ordinary score ranges). With sibling scores within
+  ``±top`` every ``μ`` is in ``[L / (L + exp(top)), L]`` (``B <= exp(top) · A``), so neither
+  ``E`` nor those products leave float64's range for ``top <=`` :data:`LBP_LIMIT`; the caller
+  runs the PyTorch path for sentences with larger ones. The adjoint recomputes the rounds of one
+  sentence keeping every round's messages (``O(max_iter · n³)`` per sentence, not per batch; in
+  the ``[m, s, h]`` layout it reads) and goes back through them.
 """
 
 from __future__ import annotations
@@ -64,29 +70,6 @@ _jit = numba.njit(cache=True, fastmath=False, error_model="numpy")
 def _pair(h, s, m, n):
     """Whether ``(h → s, h → m)`` is a factor: distinct, ``s``, ``m`` words, ``h`` ROOT or a word."""
     return 1 <= s <= n and 1 <= m <= n and h <= n and s != m and h != s and h != m
-
-
-@_jit
-def _clean_factors(sib, n, off, W, stats):
-    """``W[h, s, m]`` (float64 ``[n+1, n+1, n+1]``) = ``sib[h, s, m]`` on the factors (entries
-    ``<= NEG`` as :data:`NEG`), ``off`` elsewhere; ``stats[:] = (NaN present 1/0, smallest,
-    largest)`` over the factors' scores above :data:`NEG` (``+inf``/``-inf`` when there are
-    none). One pass, per-``m`` accumulators so that the loop vectorises."""
-    nan = np.zeros(n + 1)
-    lo = np.full(n + 1, np.inf)
-    hi = np.full(n + 1, -np.inf)
-    for h in range(n + 1):
-        for j in range(n + 1):
-            row = j >= 1 and j != h
-            for m in range(n + 1):
-                x = np.float64(sib[h, j, m])
-                ok = row and m >= 1 and m != j and m != h
-                nan[m] = 1.0 if (ok and x != x) else nan[m]
-                use = ok and x > NEG
-                lo[m] = min(lo[m], x if use else np.inf)
-                hi[m] = max(hi[m], x if use else -np.inf)
-                W[h, j, m] = (NEG if x <= NEG else x) if ok else off
-    stats[0], stats[1], stats[2] = nan.max(), lo.min(), hi.max()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,20 +120,21 @@ def _from_bits(i):
 
 
 @_jit
-def _factor_rows(sib, n, W, stats):
+def _factor_rows(sib, n, W, stats, off):
     """``W[h, s, m]`` (``[n+1, n+1, Lp]``, the siblings' dtype) = ``sib[h, s, m]`` on the factors
-    (entries ``<= NEG`` as :data:`NEG`), 0 elsewhere (rows ``s = 0``, ``s = h`` and the padding
-    included); ``stats`` as :func:`_clean_factors`.
+    (entries ``<= NEG`` as :data:`NEG`), ``off`` (0 or :data:`NEG`) elsewhere (rows ``s = 0``,
+    ``s = h`` and the padding included); ``stats[:] = (NaN present 1/0, -top, top)`` with
+    ``top`` the largest ``|score|`` above :data:`NEG` over the factors.
 
     Rows of ``n + 1`` entries are too short for vectorised loops with per-entry masks: each row
-    is copied as it is (a memory copy), the entries that are no factor are zeroed one by one,
+    is copied as it is (a memory copy), the entries that are no factor are set one by one,
     and one flat loop over the whole block then masks the scores and gathers the statistics
-    (zeros leave them unchanged: a NaN or infinite factor shows up as the largest magnitude's
+    (``off`` leaves them unchanged: a NaN or infinite factor shows up as the largest magnitude's
     bits, an integer maximum that vectorises)."""
     K = n + 1
     for h in range(K):
-        W[h, 0, :] = 0.0
-        W[h, h, :] = 0.0
+        W[h, 0, :] = off
+        W[h, h, :] = off
         for j in range(1, K):
             if j == h:
                 continue
@@ -159,10 +143,10 @@ def _factor_rows(sib, n, W, stats):
             for m in range(K):
                 dst[m] = src[m]
             for m in range(K, W.shape[2]):
-                dst[m] = 0.0
-            dst[0] = 0.0
-            dst[j] = 0.0
-            dst[h] = 0.0
+                dst[m] = off
+            dst[0] = off
+            dst[j] = off
+            dst[h] = off
     flat = W.reshape(-1)
     top = np.int64(0)  # the bits of the largest |x| above NEG, NaN above +inf
     for i in range(flat.shape[0]):
@@ -250,7 +234,7 @@ def _mfvi_sentence(s, sib, n, T, out, mu, checks):
     S = np.empty((K, Lp))
     _arc_rows(s, n, S, checks[:3])
     W = np.empty((K, K, Lp), sib.dtype)
-    _factor_rows(sib, n, W, checks[3:])
+    _factor_rows(sib, n, W, checks[3:], 0.0)
     P = np.empty((K, Lp))
     Q = np.empty((K, Lp))
     _mfvi_rounds(S, W, n, T, Q, P, P.reshape((1, K, Lp)), False)
@@ -320,7 +304,7 @@ def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
         S = np.empty((K, Lp))
         _arc_rows(s[b], n, S, stats)
         W = np.empty((K, K, Lp), sib.dtype)
-        _factor_rows(sib[b], n, W, stats)
+        _factor_rows(sib[b], n, W, stats, 0.0)
         Ps = np.empty((T, K, Lp))
         _mfvi_rounds(S, W, n, T, np.empty((K, Lp)), np.empty((K, Lp)), Ps, True)
         Gs = np.empty((T, K, K))  # Gs[t]: d/dq after round t (the input of round t+1)
@@ -367,21 +351,166 @@ def _mfvi_backward(s, sib, lengths, T, gq, want_sib):
 
 
 # ---------------------------------------------------------------------------------------------
-# Loopy belief propagation.
+# Loopy belief propagation: the messages of every pair of words {x, y} in two [x, h, y] blocks,
+# F (into x) and G (into y), so that each update runs along rows over y (vectorised).
 # ---------------------------------------------------------------------------------------------
 
 @_jit
-def _exp_factors(W, n, E):
-    """``E[m, s, h] = exp(W[h, m, s])`` from the factors of :func:`_clean_factors` with
-    ``off = NEG`` (so 0 off the factors and at masked entries); ``W`` is overwritten (the
-    exponentials in its layout first, contiguous and vectorised, then transposed)."""
-    flat = W.reshape(-1)
-    for i in range(flat.shape[0]):  # (one long loop: rows of n+1 are too short to vectorise)
+def _lbp_factors(sib, n, E, ET, stats):
+    """``E[h, x, y] = exp(sib[h, x, y])`` on the factors and 0 elsewhere (masked entries, the
+    padding), ``ET[x, h, y] = E[h, y, x]`` (both float64 ``[n+1, n+1, Lp]``); ``stats`` as
+    :func:`_factor_rows`. Returns False (``E``, ``ET`` unset) for a NaN or a sibling score beyond
+    :data:`LBP_LIMIT`."""
+    K, Lp = n + 1, E.shape[2]
+    _factor_rows(sib, n, E, stats, NEG)  # (NEG off the factors and at masked entries)
+    if stats[0] > 0.0 or stats[2] > LBP_LIMIT:
+        return False
+    flat = E.reshape(-1)
+    for i in range(flat.shape[0]):  # (one long loop: vectorised; exp(NEG) = 0)
         flat[i] = _exp(flat[i])
-    for h in range(n + 1):  # (rows of W read in order)
-        for m in range(n + 1):
-            for j in range(n + 1):
-                E[m, j, h] = W[h, m, j]
+    for x in range(K):
+        for h in range(K):
+            row = ET[x, h]
+            for y in range(K):
+                row[y] = E[h, y, x]
+            for y in range(K, Lp):
+                row[y] = 0.0
+    return True
+
+
+@_jit
+def _pair_messages(PR, E, ETx, x, n, L, AFx, TFx, AGx, TGx, TGw, sums):
+    """One round's messages of the pairs ``{x, y}`` for every ``y`` (module docstring) from the
+    previous ones: ``F[h, y] = μ[h, x, y]`` (into ``x``'s head) and ``G[h, y] = μ[h, y, x]``
+    (into ``y``'s) are kept as ``c[y] · (A[y] + T[h, y])`` without the factor ``c`` (the update
+    is the same for any factor per message), rows ``[n+1, Lp]``; ``PR`` the column softmax rows
+    ``[h, d]``. ``AFx``, ``TFx``, ``AGx`` are updated in place, the new ``T`` of ``G`` goes to
+    ``TGw``; ``sums[1]``, ``sums[3]`` end as the factors ``c`` of ``F``, ``G``. Entries off the
+    factors (``y`` ROOT, ``x`` or padding) are computed like the others and never read as
+    messages. (Few arrays per loop: with more LLVM's alias checks cost more.)"""
+    Lp = PR.shape[1]
+    AF, BF, AG, BG = sums[0], sums[1], sums[2], sums[3]
+    sums[:, :] = 0.0
+    for h in range(n + 1):  # into y: x's belief without F's message
+        px, tf, eg, tg = PR[h, x], TFx[h], ETx[h], TGw[h]
+        for y in range(Lp):
+            a = px * (1.0 / (AFx[y] + tf[y]))
+            b = a * eg[y]
+            AG[y] += a
+            BG[y] += b
+            tg[y] = b
+    for h in range(n + 1):  # into x: y's belief without G's message
+        pr, tg, ef, tf = PR[h], TGx[h], E[h, x], TFx[h]
+        for y in range(Lp):
+            a = pr[y] * (1.0 / (AGx[y] + tg[y]))
+            b = a * ef[y]
+            AF[y] += a
+            BF[y] += b
+            tf[y] = b
+    for y in range(Lp):
+        AFx[y] = AF[y]
+        AGx[y] = AG[y]
+        BF[y] = L / (L * AF[y] + BF[y])
+        BG[y] = L / (L * AG[y] + BG[y])
+
+
+@_jit
+def _chunk(L, lo, hi):
+    """Message factors multiplied before one logarithm, for sibling scores in ``[lo, hi]``: the
+    most whose product stays a normal float64 (each ``μ`` in ``[L / (L + exp(top)), L]``,
+    module docstring; at least 8 for ``top <=`` :data:`LBP_LIMIT` and ``L <= 10⁴``)."""
+    top = max(-lo, hi) if lo <= hi else 0.0
+    per = max(math.log(L), math.log1p(math.exp(min(top, LBP_LIMIT)) / L))
+    return max(1, int(LOG_RANGE / per))
+
+
+@_jit
+def _log_products(prod, acc, n):
+    """``acc += log(prod)`` on the entries ``[h, m]`` of words ``m != h``; ``prod = 1``."""
+    for h in range(n + 1):
+        for m in range(1, n + 1):
+            if m != h:
+                acc[h, m] += math.log(prod[h, m])
+    prod[:, :] = 1.0
+
+
+@_jit
+def _lbp_rounds(S, E, ET, n, L, T, Q, PR, mus, Ps, keep, chunk):
+    """``T`` rounds from ``q = s`` (rows as in :func:`_mfvi_rounds`: arc rows ``S``, logits
+    ``Q``, their column softmax ``PR``, which ends as the marginals of the last logits), every
+    message 1; with ``keep`` round ``t``'s messages go to ``mus[t+1]`` (``[n+1, n+1, n+1]``,
+    ``mus[t+1][m, s, h] = μ[h, m, s]``, 1 where there is no factor; ``mus[0]`` is 1) and its
+    input marginals to ``Ps[t]`` (``[s, h]``), the layouts of :func:`_lbp_backward`."""
+    K, Lp = n + 1, S.shape[1]
+    top = np.empty(Lp)
+    total = np.empty(Lp)
+    sums = np.empty((4, Lp))
+    AF = np.zeros((K, Lp))  # the messages of :func:`_pair_messages` (all 1)
+    TF = np.ones((K, K, Lp))
+    AG = np.zeros((K, Lp))
+    TG = np.ones((K + 1, K, Lp))  # (K + 1 blocks: the spare one takes each new block)
+    slot = np.arange(K + 1)
+    CF = np.empty((K, Lp))
+    prod = np.empty((K, Lp))
+    acc = np.empty((K, Lp))
+    if keep:
+        mus[0] = 1.0
+    Q[:, :] = S
+    for t in range(T):
+        _softmax_heads(Q, n, PR, top, total)
+        prod[:] = 1.0
+        acc[:] = 0.0
+        count = 0
+        for x in range(1, K):
+            new = slot[K]
+            _pair_messages(PR, E, ET[x], x, n, L, AF[x], TF[x], AG[x], TG[slot[x]], TG[new], sums)
+            slot[K], slot[x] = slot[x], new
+            c, A, Tx = sums[3], AG[x], TG[new]
+            for h in range(K):  # q[h, y] = s[h, y] + Σ_x log μ[h, y, x] over the factors
+                if h == x:
+                    continue
+                p, g = prod[h], Tx[h]
+                for y in range(Lp):
+                    p[y] *= 1.0 if (y == x or y == h) else c[y] * (A[y] + g[y])
+            if keep:
+                CF[x] = sums[1]
+            count += 1
+            if count == chunk:
+                _log_products(prod, acc, n)
+                count = 0
+        for h in range(K):
+            for m in range(1, K):
+                if h != m:
+                    Q[h, m] = S[h, m] + acc[h, m] + math.log(prod[h, m])
+        if keep:
+            for j in range(K):
+                for h in range(K):
+                    Ps[t, j, h] = PR[h, j]
+            mu = mus[t + 1]
+            mu[:] = 1.0
+            for m in range(1, K):
+                for h in range(K):
+                    for j in range(1, K):
+                        if j != m:
+                            mu[m, j, h] = CF[m, j] * (AF[m, j] + TF[m, h, j])
+    _softmax_heads(Q, n, PR, top, total)
+
+
+@_jit
+def _lbp_sentence(s, sib, n, T, out, mu, checks):
+    """As :func:`_mfvi_sentence`, for LBP; a sentence with a NaN or a sibling score beyond
+    :data:`LBP_LIMIT` is left unset (refused or left to the PyTorch path by the caller)."""
+    K, Lp, L = n + 1, _width(n), s.shape[0]
+    S = np.empty((K, Lp))
+    _arc_rows(s, n, S, checks[:3])
+    E = np.empty((K, K, Lp))
+    ET = np.empty((K, K, Lp))
+    if not _lbp_factors(sib, n, E, ET, checks[3:]):
+        return
+    PR = np.empty((K, Lp))
+    Q = np.empty((K, Lp))
+    _lbp_rounds(S, E, ET, n, L, T, Q, PR, np.empty((0, 0, 0, 0)), np.empty((0, 0, 0)), False, _chunk(L, checks[4], checks[5]))
+    _write(Q, PR, n, out, mu)
 
 
 @_jit
@@ -412,92 +541,6 @@ def _message(P, inv, E, n, L, out):
     return Z, A
 
 
-@_jit
-def _chunk(L, lo, hi):
-    """Message factors multiplied before one logarithm, for sibling scores in ``[lo, hi]``: the
-    most whose product stays a normal float64 (each ``μ`` in ``[L / (L + exp(top)), L]``,
-    module docstring; at least 8 for ``top <=`` :data:`LBP_LIMIT` and ``L <= 10⁴``)."""
-    top = max(-lo, hi) if lo <= hi else 0.0
-    per = max(math.log(L), math.log1p(math.exp(min(top, LBP_LIMIT)) / L))
-    return max(1, int(LOG_RANGE / per))
-
-
-@_jit
-def _lbp_rounds(S, E, n, L, T, Q, PR, P, mus, Ps, keep, chunk):
-    """``T`` rounds from ``q = s`` (rows as in :func:`_mfvi_rounds`: arc rows ``S``, logits
-    ``Q``, their column softmax ``PR``, which ends as the marginals of the last logits),
-    ``μ = 1``; each round's input marginals transposed in ``P[s, h]`` (the messages read rows
-    over heads), messages in ``mus[0]`` (``[n+1, n+1, n+1]``, ``mus[0][m, s, h] = μ[h, m, s]``),
-    or with ``keep`` round ``t``'s in ``mus[t+1]`` and its ``P`` in ``Ps[t]`` (``mus[0]`` stays
-    1)."""
-    Lp = S.shape[1]
-    top = np.empty(Lp)
-    total = np.empty(Lp)
-    mu = mus[0]
-    mu[:] = 1.0
-    inv = np.empty(mu.shape)
-    tmp = np.empty((2, n + 1))
-    prod = np.empty(n + 1)
-    acc = np.empty(n + 1)
-    Q[:, :] = S
-    for t in range(T):
-        _softmax_heads(Q, n, PR, top, total)
-        for h in range(n + 1):
-            for j in range(n + 1):
-                P[j, h] = PR[h, j]
-        if keep:
-            Ps[t] = P
-            mus[t + 1] = mus[t]
-            mu = mus[t + 1]
-        _reciprocals(mu, inv)
-        for m in range(1, n + 1):
-            for j in range(m + 1, n + 1):  # the factor of the pair {m, j}: both messages
-                _message(P[j], inv[j, m], E[m, j], n, L, tmp[0])
-                _message(P[m], inv[m, j], E[j, m], n, L, tmp[1])
-                mu[m, j] = tmp[0]
-                mu[j, m] = tmp[1]
-        for m in range(1, n + 1):  # q[h, m] = s[h, m] + Σ_s log μ[h, m, s] over the factors
-            acc[:] = 0.0
-            prod[:] = 1.0
-            count = 0
-            for j in range(1, n + 1):
-                if j == m:
-                    continue
-                for h in range(n + 1):
-                    prod[h] *= 1.0 if (h == j or h == m) else mu[m, j, h]
-                count += 1
-                if count == chunk:
-                    for h in range(n + 1):
-                        acc[h] += math.log(prod[h])
-                    prod[:] = 1.0
-                    count = 0
-            for h in range(n + 1):
-                if h != m:
-                    Q[h, m] = S[h, m] + acc[h] + math.log(prod[h])
-    _softmax_heads(Q, n, PR, top, total)
-
-
-@_jit
-def _lbp_sentence(s, sib, n, T, out, mu, checks):
-    """As :func:`_mfvi_sentence`, for LBP; a sentence with a NaN or a sibling score beyond
-    :data:`LBP_LIMIT` is left unset (refused or left to the PyTorch path by the caller)."""
-    K, Lp, L = n + 1, _width(n), s.shape[0]
-    S = np.empty((K, Lp))
-    _arc_rows(s, n, S, checks[:3])
-    E = np.empty((K, K, K))
-    _clean_factors(sib, n, NEG, E, checks[3:])
-    if checks[3] > 0.0 or max(-checks[4], checks[5]) > LBP_LIMIT:
-        return
-    W = E.copy()
-    _exp_factors(W, n, E)
-    P = np.empty((K, K))
-    PR = np.empty((K, Lp))
-    Q = np.empty((K, Lp))
-    _lbp_rounds(S, E, n, L, T, Q, PR, P, np.empty((1, K, K, K)), P.reshape((1, K, K)), False,
-                _chunk(L, checks[4], checks[5]))
-    _write(Q, PR, n, out, mu)
-
-
 @numba.njit(cache=True, fastmath=False, error_model="numpy")
 def _lbp(s, sib, lengths, T, out, mu, checks, summary):
     for b in range(s.shape[0]):
@@ -524,14 +567,18 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
         stats = np.empty(3)
         S = np.empty((K, Lp))
         _arc_rows(s[b], n, S, stats)
-        W = np.empty((K, K, K))
-        _clean_factors(sib[b], n, NEG, W, stats)
-        E = np.empty((K, K, K))
-        _exp_factors(W, n, E)
+        E = np.empty((K, K, Lp))
+        ET = np.empty((K, K, Lp))
+        _lbp_factors(sib[b], n, E, ET, stats)  # (the forward refused or left out the others)
         Ps = np.empty((T, K, K))
         mus = np.empty((T + 1, K, K, K))
-        _lbp_rounds(S, E, n, L, T, np.empty((K, Lp)), np.empty((K, Lp)), np.empty((K, K)), mus, Ps,
-                    True, _chunk(L, stats[1], stats[2]))
+        _lbp_rounds(S, E, ET, n, L, T, np.empty((K, Lp)), np.empty((K, Lp)), mus, Ps, True,
+                    _chunk(L, stats[1], stats[2]))
+        Em = np.empty((K, K, K))  # Em[m, s, h] = E[h, m, s]: the rows read below
+        for h in range(K):
+            for m in range(K):
+                for j in range(K):
+                    Em[m, j, h] = E[h, m, j]
         total = gq[b].copy()  # d/d(clean s)
         G = np.zeros((n + 1, n + 1))
         for h in range(n + 1):
@@ -559,7 +606,7 @@ def _lbp_backward(s, sib, lengths, T, gq, want_sib):
                 for j in range(1, n + 1):
                     if j == m:
                         continue
-                    Pj, o, e, g = Ps[t - 1, j], inv[j, m], E[m, j], gmu[m, j]  # (o = 1 / μ)
+                    Pj, o, e, g = Ps[t - 1, j], inv[j, m], Em[m, j], gmu[m, j]  # (o = 1 / μ)
                     Z, A = _message(Pj, o, e, n, L, new)
                     dot = 0.0
                     for h in range(n + 1):

@@ -256,6 +256,28 @@ def test_compiled_lbp_near_its_limit_on_long_sentences():
     assert torch.isfinite(ours).all() and torch.allclose(ours, theirs, atol=1e-10)
 
 
+def test_compiled_lbp_every_length_with_and_without_padding_lanes():
+    """The compiled LBP keeps each pair's messages in rows over the sibling index padded to
+    whole vectors: every sentence length from 1 word (no factor) to 17, rows that need padding
+    and rows that fill their vectors (n + 1 a multiple of 8), gives the PyTorch path's logits
+    and gradients."""
+    pytest.importorskip("numba")
+    from synattn.structs.backend import use_backend
+
+    lengths = tuple(range(1, 18))
+    scores, siblings, lengths = inputs(17, lengths=lengths, scale=2.0)
+    module = DependencyLBP(4)
+    direction = torch.randn(scores.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    results = {}
+    for backend in ("numba", "torch"):
+        x, y = scores.clone().requires_grad_(), siblings.clone().requires_grad_()
+        with use_backend(backend):
+            q = module.logits(x, y, lengths)
+            results[backend] = (q, *torch.autograd.grad((q * direction).sum(), (x, y)))
+    for ours, theirs in zip(results["numba"], results["torch"]):
+        assert torch.allclose(ours, theirs, atol=1e-12)
+
+
 def test_no_autocast_context_is_entered_when_autocast_is_off(monkeypatch):
     """``fp32_inside`` (every structure's entry point) skips the two autocast contexts when
     autocast is off (they cost more than a small compiled kernel) and still disables it when

@@ -263,7 +263,8 @@ class Autoregressive:
                                         values):
             return self._greedy(batched=False)
         # float64 sums in step order (a scan): the beam's scores + logp, step by step
-        scores = (values[0] if len(values) == 1 else torch.cat(values, 1)).double().cumsum(1)[:, -1]
+        steps = values[0] if len(values) == 1 else torch.cat(values, 1)  # [B, N]
+        scores = steps.cumsum(1, dtype=torch.float64).select(1, -1)
         return scores, seqs.masked_fill((scores == -float("inf")).unsqueeze(-1), -1)
 
     def _settle(self, pending: list[torch.Tensor], tokens: torch.Tensor,
@@ -272,15 +273,15 @@ class Autoregressive:
         batched steps from their raw logits ``pending`` (``s`` of ``[B, 1, C]``; emptied), one
         log-softmax over all. False where a token is not the first maximum of its ``log p`` (a
         near-tie that the subtraction of ``log Z`` rounded into a tie with an earlier token), as
-        ``argmax`` of the ``log p`` finds."""
+        ``max`` of the ``log p`` finds (its values are then the tokens' own)."""
         logp = torch.cat(pending, 1)  # [B, s, C]
         pending.clear()
-        if self.normalize:
-            logp = logp.log_softmax(-1)
-            if not torch.equal(logp.argmax(-1), tokens):
-                return False
-        values.append(logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
-        return True
+        if not self.normalize:
+            values.append(logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+            return True
+        best, first = logp.log_softmax(-1).max(-1)  # [B, s]: values and first maxima at once
+        values.append(best)
+        return torch.equal(first, tokens)
 
     @torch.no_grad()
     def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -229,7 +229,8 @@ class Autoregressive:
         tokens = torch.full((B, 1), self.start_class, dtype=torch.long, device=self.device)
         chosen: list[torch.Tensor] = []  # [B, 1] tokens
         pending: list[torch.Tensor] = []  # raw logits [B, 1, C] of the batched steps not settled
-        values: list[torch.Tensor] = []  # log p [B, s] of the tokens settled (or [B, 1] per step)
+        values: list[torch.Tensor] = []  # log p [B, 1] of the steps taken one by one
+        scores: torch.Tensor | None = None  # [B] float64 sums of the settled steps
         held, dtype = 0, None  # the pending logits' bytes, the logits' dtype so far
         model, shape = self.model, (B, 1, self.n_classes)
         for t in range(N):
@@ -240,9 +241,11 @@ class Autoregressive:
                 if batched and self.normalize and (dtype is not None or logits.dtype not in _BATCHED
                                                    or logits.device.type != "cpu"):
                     # not batchable (from the first step, or the dtype changed): step by step
-                    if pending and not self._settle(pending, torch.cat(chosen[t - len(pending):], 1),
-                                                    values):
-                        return self._greedy(batched=False)
+                    if pending:
+                        scores = self._settle(pending, torch.cat(chosen[t - len(pending):], 1), 0,
+                                              scores, last=False)
+                        if scores is None:
+                            return self._greedy(batched=False)
                     batched = False
                 dtype = logits.dtype
             if batched:
@@ -251,7 +254,9 @@ class Autoregressive:
                 chosen.append(tokens)
                 held += logits.untyped_storage().nbytes()
                 if held >= PENDING_BYTES and t < N - 1:
-                    if not self._settle(pending, torch.cat(chosen[t + 1 - len(pending):], 1), values):
+                    scores = self._settle(pending, torch.cat(chosen[t + 1 - len(pending):], 1), 0,
+                                          scores, last=False)
+                    if scores is None:
                         return self._greedy(batched=False)
                     held = 0
             else:
@@ -259,29 +264,44 @@ class Autoregressive:
                 values.append(best)  # [B, 1]
                 chosen.append(tokens)
         seqs = torch.cat(chosen, 1)  # [B, N]
-        if pending and not self._settle(pending, seqs[:, N - len(pending):] if values else seqs,
-                                        values):
-            return self._greedy(batched=False)
+        if pending:  # batched to the end: the last pass also marks the impossible rows
+            scores = self._settle(pending, seqs, N - len(pending), scores, last=True)
+            if scores is None:
+                return self._greedy(batched=False)
+            return scores, seqs
         # float64 sums in step order (a scan): the beam's scores + logp, step by step
-        steps = values[0] if len(values) == 1 else torch.cat(values, 1)  # [B, N]
+        steps = torch.cat(values if scores is None else [scores.unsqueeze(1)] + values, 1)
         scores = steps.cumsum(1, dtype=torch.float64).select(1, -1)
         return scores, seqs.masked_fill((scores == -float("inf")).unsqueeze(-1), -1)
 
-    def _settle(self, pending: list[torch.Tensor], tokens: torch.Tensor,
-                values: list[torch.Tensor]) -> bool:
-        """Appends to ``values`` the ``log p [B, s]`` of the tokens ``[B, s]`` chosen at ``s``
-        batched steps from their raw logits ``pending`` (``s`` of ``[B, 1, C]``; emptied), one
-        log-softmax over all. False where a token is not the first maximum of its ``log p`` (a
-        near-tie that the subtraction of ``log Z`` rounded into a tie with an earlier token), as
-        ``max`` of the ``log p`` finds (its values are then the tokens' own)."""
+    def _settle(self, pending: list[torch.Tensor], tokens: torch.Tensor, start: int,
+                scores: torch.Tensor | None, last: bool) -> torch.Tensor | None:
+        """The float64 sums ``[B]`` after ``scores`` (None: from the first step) of the ``log p``
+        of the tokens chosen at ``s`` batched steps (``tokens [B, n]``, theirs at columns
+        ``start..start+s-1``; with ``last`` the rows scored ``-inf`` are set to ``-1`` in place)
+        from the steps' raw logits ``pending`` (``s`` of ``[B, 1, C]``; emptied), one log-softmax
+        over all; in step order. None where a token is not the first maximum of its ``log p``
+        (a near-tie that the subtraction of ``log Z`` rounded into a tie with an earlier token).
+        A compiled pass on CPU (:func:`~synattn.structs.sequence._beam_kernels.greedy_settle`),
+        else ``max`` (the values and first maxima at once) and ``cumsum``."""
         logp = torch.cat(pending, 1)  # [B, s, C]
         pending.clear()
-        if not self.normalize:
-            values.append(logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
-            return True
-        best, first = logp.log_softmax(-1).max(-1)  # [B, s]: values and first maxima at once
-        values.append(best)
-        return torch.equal(first, tokens)
+        if self.normalize:
+            logp = logp.log_softmax(-1)
+        if use_numba(logp):
+            return kernels("sequence._beam_kernels").greedy_settle(logp, tokens, start, scores, last)
+        mine = tokens[:, start:start + logp.shape[1]]
+        if self.normalize:
+            best, first = logp.max(-1)  # [B, s]
+            if not torch.equal(first, mine):
+                return None
+        else:
+            best = logp.gather(-1, mine.unsqueeze(-1)).squeeze(-1)
+        steps = best if scores is None else torch.cat((scores.unsqueeze(1), best.double()), 1)
+        scores = steps.cumsum(1, dtype=torch.float64).select(1, -1)
+        if last:
+            tokens.masked_fill_((scores == -float("inf")).unsqueeze(-1), -1)
+        return scores
 
     @torch.no_grad()
     def greedy(self) -> tuple[torch.Tensor, torch.Tensor]:

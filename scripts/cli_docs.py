@@ -31,14 +31,37 @@ GENERAL = """## Exit status, errors and safety
   exit status 1 naming the file (`PATH: cannot write: No space left on device (is the disk
   full?)`); files are written to a temporary name and renamed, so nothing half-written is left
   under the name asked for, and a checkpoint that cannot be written keeps the last complete one.
+- **An output is never an input**: before any work, every output (`-o`, `--json`, `--hypotheses`,
+  `--plot`, `--run-dir`) is checked against every input of the command: a file it reads (`-i`,
+  `--gold`, `--config`, `stats FILE`, `parse FILE`, the files of `prepare --train/--dev/--test` and
+  `--src-trees`; a link to one counts), a run (`--run`) and a dataset (`--data`, the dataset the run
+  was trained on). An output file that is an input or lies inside an input folder, an output folder
+  that holds an input, two outputs that are one file are usage errors (exit 2), e.g.
+  `synattn evaluate: error: --hypotheses data/dev/tgt.txt: lies inside the run's dataset data, which
+  this command reads; write the output outside that folder`.
+- **Folders a command fills** (`prepare -o`, `train --run-dir`, `reproduce -o`, `demo --out`,
+  `viz -o`) must be new, empty, or the command's own: `prepare`, `train`, `reproduce` and `demo`
+  write a marker file first (`.synattn-dataset`, `.synattn-run`, `.synattn-study`,
+  `.synattn-demo`; folders of older versions are recognised by their own files: a manifest,
+  checkpoints, the trainer's `config.yaml`, a study's `commands.sh`), and a `viz` folder holds only
+  its images. Any other folder is a usage error naming a few of its files; only `prepare --force`
+  writes into a folder of the user's (its `train/`, `dev/`, `test/` subfolders are then replaced), and
+  never into or inside another command's folder (a run directory, a study). The file-system root,
+  the home folder and the folders above it are refused by every command, `--force` or not.
+  `corpus -o` takes a prefix of file names: a folder (`-o bible/`) is refused.
 - **Locks**: one process at a time writes a run directory (`synattn train`) or a prepared dataset
   (`synattn prepare`): it holds an advisory lock on `.synattn.lock` in the folder, which names the
   holder (pid, host, start time, command). A second writer stops at once with exit status 1 and
   that name. The operating system drops the lock when its process ends, even by `kill -9`, so the
   file left behind is not a lock and the next run simply proceeds. Under `torchrun` rank 0 holds it.
-- **`prepare -o OUT`** writes only inside `OUT`. `OUT` must be new, empty, or a folder made by
-  `synattn prepare` (it holds `.synattn-dataset`; an interrupted one counts); another existing
-  folder is refused unless `--force` (its `train/`, `dev/`, `test/` subfolders are then replaced).
+  `synattn train` also holds a reader's (shared) lock on its dataset until it ends: `prepare` into that
+  dataset (`--force` included) stops with exit status 1 naming the train, and a `train` started while
+  `prepare` writes the dataset stops naming the `prepare`; a `prepare` with the same settings, which
+  writes nothing, needs no lock.
+- **`prepare -o OUT`** writes only inside `OUT` (see the folders above). Splits are built in
+  `OUT/.building` and moved into place; a failure (a full disk, an interruption) removes it, and a
+  link where a split folder was is removed, not followed. `--limit` and `--max-words` hold for
+  every input (a corpus, text files, given treebanks), and the manifest says what was prepared.
 - **`--max-len`** (`translate`, `induce`, `viz`): an input sentence of more subword pieces stops the
   command with its line number, or with `--on-error skip` (`translate`, `induce`) is left out (an
   empty output line and a warning), instead of running out of memory. `parse` does the same with a

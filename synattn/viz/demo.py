@@ -77,10 +77,11 @@ def plot_head_attachment(tables: dict[str, dict], path: str | Path,
 
 @torch.no_grad()
 def plot_supervised_example(model, exp, path: str | Path, split: str = "test", max_pieces: int = 18) -> Path:
-    """All heads of the layer holding the supervised head, over a short sentence of ``split`` (the
-    first of 8 to ``max_pieces`` pieces without a lone ``▁`` piece, where there is one), with the
-    sentence's subword tree: the supervised head should follow the boxes (gold heads). The title
-    names the sentence (its line in the split) and gives its text."""
+    """All heads of the layer holding the supervised head (the first layer in a model without one),
+    over a short sentence of ``split`` (the first of 8 to ``max_pieces`` pieces without a lone ``▁``
+    piece, where there is one), with the sentence's subword tree: a supervised head should follow
+    the boxes (the tree's heads). The title names the sentence (its line in the split) and gives its
+    text."""
     import textwrap
 
     import sentencepiece as spm

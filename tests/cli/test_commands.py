@@ -109,3 +109,22 @@ def test_cli_reference_covers_every_command_and_option():
                for action in command._actions for option in action.option_strings
                if f"## synattn {name}" not in text or option not in text.split(f"## synattn {name}")[1].split("## ")[0]]
     assert not missing, f"docs/cli.md is stale (run scripts/cli_docs.py): {missing[:5]}"
+
+
+def test_cli_reference_is_what_its_script_writes(monkeypatch):
+    """docs/cli.md is exactly scripts/cli_docs.py's output: a hand edit of the reference (lost at
+    the next regeneration) or a command whose help changed without the reference fails here.
+    argparse wraps help differently across Python versions: compared under the version that wrote it."""
+    import importlib.util
+    import re
+
+    monkeypatch.setenv("COLUMNS", "100")  # render() sets it; restored after the test
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    written = re.search(r"\(Python (\d+)\.(\d+)\)", text)
+    assert written, "docs/cli.md does not say which Python wrote it"
+    if (int(written[1]), int(written[2])) != sys.version_info[:2]:
+        pytest.skip(f"docs/cli.md was written under Python {written[1]}.{written[2]}")
+    spec = importlib.util.spec_from_file_location("cli_docs", ROOT / "scripts" / "cli_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.render() == text, "docs/cli.md is stale: run scripts/cli_docs.py"

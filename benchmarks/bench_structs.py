@@ -27,6 +27,9 @@ The peer libraries are installed only for this script (never for the package or 
 
     pip install --no-deps torch-struct==0.5 supar==1.1.4 nltk dill
 
+torch-struct's ``AlignmentCRF`` also needs genbmm, which is not on PyPI (installed from its
+source for the ``alignment`` case; see docs/structs.md, "Alignments").
+
 Run (``--quick`` takes fewer repetitions)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick] [--small]

@@ -509,7 +509,8 @@ def _lbp_sentence(s, sib, n, T, out, mu, checks):
         return
     PR = np.empty((K, Lp))
     Q = np.empty((K, Lp))
-    _lbp_rounds(S, E, ET, n, L, T, Q, PR, np.empty((0, 0, 0, 0)), np.empty((0, 0, 0)), False, _chunk(L, checks[4], checks[5]))
+    _lbp_rounds(S, E, ET, n, L, T, Q, PR, np.empty((0, 0, 0, 0)), np.empty((0, 0, 0)), False,
+                _chunk(L, checks[4], checks[5]))
     _write(Q, PR, n, out, mu)
 
 

@@ -253,7 +253,7 @@ def seed_lines(by_seed: dict[int, list[dict]]) -> list[str]:
         parts = [f"{name} {summarize(list(scores[name].values())).format(2)}" for name in names]
         deltas = [scores[names[-1]][seed] - scores[names[0]][seed] for seed in by_seed]
         paired = paired_difference(scores[names[-1]], scores[names[0]])
-        lines.append(f"  {metric}: {', '.join(parts)}; Δ{metric} paired by seed {paired.format(2)} "
+        lines.append(f"  {metric}: {', '.join(parts)}; Δ{metric} paired by seed {paired.mean:+.2f} ± {paired.std:.2f} "
                      f"(from {min(deltas):+.2f} to {max(deltas):+.2f})")
     return lines
 

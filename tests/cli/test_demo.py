@@ -132,3 +132,20 @@ def test_the_demo_takes_one_budget_equal_updates_by_default(capsys):
     assert budget_of(args(minutes=2.5)).minutes == 2.5
     assert main(["demo", "--out", "x", "--updates", "5", "--minutes", "1"]) == 2
     assert "--updates and --minutes: give one budget" in capsys.readouterr().err
+
+
+def test_the_lines_over_seeds_give_each_model_and_the_signed_difference_paired_by_seed():
+    from types import SimpleNamespace
+
+    from synattn.cli.demo_cmd import seed_lines
+
+    def run(name, chrf, bleu):
+        return {"name": name, "eval": SimpleNamespace(translation={"chrf": chrf, "bleu": bleu})}
+
+    by_seed = {1: [run("baseline", 30.0, 10.0), run("tree-distance", 31.0, 9.0)],
+               2: [run("baseline", 32.0, 12.0), run("tree-distance", 34.0, 11.0)]}
+    lines = seed_lines(by_seed)
+    assert lines[0] == "Over 2 seeds (mean ± std):"
+    assert "chrF: baseline 31.00 ± 1.41, tree-distance 32.50 ± 2.12; ΔchrF paired by seed +1.50 ± 0.71 " \
+           "(from +1.00 to +2.00)" in lines[1]
+    assert "ΔBLEU paired by seed -1.00 ± 0.00 (from -1.00 to -1.00)" in lines[2]

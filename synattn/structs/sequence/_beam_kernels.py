@@ -2,14 +2,14 @@
 best children of the beam at one step of beam search, and greedy decoding's pass over its steps.
 
 The PyTorch path adds each prefix's score to its children's log-probabilities (``[B, W, C]``,
-float64) and takes ``topk`` over the ``W·C`` children of each batch element. On a CPU that
-``topk`` is the largest cost of the step besides the model (a selection over fresh values each
+float64) and takes the ``k`` best of the ``W·C`` children of each batch element (a stable sort:
+``topk`` orders exact ties arbitrarily). On a CPU that selection is the largest cost of the step besides the model (a selection over fresh values each
 step, its branches unpredictable: about four times what the same call takes on values it has
 just seen). Here one pass per batch element keeps the ``k`` best children in a sorted buffer: a
 child enters only if it beats the buffer's last entry, a single comparison for most of them.
 The sums are the same float64 additions as the PyTorch path's (``scores[b, w] + logp[b, w, c]``,
-``logp`` widened to float64), so the values are equal; ties keep the smaller flat index
-``w·C + c`` first.
+``logp`` widened to float64), so the values are equal; on both paths ties keep the smaller
+flat index ``w·C + c`` first.
 
 Greedy decoding picks each step's token by an argmax of the raw logits and normalises the steps
 at the end; :func:`greedy_settle` then checks each token against its row of ``log p`` (no

@@ -390,13 +390,18 @@ def _best_children(scores: torch.Tensor, logp: torch.Tensor, k: int
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``k`` best of ``scores [B, W] (float64) + logp [B, W, C]``, best first: their values
     ``[B, k]`` (float64), prefixes ``w`` and tokens ``c`` (``[B, k]``). A compiled pass on CPU
-    (:mod:`~synattn.structs.sequence._beam_kernels`), else ``topk`` over the flattened sums
-    (``max`` for ``k = 1``, which is as fast as the compiled pass's call)."""
+    (:mod:`~synattn.structs.sequence._beam_kernels`), else a stable descending sort of the
+    flattened sums (``max`` for ``k = 1``, which is as fast as the compiled pass's call); on
+    both paths exact ties keep the smaller flat index first (``topk`` orders them arbitrarily)."""
     if k > 1 and use_numba(logp):
         return kernels("sequence._beam_kernels").best_children(scores, logp, k)
     B, W, C = logp.shape
     total = (scores.unsqueeze(-1) + logp).view(B, -1)
-    best, index = total.max(-1, keepdim=True) if k == 1 else total.topk(k, -1)
+    if k == 1:
+        best, index = total.max(-1, keepdim=True)
+    else:
+        best, index = total.sort(dim=-1, descending=True, stable=True)
+        best, index = best[:, :k].contiguous(), index[:, :k].contiguous()
     if W == 1:
         return best, torch.zeros_like(index), index
     return best, index.div(C, rounding_mode="floor"), index % C

@@ -3,10 +3,11 @@ best children of the beam at one step of beam search, and greedy decoding's pass
 
 The PyTorch path adds each prefix's score to its children's log-probabilities (``[B, W, C]``,
 float64) and takes the ``k`` best of the ``W·C`` children of each batch element (a stable sort:
-``topk`` orders exact ties arbitrarily). On a CPU that selection is the largest cost of the step besides the model (a selection over fresh values each
-step, its branches unpredictable: about four times what the same call takes on values it has
-just seen). Here one pass per batch element keeps the ``k`` best children in a sorted buffer: a
-child enters only if it beats the buffer's last entry, a single comparison for most of them.
+``topk`` orders exact ties arbitrarily). On a CPU that selection is the largest cost of the step
+besides the model (``topk``, measured: a selection over fresh values each step, its branches
+unpredictable, about four times what the same call takes on values it has just seen). Here
+one pass per batch element keeps the ``k`` best children in a sorted buffer: a child enters
+only if it beats the buffer's last entry, a single comparison for most of them.
 The sums are the same float64 additions as the PyTorch path's (``scores[b, w] + logp[b, w, c]``,
 ``logp`` widened to float64), so the values are equal; on both paths ties keep the smaller
 flat index ``w·C + c`` first.

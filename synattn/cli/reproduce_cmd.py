@@ -6,19 +6,22 @@ baseline, on the same data and budget, with the noise measured over seeds.
   synattn reproduce mt-syntax --arms baseline tree-distance --seeds 2 --minutes 45
   synattn reproduce mt-syntax --arms baseline tree-distance --seeds 3 --budget updates 900
   synattn reproduce mt-syntax --sweep bet-sg --seeds 3 --budget updates 900
+  synattn reproduce mt-syntax --arms baseline traversal --seeds 3 --budget updates 900 --jobs 2 --threads 1
 
 A study trains every arm with every seed for the same minutes of training (``--budget updates N``:
 to the same update), scores each run and writes OUT (default outputs/reproduce/STUDY): README.md
 (the table), results.json, plots/, the exact configs and the commands. It is resumable: stopped
 (Ctrl-C, kill, a crash), the same command continues from the last checkpoints and keeps every run
-already scored. ``--toy`` runs the whole study at a tiny size in minutes (what the test suite
-does; the treebank studies on the package's own tiny treebank when no --src-trees is given).
+already scored. ``--jobs N`` trains N runs at once, each in a process of its own. ``--toy`` runs
+the whole study at a tiny size in minutes (what the test suite does; the treebank studies on the
+package's own tiny treebank when no --src-trees is given).
 docs/reproduce.md describes each study, its choices and the numbers measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -77,7 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help=f"also run these groups of arms, not run by default (all: every group): "
                                 f"{groups}")
         s.add_argument("--toy", action="store_true", help="tiny data, model and budget (a smoke test)")
-        s.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
+        s.add_argument("--threads", type=positive_int,
+                       help="torch CPU threads (of each run with --jobs; default: torch's, or the cores shared "
+                            "out among the jobs)")
+        s.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                       help="train N runs at once, each in a process of its own (default 1: one after the "
+                            "other); e.g. --jobs 2 --threads 1 on two cores")
         study.add_arguments(s)
     p.set_defaults(func=run)
 
@@ -97,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{'':22} sweeps (--sweep GROUP, not run by default): "
                       + "; ".join(f"{g} ({len(arms)} arms)" for g, arms in study.sweeps.items()))
         return 0
+    if args.jobs > 1 and not args.threads:  # N processes of torch's default threads each would fight for the cores
+        args.threads = max(1, (os.cpu_count() or 1) // args.jobs)
     if args.threads:
         import torch
 
@@ -116,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]
     try:
-        results = run_study(study, ctx, args.seeds, budget, arms, argv)
+        results = run_study(study, ctx, args.seeds, budget, arms, argv, jobs=args.jobs, threads=args.threads)
     except BaseException:
         if new:  # a study refused before its work leaves no folder behind
             remove_if_untouched(out, STUDY)

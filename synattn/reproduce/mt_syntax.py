@@ -167,7 +167,8 @@ class MTSyntaxStudy(Study):
 
         model, exp = self.load(ctx, run_dir)
         count = 20 if ctx.toy else ctx.args.test_sentences
-        ev = evaluate_run(model, exp, "test", translate=True, max_translate=count, show_progress=not ctx.toy)
+        ev = evaluate_run(model, exp, "test", translate=True, max_translate=count,
+                          show_progress=ctx.progress and not ctx.toy)
         assert ev.hypotheses is not None and ev.translation is not None  # (translate=True)
         with atomic_write(run_dir / "test.hyp") as f:
             f.write("\n".join(ev.hypotheses) + "\n")

@@ -14,21 +14,28 @@ Results folder (``OUT``)::
     OUT/data/              the prepared dataset
 
 Runs go seed by seed (every arm with seed 1, then every arm with seed 2, ...), so that a study
-stopped early still compares every arm on the same seeds.
+stopped early still compares every arm on the same seeds. With ``jobs`` > 1 (``--jobs N``) that
+many runs train at once, each in a process of its own (spawned, ``threads`` torch threads each),
+taken in the same order; the study's own process keeps the folder, writes the results after every
+run and stops the others on an error or Ctrl-C (each continues from its last checkpoint on the
+next call). A run trains to the same numbers either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shlex
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
-from synattn.errors import UsageError
+from synattn.errors import RunFailure, UsageError
 from synattn.io import atomic_write
 from synattn.reproduce.report import json_safe, write_results
 from synattn.reproduce.study import TOY_STEPS, Arm, Budget, Context, Study
@@ -45,7 +52,8 @@ def run_dir_of(ctx: Context, arm: Arm, seed: int) -> Path:
 
 def train_run(study: Study, ctx: Context, arm: Arm, seed: int, budget: Budget) -> Path:
     """Trains one run to its budget (or continues it) as ``synattn train --resume`` does
-    (:func:`~synattn.train.experiment_run.train_experiment`); returns its run directory."""
+    (:func:`~synattn.train.experiment_run.train_experiment`); returns its run directory. Without
+    ``ctx.progress``, no progress bar and no console lines (the run's ``log.jsonl`` has them)."""
     from synattn.evaluate.translation import translation_metrics
     from synattn.experiment import ExperimentConfig
     from synattn.train.experiment_run import train_experiment
@@ -58,6 +66,8 @@ def train_run(study: Study, ctx: Context, arm: Arm, seed: int, budget: Budget) -
             json.dump({"step": 0, "epoch": 0, "stopped_by": "not trained", "best": None, "minutes": 0.0}, f)
         return run
     exp = ExperimentConfig.from_dict(study.experiment(ctx, arm, seed, budget))  # train.seed is the seed
+    if not ctx.progress:
+        exp.train.progress_bar = False
     started = time.monotonic()
     trained = train_experiment(exp, run, resume=True, valid_metrics=translation_metrics)
     result = trained.result
@@ -109,20 +119,21 @@ def write_configs(study: Study, ctx: Context, arms: list[Arm], budget: Budget, a
 
 
 def run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
-              argv: list[str]) -> dict:
+              argv: list[str], jobs: int = 1, threads: int | None = None) -> dict:
     """Runs ``study`` (see the module docstring); returns what ``results.json`` holds. One process
-    at a time works in a results folder (a second one stops, naming the first).
+    at a time works in a results folder (a second one stops, naming the first); with ``jobs`` > 1
+    it trains that many runs at once in processes of its own, ``threads`` torch threads each.
 
     Raises:
         UsageError: runs of the folder were trained with another budget.
-        RunFailure: another process is working in the folder.
+        RunFailure: another process is working in the folder; with ``jobs`` > 1, a run failed.
     """
     from synattn.locks import LOCK_NAME, FolderLock
 
     new = not ctx.out.exists()
     try:
         with FolderLock(ctx.out, "results folder of 'synattn reproduce'"):
-            return _run_study(study, ctx, seeds, budget, arms, argv)
+            return _run_study(study, ctx, seeds, budget, arms, argv, jobs, threads)
     except Exception:
         # a study refused before it wrote anything (a missing treebank) leaves no folder behind
         if new and ctx.out.is_dir() and [p.name for p in ctx.out.iterdir()] == [LOCK_NAME]:
@@ -156,7 +167,7 @@ def _duration(minutes: float) -> str:
 
 
 def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
-               argv: list[str]) -> dict:
+               argv: list[str], jobs: int = 1, threads: int | None = None) -> dict:
     check_budget(ctx, arms, seeds, budget)
     ctx.data = study.prepare(ctx)
     write_configs(study, ctx, arms, budget, argv)
@@ -171,14 +182,126 @@ def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: lis
           + f"; results in {ctx.out}", file=sys.stderr)
     metrics: dict[str, dict[int, dict]] = {arm.name: {} for arm in arms}
     runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in arms}
-    done = 0
-    for seed in range(1, seeds + 1):
-        for arm in arms:
-            done += 1
+    order = [(seed, arm) for seed in range(1, seeds + 1) for arm in arms]
+    if jobs > 1:
+        for name, seed, run, scored in _in_parallel(study, ctx, order, budget, jobs, threads):
+            runs[name][seed], metrics[name][seed] = run, scored
+            so_far = {name: by_seed for name, by_seed in _in_order(metrics, order).items() if by_seed}
+            if arms[0].name in so_far:  # the table compares with the baseline: it comes first
+                write_results(study, ctx, so_far, {}, final=False, budget=budget)
+        metrics = _in_order(metrics, order)
+    else:
+        for done, (seed, arm) in enumerate(order, 1):
             print(f"[{done}/{total}] {arm.name}, seed {seed}", file=sys.stderr)
             run = train_run(study, ctx, arm, seed, budget)
             runs[arm.name][seed] = run
             metrics[arm.name][seed] = score_run(study, ctx, arm, seed, run)
-        write_results(study, ctx, metrics, {}, final=False, budget=budget)
+            if seed != (order[done][0] if done < total else None):  # the seed's last arm
+                write_results(study, ctx, metrics, {}, final=False, budget=budget)
+    runs = _in_order(runs, order)
     comparisons = study.compare(ctx, runs)
     return write_results(study, ctx, metrics, comparisons, final=True, budget=budget)
+
+
+def _in_order(by_arm: dict[str, dict[int, Any]], order: list[tuple[int, Arm]]) -> dict[str, dict[int, Any]]:
+    """``by_arm[name][seed]`` with the seeds in the study's order (parallel runs end in any order)."""
+    return {name: {seed: runs[seed] for seed, _ in order if seed in runs} for name, runs in by_arm.items()}
+
+
+def _in_parallel(study: Study, ctx: Context, order: list[tuple[int, Arm]], budget: Budget, jobs: int,
+                 threads: int | None) -> Iterator[tuple[str, int, Path, dict]]:
+    """Trains and scores the runs of ``order``, ``jobs`` at a time, each in a spawned process of its
+    own; yields ``(arm name, seed, run directory, metrics)`` as they end. Ctrl-C reaches this
+    process only: it ends the others (each run continues from its last checkpoint, every 200
+    updates, when the study is run again).
+
+    Raises:
+        RunFailure: a run failed (its error, naming the run) or its process died; the other runs
+            are stopped as by Ctrl-C.
+    """
+    import multiprocessing
+    import signal
+    from multiprocessing.connection import wait
+
+    spawn = multiprocessing.get_context("spawn")
+    quiet = dataclasses.replace(ctx, progress=False)  # two progress bars in one terminal overwrite each other
+    waiting = [(study, quiet, arm, seed, budget, threads, index, len(order))
+               for index, (seed, arm) in enumerate(order, 1)]
+    live: dict[Any, tuple[Any, tuple]] = {}  # the end of each process's pipe that this one reads: process, task
+    print(f"{study.name}: {min(jobs, len(order))} runs at a time, each in a process of its own"
+          + (f" with {threads} torch thread{'s' if threads != 1 else ''}" if threads else "")
+          + "; their progress: runs/ARM/seedS/log.jsonl", file=sys.stderr)
+    try:
+        while waiting or live:
+            while waiting and len(live) < jobs:
+                task = waiting.pop(0)
+                receiver, sender = spawn.Pipe(duplex=False)
+                process = spawn.Process(target=_job, args=(task, sender), name=f"{task[2].name}-seed{task[3]}")
+                process.start()
+                sender.close()  # the process's copy is the only one: its end is the pipe's
+                live[receiver] = (process, task)
+            for ready in wait(list(live)):
+                receiver = cast(Any, ready)
+                process, (_, _, arm, seed, *_) = live.pop(receiver)
+                try:
+                    outcome = receiver.recv()
+                except EOFError:  # ended without a word: killed (out of memory?)
+                    process.join()
+                    code = process.exitcode or 0
+                    how = (f"was killed by {signal.Signals(-code).name}" + (" (out of memory?)" if code == -9 else "")
+                           if code < 0 else f"ended with exit code {code} before its result")
+                    raise RunFailure(f"{arm.name}, seed {seed} ({run_dir_of(ctx, arm, seed)}): its process {how}; "
+                                     "the same command continues it from its last checkpoint") from None
+                finally:
+                    receiver.close()
+                process.join()
+                if "error" in outcome:
+                    raise RunFailure(f"{arm.name}, seed {seed} ({outcome['run']}): {outcome['error']}")
+                yield arm.name, seed, Path(outcome["run"]), outcome["metrics"]
+    finally:
+        for process, _ in live.values():  # Ctrl-C, an error: the runs still training stop where they are
+            process.terminate()
+        for process, _ in live.values():
+            process.join()
+
+
+def _job(task: tuple, sender) -> None:
+    """One run of :func:`_in_parallel`, in its own process: trains it, scores it, and sends what
+    the study's process needs through ``sender`` (an error as its message: an exception's own
+    arguments may not survive the way back)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the study's process's to handle
+    signal.signal(signal.SIGTERM, _exit_on_term)  # stopped by it: exit as Python does (locks and semaphores freed)
+    study, ctx, arm, seed, budget, threads, index, total = task
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [{arm.name} seed {seed}] %(name)s: %(message)s")
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
+    run = run_dir_of(ctx, arm, seed)
+    outcome: dict[str, Any] = {"run": str(run)}
+    _say(f"[{index}/{total}] {arm.name}, seed {seed}: started")
+    started = time.monotonic()
+    try:
+        train_run(study, ctx, arm, seed, budget)
+        outcome["metrics"] = metrics = score_run(study, ctx, arm, seed, run)
+    except Exception as err:  # noqa: BLE001 (sent to the study's process, which raises it)
+        outcome["error"] = f"{type(err).__name__}: {err}"
+    else:
+        _say(f"[{index}/{total}] {arm.name}, seed {seed}: done in {(time.monotonic() - started) / 60:.1f} min"
+             + (f" ({study.primary} {metrics[study.primary]:.4g})"
+                if isinstance(metrics.get(study.primary), float) else ""))
+    sender.send(outcome)
+    sender.close()
+
+
+def _exit_on_term(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _say(line: str) -> None:
+    """One whole line on stderr in one write (the lines of processes side by side do not interleave)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

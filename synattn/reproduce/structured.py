@@ -97,7 +97,7 @@ class StructuredAttentionStudy(Study):
         from synattn.evaluate.runner import evaluate_run
 
         model, exp = self.load(ctx, run_dir)
-        ev = evaluate_run(model, exp, "test", translate=True, show_progress=not ctx.toy)
+        ev = evaluate_run(model, exp, "test", translate=True, show_progress=ctx.progress and not ctx.toy)
         assert ev.hypotheses is not None and ev.translation is not None  # (translate=True)
         refs = (ctx.out / "text" / "test.tgt").read_text(encoding="utf-8").splitlines()[:len(ev.hypotheses)]
         exact = sum(h.split() == r.split() for h, r in zip(ev.hypotheses, refs))

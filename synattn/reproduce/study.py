@@ -46,12 +46,15 @@ class Context:
         args: the parsed command-line options (study-specific ones included).
         toy: tiny data, model and budget (the suite's end-to-end runs).
         data: the prepared dataset folder (set after :meth:`Study.prepare`).
+        progress: progress bars and console lines while training and scoring (off in the
+            processes of ``--jobs N``, whose bars would overwrite each other).
     """
 
     out: Path
     args: argparse.Namespace
     toy: bool = False
     data: Path | None = None
+    progress: bool = True
 
 
 NEW_FOLDER = "rerun the study into a new results folder (-o NEW_FOLDER)"

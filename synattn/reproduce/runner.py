@@ -196,7 +196,7 @@ def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: lis
             run = train_run(study, ctx, arm, seed, budget)
             runs[arm.name][seed] = run
             metrics[arm.name][seed] = score_run(study, ctx, arm, seed, run)
-            if seed != (order[done][0] if done < total else None):  # the seed's last arm
+            if seed != (order[done][0] if done < total else None):  # the last arm of this seed
                 write_results(study, ctx, metrics, {}, final=False, budget=budget)
     runs = _in_order(runs, order)
     comparisons = study.compare(ctx, runs)

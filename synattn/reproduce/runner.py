@@ -189,16 +189,15 @@ def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: lis
             so_far = {name: by_seed for name, by_seed in _in_order(metrics, order).items() if by_seed}
             if arms[0].name in so_far:  # the table compares with the baseline: it comes first
                 write_results(study, ctx, so_far, {}, final=False, budget=budget)
-        metrics = _in_order(metrics, order)
+        metrics, runs = _in_order(metrics, order), _in_order(runs, order)
     else:
         for done, (seed, arm) in enumerate(order, 1):
             print(f"[{done}/{total}] {arm.name}, seed {seed}", file=sys.stderr)
             run = train_run(study, ctx, arm, seed, budget)
             runs[arm.name][seed] = run
             metrics[arm.name][seed] = score_run(study, ctx, arm, seed, run)
-            if seed != (order[done][0] if done < total else None):  # the last arm of this seed
+            if done == total or order[done][0] != seed:  # the last arm of this seed
                 write_results(study, ctx, metrics, {}, final=False, budget=budget)
-    runs = _in_order(runs, order)
     comparisons = study.compare(ctx, runs)
     return write_results(study, ctx, metrics, comparisons, final=True, budget=budget)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shlex
 import sys
 import time
@@ -220,6 +221,7 @@ def _in_parallel(study: Study, ctx: Context, order: list[tuple[int, Arm]], budge
     """
     import multiprocessing
     import signal
+    import threading
     from multiprocessing.connection import wait
 
     spawn = multiprocessing.get_context("spawn")
@@ -230,6 +232,10 @@ def _in_parallel(study: Study, ctx: Context, order: list[tuple[int, Arm]], budge
     print(f"{study.name}: {min(jobs, len(order))} runs at a time, each in a process of its own"
           + (f" with {threads} torch thread{'s' if threads != 1 else ''}" if threads else "")
           + "; their progress: runs/ARM/seedS/log.jsonl", file=sys.stderr)
+    # `kill` (SIGTERM) of this process: stop the runs as Ctrl-C does (its default ends this process
+    # alone, and the runs would train on unwatched); a `kill -9` is each run's own watch (_job)
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _exit_on_term) if main else None
     try:
         while waiting or live:
             while waiting and len(live) < jobs:
@@ -262,6 +268,8 @@ def _in_parallel(study: Study, ctx: Context, order: list[tuple[int, Arm]], budge
             process.terminate()
         for process, _ in live.values():
             process.join()
+        if main:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _job(task: tuple, sender) -> None:
@@ -269,9 +277,11 @@ def _job(task: tuple, sender) -> None:
     the study's process needs through ``sender`` (an error as its message: an exception's own
     arguments may not survive the way back)."""
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the study's process's to handle
     signal.signal(signal.SIGTERM, _exit_on_term)  # stopped by it: exit as Python does (locks and semaphores freed)
+    threading.Thread(target=_end_with_parent, daemon=True, name="parent-watch").start()
     study, ctx, arm, seed, budget, threads, index, total = task
     if threads:
         import torch
@@ -298,6 +308,20 @@ def _job(task: tuple, sender) -> None:
 
 def _exit_on_term(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
+
+
+def _end_with_parent() -> None:
+    """A run's watch on the study's process (in a thread of the run's): if that one dies without
+    stopping the run (``kill -9``, out of memory), the run stops as if it had been stopped (from
+    its last checkpoint, the study's command continues it) rather than train on unwatched."""
+    import multiprocessing
+    import signal
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    parent.join()  # returns when the parent process has ended
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _say(line: str) -> None:

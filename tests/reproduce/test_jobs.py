@@ -5,6 +5,14 @@ same command then continues."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from synattn.cli.main import main
 
@@ -45,3 +53,59 @@ def test_a_failed_run_stops_the_study_naming_it_and_the_command_continues(tmp_pa
     assert _study(out, treebank, "--jobs", "2") == 0
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] and list(results["runs"]["tree-transformer"]) == ["1", "2"]
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"  # a zombie has ended
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the processes from /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["kill", "kill -9"])
+def test_the_runs_stop_when_the_study_is_killed(tmp_path, treebank, sig):
+    """``kill`` of the study's process stops its runs as Ctrl-C does; ``kill -9`` (or the out-of-memory
+    killer) leaves them without it, and each stops itself instead of training on unwatched."""
+    err = tmp_path / "stderr"
+    with err.open("w") as stderr:
+        study = subprocess.Popen([sys.executable, "-m", "synattn.cli.main", "reproduce", "tree-transformer", "--toy",
+                                  "--seeds", "2", "--budget", "updates", "100000", "--threads", "1", "--jobs", "2",
+                                  "-o", str(tmp_path / "tt"), *treebank], stderr=stderr, stdout=subprocess.DEVNULL)
+    runs: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while err.read_text().count(": started") < 2 or not all(
+                (tmp_path / "tt" / "runs" / "tree-transformer" / f"seed{s}" / "log.jsonl").exists() for s in (1, 2)):
+            assert study.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.5)
+        runs = {pid for pid in _children(study.pid)
+                if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")}
+        assert len(runs) == 2
+        study.send_signal(sig)
+        study.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in runs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(pid) for pid in runs), "a run trains on after its study was killed"
+    finally:
+        if study.poll() is None:
+            study.kill()
+        for pid in runs | _children(study.pid):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -72,8 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("--arms", nargs="+", metavar="ARM", choices=[a.name for a in study.known_arms()],
                        help=f"only these arms (default: {', '.join(a.name for a in study.arms)}"
                             + (f"; or any sweep arm: {', '.join(sweep_arms)}" if sweep_arms else "")
-                            + f"); the first arm, {study.arms[0].name}, is always run: the others are "
-                              "compared with it")
+                            + f"); the first arm, {study.arms[0].name}, is always run (and first): the "
+                              "others are compared with it, and trained in the order named")
         if study.sweeps:
             groups = "; ".join(f"{g}: {', '.join(a.name for a in arms)}" for g, arms in study.sweeps.items())
             s.add_argument("--sweep", nargs="+", metavar="GROUP", choices=[*study.sweeps, "all"],
@@ -126,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]
     try:
-        results = run_study(study, ctx, args.seeds, budget, arms, argv, jobs=args.jobs, threads=args.threads)
+        results = run_study(study, ctx, args.seeds, budget, arms, argv, jobs=args.jobs, threads=args.threads,
+                            first=args.arms)
     except BaseException:
         if new:  # a study refused before its work leaves no folder behind
             remove_if_untouched(out, STUDY)

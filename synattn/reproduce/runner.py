@@ -120,10 +120,12 @@ def write_configs(study: Study, ctx: Context, arms: list[Arm], budget: Budget, a
 
 
 def run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
-              argv: list[str], jobs: int = 1, threads: int | None = None) -> dict:
+              argv: list[str], jobs: int = 1, threads: int | None = None, first: list[str] | None = None) -> dict:
     """Runs ``study`` (see the module docstring); returns what ``results.json`` holds. One process
     at a time works in a results folder (a second one stops, naming the first); with ``jobs`` > 1
     it trains that many runs at once in processes of its own, ``threads`` torch threads each.
+    Each seed's runs are trained baseline first, then the arms named in ``first`` in that order
+    (a command's ``--arms``), then the others; the results keep the order of ``arms``.
 
     Raises:
         UsageError: runs of the folder were trained with another budget.
@@ -134,7 +136,7 @@ def run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list
     new = not ctx.out.exists()
     try:
         with FolderLock(ctx.out, "results folder of 'synattn reproduce'"):
-            return _run_study(study, ctx, seeds, budget, arms, argv, jobs, threads)
+            return _run_study(study, ctx, seeds, budget, arms, argv, jobs, threads, first)
     except Exception:
         # a study refused before it wrote anything (a missing treebank) leaves no folder behind
         if new and ctx.out.is_dir() and [p.name for p in ctx.out.iterdir()] == [LOCK_NAME]:
@@ -168,7 +170,7 @@ def _duration(minutes: float) -> str:
 
 
 def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
-               argv: list[str], jobs: int = 1, threads: int | None = None) -> dict:
+               argv: list[str], jobs: int = 1, threads: int | None = None, first: list[str] | None = None) -> dict:
     check_budget(ctx, arms, seeds, budget)
     ctx.data = study.prepare(ctx)
     write_configs(study, ctx, arms, budget, argv)
@@ -183,7 +185,9 @@ def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: lis
           + f"; results in {ctx.out}", file=sys.stderr)
     metrics: dict[str, dict[int, dict]] = {arm.name: {} for arm in arms}
     runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in arms}
-    order = [(seed, arm) for seed in range(1, seeds + 1) for arm in arms]
+    rank = {name: i for i, name in enumerate(dict.fromkeys([arms[0].name, *(first or ())]))}
+    queue = sorted(arms, key=lambda arm: rank.get(arm.name, len(rank)))  # (stable: the others as they come)
+    order = [(seed, arm) for seed in range(1, seeds + 1) for arm in queue]
     if jobs > 1:
         for name, seed, run, scored in _in_parallel(study, ctx, order, budget, jobs, threads):
             runs[name][seed], metrics[name][seed] = run, scored

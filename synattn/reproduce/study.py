@@ -173,7 +173,8 @@ class Study:
     def select(self, names: list[str] | None = None, sweeps: list[str] | None = None) -> list[Arm]:
         """The arms a command runs: the default ones when it names none; else the baseline, the
         arms ``names`` and those of the sweeps ``sweeps`` (``all``: every sweep), in the order of
-        :meth:`known_arms`.
+        :meth:`known_arms` (the results' order; the runs are trained in the command's, see
+        :func:`~synattn.reproduce.runner.run_study`).
 
         Raises:
             ValueError: an unknown arm or sweep (the command line's choices prevent it).

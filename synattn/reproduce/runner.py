@@ -160,6 +160,59 @@ def check_budget(ctx: Context, arms: list[Arm], seeds: int, budget: Budget) -> N
                                  f"continue the study, or give a new results folder (-o) for another budget")
 
 
+def _model_of(experiment: dict) -> Any:
+    """The model an experiment dict trains, as its config reads it (defaults filled in), so that two
+    spellings of one model compare equal; the section as written where it does not read."""
+    from synattn.errors import SynattnError
+    from synattn.experiment import _PLACEHOLDER, ExperimentConfig
+
+    try:
+        config = ExperimentConfig.from_dict(experiment).model_config(*_PLACEHOLDER)
+        return config.to_dict() if hasattr(config, "to_dict") else experiment.get("model")
+    except (SynattnError, OSError, ImportError, TypeError, ValueError, KeyError):
+        return experiment.get("model")
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}.{key}" if prefix else key).items()}
+
+
+def check_models(study: Study, ctx: Context, arms: list[Arm], seeds: int, budget: Budget) -> None:
+    """Refuses a results folder whose runs were trained with another model than their arm now has
+    (a study's default arm changed since): its numbers would be reported under the arm's new
+    meaning. Names the settings that differ and the arm whose model the runs have, if any."""
+    wanted: dict[str, Any] = {}
+
+    def model(arm: Arm) -> Any:
+        if arm.name not in wanted:
+            wanted[arm.name] = _model_of(study.experiment(ctx, arm, 1, budget))
+        return wanted[arm.name]
+
+    for arm in arms:
+        for seed in range(1, seeds + 1):
+            config = run_dir_of(ctx, arm, seed) / "config.yaml"
+            try:
+                stored = yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]
+                had = _model_of(stored)
+            except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+                continue  # no run yet (or not readable: training it reports that)
+            if had == model(arm):
+                continue
+            then, now = _flat(had), _flat(model(arm))
+            changed = [f"{key}: {then.get(key, '(unset)')} there, {now.get(key, '(unset)')} now"
+                       for key in sorted(set(then) | set(now), key=str) if then.get(key) != now.get(key)]
+            same = [other.name for other in study.known_arms() if other.name != arm.name and model(other) == had]
+            raise UsageError(f"{config.parent} was trained with another model than the arm {arm.name} has now ("
+                             + "; ".join(changed[:4]) + ("; …" if len(changed) > 4 else "")
+                             + "): the study's arm changed since"
+                             + (f"; it is the arm {same[0]}'s model: rename {config.parent.parent} to "
+                                f"{config.parent.parent.parent / same[0]} to keep it as that arm's"
+                                if same else "")
+                             + ", or give a new results folder (-o)")
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
@@ -173,6 +226,7 @@ def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: lis
                argv: list[str], jobs: int = 1, threads: int | None = None, first: list[str] | None = None) -> dict:
     check_budget(ctx, arms, seeds, budget)
     ctx.data = study.prepare(ctx)
+    check_models(study, ctx, arms, seeds, budget)
     write_configs(study, ctx, arms, budget, argv)
     total = seeds * len(arms)
     trained = sum((run_dir_of(ctx, arm, seed) / DONE).exists() for arm in arms for seed in range(1, seeds + 1))

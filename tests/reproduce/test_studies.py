@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from synattn.cli.main import main
 from synattn.reproduce import STUDIES
@@ -328,6 +329,16 @@ def test_a_study_stays_true_to_its_inputs_and_budget(tmp_path, treebank, capsys)
     assert main(args + ["--minutes", "0.07"] + _trees_args(treebank)) == 2
     err = capsys.readouterr().err
     assert "budget of 0.5 training minutes" in err and "--minutes 0.5" in err
+    # a run trained with another model than its arm has now (a default changed): refused, naming it
+    config = out / "runs" / "tree-transformer" / "seed1" / "config.yaml"
+    text = config.read_text()
+    raw = yaml.safe_load(text)
+    raw["experiment"]["model"]["dropout"] = 0.375
+    config.write_text(yaml.safe_dump(raw))
+    assert main(args + _trees_args(treebank)) == 2
+    err = capsys.readouterr().err
+    assert f"{config.parent} was trained with another model" in err and "dropout: 0.375 there" in err
+    config.write_text(text)
     # dev swapped for test: the study's copy follows the file, and its dataset is not silently reused
     swapped = _trees_args(treebank, ("train", "test"))[:-1] + [f"dev={treebank['test']}", f"test={treebank['dev']}"]
     assert main(args + swapped) == 2

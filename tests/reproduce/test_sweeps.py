@@ -33,11 +33,35 @@ def _settings(config: EncoderDecoderConfig, side: str) -> dict:
     return {k: v for k, v in config.to_dict()[side].items() if k != "layers"}
 
 
-def test_the_default_arms_stay_what_they_were():
+def test_the_default_arms_weigh_their_losses_a_tenth():
     assert [a.name for a in STUDY.arms] == DEFAULT and STUDY.select() == list(STUDY.arms)
-    assert STUDY.arms[5].model == {"decoder": {"bird_eye": "sg"}}  # the runs already trained keep their config
-    assert STUDY.arms[4].model == {"decoder": {"supervised_head": {"layer": 2, "head": 0, "weight": 1.0}}}
+    assert STUDY.arms[5].model == {"decoder": {"bird_eye": {"variant": "sg", "pointer_weight": 0.1}}}
+    assert STUDY.arms[4].model == {"decoder": {"supervised_head": {"layer": 2, "head": 0, "weight": 0.1}}}
+    assert STUDY.arms[3].model == {"encoder": {"supervised_head": {"layer": 2, "head": 0, "weight": 0.1}}}
     assert not {a.name for a in STUDY.known_arms()[len(DEFAULT):]} & set(DEFAULT)
+
+
+def test_runs_trained_with_an_arms_former_model_are_refused_naming_the_arm_they_are(tmp_path):
+    """A folder whose ``bet-sg`` runs were trained when its default was λ_p = 1: not reported as
+    the new default's numbers; the error names the setting and the arm that has that model now."""
+    from synattn.errors import UsageError
+    from synattn.reproduce.runner import check_models, run_dir_of
+
+    ctx, budget = Context(out=tmp_path, args=SimpleNamespace(), data=tmp_path), Budget(updates=900)
+    arms = {a.name: a for a in STUDY.known_arms()}
+    old = STUDY.experiment(ctx, arms["bet-sg"], 1, budget)
+    old["model"]["decoder"]["bird_eye"] = "sg"  # as the study wrote it then: λ_p = 1 by the model's default
+    run = run_dir_of(ctx, arms["bet-sg"], 1)
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"experiment": old}))
+    check_models(STUDY, ctx, [arms["baseline"], arms["bet-sg-w1"]], 1, budget)  # other arms' runs: not looked at
+    with pytest.raises(UsageError) as err:
+        check_models(STUDY, ctx, [arms["baseline"], arms["bet-sg"]], 1, budget)
+    message = str(err.value)
+    assert str(run) in message and "decoder.bird_eye.pointer_weight: 1.0 there, 0.1 now" in message
+    assert f"rename {run.parent} to {run.parent.parent / 'bet-sg-w1'}" in message
+    run.parent.rename(run.parent.parent / "bet-sg-w1")  # as it says: then the folder is consistent
+    check_models(STUDY, ctx, [arms["baseline"], arms["bet-sg"], arms["bet-sg-w1"]], 1, budget)
 
 
 @pytest.mark.parametrize("group", sorted(STUDY.sweeps))
@@ -71,7 +95,7 @@ def test_each_sweep_arm_changes_what_its_name_says_and_nothing_else(group, tmp_p
         assert _settings(config, other) == _settings(base, other)  # the other stack as in the default arm
     weights = {a.name.split("-w")[1] for a in variants if "-w" in a.name}
     if group != "segmentation":
-        assert weights == {"0.1", "0.3"}  # with the default arm's 1: λ ∈ {0.1, 0.3, 1}
+        assert weights == {"0.3", "1"}  # with the default arm's 0.1: λ ∈ {0.1, 0.3, 1}
 
 
 def test_sweeps_are_chosen_by_group_or_by_name(capsys):

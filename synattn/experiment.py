@@ -94,7 +94,7 @@ class ExperimentConfig(StrictConfig):
             raise ConfigError(f"task={self.task!r}: expected one of {', '.join(TASK_KINDS)}")
         if not self.data.strip():
             raise ConfigError("data: expected the folder of a prepared dataset, got an empty string")
-        self.model_config(*_PLACEHOLDER)
+        self.model_without_data()
         metrics = {"loss", "task_loss", "nll_loss", "ppl"}
         if self.kind.translates and self.eval.bleu_sentences > 0:
             metrics |= {"bleu", "chrf"}
@@ -164,6 +164,12 @@ class ExperimentConfig(StrictConfig):
         except ConfigError:
             return False
         return True
+
+    def model_without_data(self):
+        """The model config as :meth:`model_config` reads the ``model`` section (defaults filled in),
+        with stand-in vocabulary and label sizes: what the section asks for, before any dataset
+        is read (two spellings of one model give equal configs)."""
+        return self.model_config(*_PLACEHOLDER)
 
     def model_config(self, manifest: dict, labels: dict[str, list[str]]):
         """The model config with vocabulary and label sizes filled in from the dataset's

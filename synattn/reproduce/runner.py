@@ -164,10 +164,10 @@ def _model_of(experiment: dict) -> Any:
     """The model an experiment dict trains, as its config reads it (defaults filled in), so that two
     spellings of one model compare equal; the section as written where it does not read."""
     from synattn.errors import SynattnError
-    from synattn.experiment import _PLACEHOLDER, ExperimentConfig
+    from synattn.experiment import ExperimentConfig
 
     try:
-        config = ExperimentConfig.from_dict(experiment).model_config(*_PLACEHOLDER)
+        config = ExperimentConfig.from_dict(experiment).model_without_data()
         return config.to_dict() if hasattr(config, "to_dict") else experiment.get("model")
     except (SynattnError, OSError, ImportError, TypeError, ValueError, KeyError):
         return experiment.get("model")

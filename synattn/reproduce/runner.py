@@ -183,12 +183,12 @@ def check_models(study: Study, ctx: Context, arms: list[Arm], seeds: int, budget
     """Refuses a results folder whose runs were trained with another model than their arm now has
     (a study's default arm changed since): its numbers would be reported under the arm's new
     meaning. Names the settings that differ and the arm whose model the runs have, if any."""
-    wanted: dict[str, Any] = {}
+    wanted: dict[tuple[str, int], Any] = {}
 
-    def model(arm: Arm) -> Any:
-        if arm.name not in wanted:
-            wanted[arm.name] = _model_of(study.experiment(ctx, arm, 1, budget))
-        return wanted[arm.name]
+    def model(arm: Arm, seed: int) -> Any:
+        if (arm.name, seed) not in wanted:
+            wanted[arm.name, seed] = _model_of(study.experiment(ctx, arm, seed, budget))
+        return wanted[arm.name, seed]
 
     for arm in arms:
         for seed in range(1, seeds + 1):
@@ -198,12 +198,12 @@ def check_models(study: Study, ctx: Context, arms: list[Arm], seeds: int, budget
                 had = _model_of(stored)
             except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
                 continue  # no run yet (or not readable: training it reports that)
-            if had == model(arm):
+            if had == model(arm, seed):
                 continue
-            then, now = _flat(had), _flat(model(arm))
+            then, now = _flat(had), _flat(model(arm, seed))
             changed = [f"{key}: {then.get(key, '(unset)')} there, {now.get(key, '(unset)')} now"
                        for key in sorted(set(then) | set(now), key=str) if then.get(key) != now.get(key)]
-            same = [other.name for other in study.known_arms() if other.name != arm.name and model(other) == had]
+            same = [other.name for other in study.known_arms() if other.name != arm.name and model(other, seed) == had]
             raise UsageError(f"{config.parent} was trained with another model than the arm {arm.name} has now ("
                              + "; ".join(changed[:4]) + ("; …" if len(changed) > 4 else "")
                              + "): the study's arm changed since"

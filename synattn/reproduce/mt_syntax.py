@@ -101,6 +101,36 @@ SWEEPS = {
 """The study's sweeps (``--sweep GROUP``): each group's default arm, then one change at a time."""
 
 
+BOOTSTRAP = "bootstrap.json"
+"""Where a run keeps its paired bootstrap test against the baseline (:func:`cached_bootstrap`)."""
+
+
+def cached_bootstrap(run: Path, base_run: Path, references: list[str], samples: int) -> dict:
+    """:func:`synattn.reproduce.stats.paired_bootstrap` of ``run``'s test translations against
+    ``base_run``'s, read from ``run/bootstrap.json`` when that file was made of the same
+    translations, references and number of resamples, else computed and written there."""
+    import hashlib
+    import json
+
+    from synattn.reproduce.stats import paired_bootstrap
+
+    hyp = (run / "test.hyp").read_text(encoding="utf-8").splitlines()
+    base = (base_run / "test.hyp").read_text(encoding="utf-8").splitlines()
+    refs = references[:len(hyp)]
+    digest = hashlib.sha256(json.dumps([base, hyp, refs, samples]).encode()).hexdigest()
+    path = run / BOOTSTRAP
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(kept, dict) and kept.get("digest") == digest and isinstance(kept.get("test"), dict):
+            return kept["test"]
+    except (OSError, ValueError):
+        pass  # none yet, or unreadable: made again
+    test = paired_bootstrap(base, hyp, refs, samples=samples)
+    with atomic_write(path) as f:
+        json.dump({"digest": digest, "baseline_run": str(base_run), "samples": samples, "test": test}, f, indent=1)
+    return test
+
+
 def resamples(ctx: Context) -> int:
     """Resamples of the paired bootstrap (fewer for a toy run)."""
     return 100 if ctx.toy else 1000
@@ -208,24 +238,22 @@ class MTSyntaxStudy(Study):
                 "chrf_signature": scores.chrf_signature, "detokenized": True, "bleu_tokenized": metrics["bleu"]}
 
     def compare(self, ctx: Context, runs: dict[str, dict[int, Path]]) -> dict:
-        """sacreBLEU's paired bootstrap of every arm against the baseline of the same seed."""
+        """sacreBLEU's paired bootstrap of every arm against the baseline of the same seed.
+
+        Each test (a few seconds for 758 verses) is kept in the run's folder (``bootstrap.json``,
+        with digests of the two translations, the references and the resamples it was made of), so
+        that a study run again, or continued, tests only what changed."""
         from synattn.data.batching import PreparedDataset
-        from synattn.reproduce.stats import paired_bootstrap
+        from synattn.progress import progress
 
         baseline = self.arms[0].name
+        assert ctx.data is not None  # (set by Study.prepare)
+        references = PreparedDataset(ctx.data, "test").text("tgt")
+        pairs = [(arm, seed, run, runs[baseline][seed]) for arm, by_seed in runs.items() if arm != baseline
+                 for seed, run in by_seed.items() if seed in runs[baseline]]
         out: dict = {}
-        for arm, by_seed in runs.items():
-            if arm == baseline:
-                continue
-            for seed, run in by_seed.items():
-                base_run = runs[baseline].get(seed)
-                if base_run is None:
-                    continue
-                hyp = (run / "test.hyp").read_text(encoding="utf-8").splitlines()
-                base = (base_run / "test.hyp").read_text(encoding="utf-8").splitlines()
-                assert ctx.data is not None  # (set by Study.prepare)
-                refs = PreparedDataset(ctx.data, "test").text("tgt")[:len(hyp)]
-                out.setdefault(arm, {})[str(seed)] = paired_bootstrap(base, hyp, refs, samples=resamples(ctx))
+        for arm, seed, run, base_run in progress(pairs, desc="paired bootstrap", unit="run"):
+            out.setdefault(arm, {})[str(seed)] = cached_bootstrap(run, base_run, references, resamples(ctx))
         return out
 
     def table(self, ctx: Context, metrics: dict, comparisons: dict) -> str:

@@ -313,6 +313,36 @@ def test_paired_bootstrap_of_identical_outputs_is_no_difference():
     assert zero["bleu"]["delta"] == 0.0 and zero["bleu"]["p_value"] == 1.0
 
 
+def test_a_paired_bootstrap_is_kept_with_its_run_and_made_again_when_its_inputs_change(tmp_path, monkeypatch):
+    from synattn.reproduce import mt_syntax, stats
+
+    refs = ["the cat sat on a mat", "the dog barked", "she reads books"]
+    base, run = tmp_path / "baseline", tmp_path / "arm"
+    for folder, text in ((base, ["the cat sat on the mat", "a dog barked", "she reads old books"]),
+                         (run, ["the cat sat on a mat", "the dog barked", "she reads old books"])):
+        folder.mkdir()
+        (folder / "test.hyp").write_text("\n".join(text) + "\n")
+    made = []
+    real = stats.paired_bootstrap
+
+    def counting(*args, **kwargs):
+        made.append(kwargs["samples"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stats, "paired_bootstrap", counting)
+    first = mt_syntax.cached_bootstrap(run, base, refs, 50)
+    assert made == [50] and first == real(*(f.read_text().splitlines() for f in (base / "test.hyp", run / "test.hyp")),
+                                           refs, samples=50)
+    assert mt_syntax.cached_bootstrap(run, base, refs, 50) == first and made == [50]  # read back, not made again
+    mt_syntax.cached_bootstrap(run, base, refs, 60)  # other resamples
+    (base / "test.hyp").write_text("a b c\nd e\nf g\n")  # the baseline trained again
+    mt_syntax.cached_bootstrap(run, base, refs, 60)
+    mt_syntax.cached_bootstrap(run, base, refs[:2] + ["other words"], 60)  # other references
+    (run / mt_syntax.BOOTSTRAP).write_text("{not json")  # damaged: made again
+    mt_syntax.cached_bootstrap(run, base, refs, 60)
+    assert made == [50, 60, 60, 60, 60]
+
+
 def test_a_study_stays_true_to_its_inputs_and_budget(tmp_path, treebank, capsys):
     from synattn.locks import FolderLock
     from synattn.reproduce.tree_transformer import TEXT

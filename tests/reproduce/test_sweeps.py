@@ -17,8 +17,8 @@ from synattn.reproduce import STUDIES, Budget, Context
 from synattn.reproduce.mt_syntax import LAYERS
 
 STUDY = STUDIES["mt-syntax"]
-DEFAULT = ["baseline", "tree-distance", "traversal", "supervised-enc", "supervised-dec", "bet-sg", "bet-sf",
-           "segmentation"]
+DEFAULT = ["baseline", "tree-distance", "traversal", "supervised-enc", "supervised-dec", "bet-sg-head0", "bet-sf",
+           "segmentation-layer2"]
 
 
 def _model(arm, tmp_path) -> EncoderDecoderConfig:
@@ -35,7 +35,8 @@ def _settings(config: EncoderDecoderConfig, side: str) -> dict:
 
 def test_the_default_arms_weigh_their_losses_a_tenth():
     assert [a.name for a in STUDY.arms] == DEFAULT and STUDY.select() == list(STUDY.arms)
-    assert STUDY.arms[5].model == {"decoder": {"bird_eye": {"variant": "sg", "pointer_weight": 0.1}}}
+    assert STUDY.arms[5].model == {"decoder": {"bird_eye": {"variant": "sg", "pointer_weight": 0.1, "pointer_head": 0}}}
+    assert STUDY.arms[7].model == {"decoder": {"cross_attention": "segmentation", "cross_attention_layers": [2]}}
     assert STUDY.arms[4].model == {"decoder": {"supervised_head": {"layer": 2, "head": 0, "weight": 0.1}}}
     assert STUDY.arms[3].model == {"encoder": {"supervised_head": {"layer": 2, "head": 0, "weight": 0.1}}}
     assert not {a.name for a in STUDY.known_arms()[len(DEFAULT):]} & set(DEFAULT)
@@ -67,7 +68,9 @@ def test_runs_trained_with_an_arms_former_model_are_refused_naming_the_arm_they_
 @pytest.mark.parametrize("group", sorted(STUDY.sweeps))
 def test_each_sweep_arm_changes_what_its_name_says_and_nothing_else(group, tmp_path):
     default, *variants = STUDY.sweeps[group]
-    assert default.name == group and default in STUDY.arms and variants
+    assert default.name == group and variants
+    # of each sweep, one setting is among the study's default arms: the reference or one of its variations
+    assert len({a.name for a in STUDY.sweeps[group]} & {a.name for a in STUDY.arms}) == 1
     side = next(iter(default.model))
     base = _model(default, tmp_path)
     for arm in variants:
@@ -100,8 +103,8 @@ def test_each_sweep_arm_changes_what_its_name_says_and_nothing_else(group, tmp_p
 
 def test_sweeps_are_chosen_by_group_or_by_name(capsys):
     names = [a.name for a in STUDY.select(["tree-distance", "bet-sg-w0.3"], ["segmentation"])]
-    assert names == ["baseline", "tree-distance", "segmentation", "bet-sg-w0.3", "segmentation-layer0",
-                     "segmentation-layer2"]
+    assert names == ["baseline", "tree-distance", "segmentation-layer2", "bet-sg-w0.3", "segmentation",
+                     "segmentation-layer0"]  # the default arms' order, then the sweeps'
     everything = [a.name for a in STUDY.select(None, ["all"])]
     assert everything[0] == "baseline" and "tree-distance" not in everything
     assert set(everything) == {"baseline"} | {a.name for g in STUDY.sweeps.values() for a in g}

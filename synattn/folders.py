@@ -26,7 +26,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,3 +138,24 @@ def remove_if_untouched(folder: str | Path, kind: FolderKind | None = None) -> N
         for name in names:
             (folder / name).unlink(missing_ok=True)
         folder.rmdir()
+
+
+@contextmanager
+def taken(folder: str | Path, kind: FolderKind) -> Iterator[Path]:
+    """Marks ``folder`` as ``kind``'s (:func:`mark`) for the work in the ``with`` block; when the work
+    fails before it wrote anything there, the folder is left as it was: removed if it was new, its
+    marker removed if the folder had none (e.g. a folder that held only a prepared dataset)."""
+    folder = Path(folder)
+    new = not folder.exists()
+    had_marker = (folder / kind.marker).is_file()
+    before = set() if new else {p.name for p in folder.iterdir()} - {LOCK_NAME}
+    mark(folder, kind)
+    try:
+        yield folder
+    except BaseException:
+        if new:
+            remove_if_untouched(folder, kind)
+        elif not had_marker and folder.is_dir():
+            if {p.name for p in folder.iterdir()} - {LOCK_NAME} <= before | {kind.marker}:
+                (folder / kind.marker).unlink(missing_ok=True)
+        raise

@@ -79,6 +79,30 @@ def test_an_interrupted_prepare_folder_is_still_ours(tmp_path):
     assert (out / "manifest.json").is_file()
 
 
+def test_a_taken_folder_is_left_as_it_was_when_the_work_fails_before_writing(tmp_path):
+    from synattn.folders import FolderKind, taken
+
+    kind = FolderKind(".synattn-test-taken", "a folder of the test")
+
+    def fail(folder, write=None):
+        with pytest.raises(RuntimeError), taken(folder, kind):
+            assert kind.made(folder)  # marked while the work runs
+            if write:
+                (folder / write).write_text("x")
+            raise RuntimeError("refused")
+
+    fail(tmp_path / "new")
+    assert not (tmp_path / "new").exists()  # a new folder: removed
+    (tmp_path / "old" / "data").mkdir(parents=True)
+    fail(tmp_path / "old")
+    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == ["data"]  # the marker taken back
+    fail(tmp_path / "old", write="results.json")
+    assert kind.made(tmp_path / "old")  # it wrote: the folder is the command's now
+    with taken(tmp_path / "ok", kind):
+        pass
+    assert kind.made(tmp_path / "ok")
+
+
 def test_empty_input_is_a_data_error_not_a_sentencepiece_crash(tmp_path, capsys):
     (tmp_path / "train.en").write_text("")
     (tmp_path / "train.fr").write_text("")

@@ -38,10 +38,17 @@ import numpy as np
 
 from synattn.cli.options import positive_float, positive_int
 from synattn.data.prepare import PrepareConfig, prepare
-from synattn.data.prepared import DATASET
+from synattn.data.prepared import DATASET, holds_only_a_dataset
 from synattn.folders import FolderKind
 
-DEMO = FolderKind(".synattn-demo", "a folder of 'synattn demo'", made_before_markers=lambda f: DATASET.made(f / "data"))
+
+def _demo_before_markers(folder: Path) -> bool:
+    """A demo's folder made before markers (its dataset and its runs' logs), or a folder that holds
+    nothing but a prepared dataset in ``data/`` (reused when prepared with the demo's settings)."""
+    return holds_only_a_dataset(folder) or (DATASET.made(folder / "data") and (folder / "logs").is_dir())
+
+
+DEMO = FolderKind(".synattn-demo", "a folder of 'synattn demo'", made_before_markers=_demo_before_markers)
 """The demo's output folder (:mod:`synattn.folders`)."""
 
 # Sized by measurement for ten minutes of one CPU core each (docs/results.md, "The demo"): one encoder
@@ -207,15 +214,15 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from synattn.cli.paths import output_folder
-    from synattn.folders import check_own_folder, mark
+    from synattn.folders import check_own_folder, taken
 
     budget_of(args)  # a contradictory budget is refused before any work
     out = output_folder(args.out, "--out")
     check_own_folder(out, "--out", DEMO)
-    mark(out, DEMO)
     started = time.monotonic()
-    data = prepare(PrepareConfig(out=str(out / "data"), corpus="bible", bible_source="4", bible_target="l",
-                                 limit=args.pairs, vocab_size=args.vocab_size))
+    with taken(out, DEMO):  # a demo refused before its work leaves the folder as it was
+        data = prepare(PrepareConfig(out=str(out / "data"), corpus="bible", bible_source="4", bible_target="l",
+                                     limit=args.pairs, vocab_size=args.vocab_size))
     _statistics(data, out)
     if args.stats_only:
         return 0

@@ -27,13 +27,18 @@ import textwrap
 from pathlib import Path
 
 from synattn.cli.options import positive_float, positive_int
+from synattn.data.prepared import holds_only_a_dataset
 from synattn.errors import UsageError
 from synattn.folders import FolderKind
 from synattn.reproduce.study import Budget
 
 
 def _study_before_markers(folder: Path) -> bool:
-    """A results folder of a version that wrote no marker: the ``commands.sh`` a study writes."""
+    """A results folder of a version that wrote no marker (the ``commands.sh`` a study writes), or a
+    folder that holds nothing but a prepared dataset in ``data/``: the study reuses it when it was
+    prepared with the study's settings and stops otherwise (``prepare`` refuses another dataset)."""
+    if holds_only_a_dataset(folder):
+        return True
     try:
         with open(folder / "commands.sh", encoding="utf-8", errors="replace") as f:
             return "# The command that made this folder" in f.read(4096)
@@ -116,22 +121,16 @@ def run(args: argparse.Namespace) -> int:
     budget = budget_of(args, study)
     out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
     from synattn.cli.paths import output_folder
-    from synattn.folders import check_own_folder, mark, remove_if_untouched
+    from synattn.folders import check_own_folder, taken
 
     output_folder(out, "-o")
     check_own_folder(out, "-o", STUDY)
-    new = not out.exists()
-    mark(out, STUDY)
-    ctx = Context(out=out.resolve(), args=args, toy=args.toy)  # the runs' configs work from any directory
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]
-    try:
+    with taken(out, STUDY):  # a study refused before its work leaves the folder as it was
+        ctx = Context(out=out.resolve(), args=args, toy=args.toy)  # the runs' configs work from any directory
         results = run_study(study, ctx, args.seeds, budget, arms, argv, jobs=args.jobs, threads=args.threads,
                             first=args.arms)
-    except BaseException:
-        if new:  # a study refused before its work leaves no folder behind
-            remove_if_untouched(out, STUDY)
-        raise
     print((out / "README.md").read_text(encoding="utf-8"))
     print(f"results: {out}/README.md, {out}/results.json, plots in {out}/plots", file=sys.stderr)
     return 0 if results["complete"] else 1

@@ -22,6 +22,7 @@ from typing import Any
 
 from synattn.errors import InputError
 from synattn.folders import FolderKind, check_own_folder
+from synattn.locks import LOCK_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +139,16 @@ def is_prepared_folder(folder: Path) -> bool:
 DATASET = FolderKind(MARKER, "a prepared dataset", made_before_markers=is_prepared_folder,
                      force_advice="to write the dataset into it (its split subfolders would be replaced)")
 """A folder of ``synattn prepare`` (:mod:`synattn.folders`)."""
+
+
+def holds_only_a_dataset(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but a prepared dataset in ``data/`` (a lock file aside): what a
+    command that prepares into ``OUT/data`` (``reproduce``, ``demo``) may take as its own and reuse."""
+    try:
+        names = {p.name for p in Path(folder).iterdir()} - {LOCK_NAME}
+    except OSError:
+        return False
+    return names == {"data"} and DATASET.made(Path(folder) / "data")
 
 
 def check_output_folder(out: Path, force: bool = False) -> None:

@@ -222,6 +222,16 @@ def _duration(minutes: float) -> str:
     return f"{minutes:.0f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
 
 
+def _time_to_go(runs: int, minutes: float, jobs: int) -> str:
+    """The training time left for ``runs`` runs of ``minutes``, and the wall time with ``jobs`` at
+    once: " (at most 3.0 h of training to go: 60 min with 3 at a time)"."""
+    if runs == 0:
+        return ""
+    at_once = min(jobs, runs)
+    wall = "" if at_once <= 1 else f": {_duration(-(-runs // jobs) * minutes)} with {at_once} at a time"
+    return f" (at most {_duration(runs * minutes)} of training to go{wall})"
+
+
 def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
                argv: list[str], jobs: int = 1, threads: int | None = None, first: list[str] | None = None) -> dict:
     check_budget(ctx, arms, seeds, budget)
@@ -234,8 +244,7 @@ def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: lis
             else str(budget))
     print(f"{study.name}: {_count(len(arms), 'arm')} × {_count(seeds, 'seed')} = {_count(total, 'run')} of {each}"
           + (f", {trained} already trained" if trained else "")
-          + ("" if ctx.toy or budget.minutes is None
-             else f" (at most {_duration((total - trained) * budget.minutes)} of training to go)")
+          + ("" if ctx.toy or budget.minutes is None else _time_to_go(total - trained, budget.minutes, jobs))
           + f"; results in {ctx.out}", file=sys.stderr)
     metrics: dict[str, dict[int, dict]] = {arm.name: {} for arm in arms}
     runs: dict[str, dict[int, Path]] = {arm.name: {} for arm in arms}

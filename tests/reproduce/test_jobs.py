@@ -109,3 +109,17 @@ def test_the_runs_stop_when_the_study_is_killed(tmp_path, treebank, sig):
         for pid in runs | _children(study.pid):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("runs", "jobs", "said"), [
+    (3, 3, " (at most 3.0 h of training to go: 60 min with 3 at a time)"),
+    (5, 2, " (at most 5.0 h of training to go: 3.0 h with 2 at a time)"),
+    (2, 4, " (at most 2.0 h of training to go: 60 min with 2 at a time)"),
+    (3, 1, " (at most 3.0 h of training to go)"),
+    (1, 3, " (at most 60 min of training to go)"),
+    (0, 3, ""),
+])
+def test_the_time_to_go_says_the_wall_time_of_runs_at_once(runs, jobs, said):
+    from synattn.reproduce.runner import _time_to_go
+
+    assert _time_to_go(runs, 60, jobs) == said

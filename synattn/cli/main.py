@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named with the command they were given to, not the top-level parser
-        parser.exit(2, f"synattn {args.command}: error: unrecognized arguments: {' '.join(unknown)} "
+        shown = " ".join(a if a.isprintable() else ascii(a) for a in unknown)  # the message stays one line
+        parser.exit(2, f"synattn {args.command}: error: unrecognized arguments: {shown} "
                        f"(see 'synattn {args.command} --help')\n")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -329,3 +329,11 @@ def test_fuzz_case_counts():
     (shown with -rP)."""
     print(f"fuzz cases: {FUZZ_CASES} = {sum(FUZZ_CASES.values())}")
     assert all(count > 0 for count in FUZZ_CASES.values())
+
+
+def test_an_unknown_argument_with_a_line_break_character_stays_on_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:  # found by the fuzzer: '\x1e' is a line break to str.splitlines
+        main(["train", "--config", "x.yaml", "-\x1e"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("synattn train: error: unrecognized arguments: '-\\x1e'"), err

@@ -6,6 +6,11 @@ import pytest
 import torch
 from hypothesis import settings
 
+# Without a GPU, the Triton kernels of synattn.structs run on CPU tensors in Triton's interpreter
+# (it must be on before they are first imported; a GPU machine runs them compiled).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # CI draws the same hypothesis examples on every run (a red CI then means a change broke
 # something); local runs keep exploring new examples.
 settings.register_profile("ci", derandomize=True, print_blob=True)

@@ -1,4 +1,5 @@
-"""Which implementation a dynamic program runs: compiled CPU kernels (numba) or pure PyTorch.
+"""Which implementation a dynamic program runs: compiled CPU kernels (numba), GPU kernels (Triton)
+or pure PyTorch.
 
 Every dynamic program of :mod:`synattn.structs` has a pure-PyTorch implementation (vectorised over
 the batch, one Python step per position or span width; the path for CUDA tensors) and, for CPU
@@ -7,16 +8,24 @@ threads). On a CPU the Python-level loop of the first is bound by kernel launche
 arithmetic, which is why the compiled kernels are several times faster there. Both give the same
 numbers up to rounding (the tests check them against each other and against brute force).
 
+For CUDA tensors the main structures (Eisner, CKY, the linear chain and the semi-Markov chain)
+also have Triton kernels (:mod:`synattn.structs.triton_kernels`): one program per sentence with the
+loop over span widths or positions inside the kernel, so a call is a handful of launches whatever
+the length, where the PyTorch path issues several launches per width.
+
 Choose with the environment variable ``SYNATTN_STRUCTS_BACKEND`` (``auto``, ``torch``,
-``numba`` or ``reference``) or, inside a program, with :func:`use_backend`::
+``numba``, ``triton`` or ``reference``) or, inside a program, with :func:`use_backend`::
 
     with use_backend("torch"):
         mu = DependencyCRF(scores, lengths).marginals
 
-``auto`` (the default) takes the compiled kernels for CPU tensors when numba is installed and
-PyTorch otherwise. Asking for ``numba`` without numba installed is an error, not a silent
-fallback. ``reference`` runs the plain reference implementations of ``log_partition`` and
-``marginals`` (:mod:`synattn.structs.reference`, chosen through :mod:`synattn.structs.registry`;
+``auto`` (the default) takes the compiled kernels for CPU tensors when numba is installed, the
+Triton kernels for CUDA tensors when ``triton`` imports, and PyTorch otherwise. Asking for
+``numba`` or ``triton`` where it cannot run is an error, not a silent fallback. ``triton`` also
+runs on CPU tensors when Triton's interpreter is on (``TRITON_INTERPRET=1`` in the environment
+before the kernels are first imported): slowly, but the same kernels, so they can be checked
+on a machine without a GPU (the tests do). ``reference`` runs the plain reference
+implementations of ``log_partition`` and ``marginals`` (:mod:`synattn.structs.reference`, chosen through :mod:`synattn.structs.registry`;
 slow, for tests and readers) and the PyTorch code for everything else. Compiled kernels are cached
 on disk (numba's ``cache=True``), so a process compiles a
 kernel only the first time it is ever used on a machine.
@@ -33,7 +42,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-BACKENDS = ("auto", "torch", "numba", "reference")
+BACKENDS = ("auto", "torch", "numba", "triton", "reference")
 ENV_VAR = "SYNATTN_STRUCTS_BACKEND"
 
 _override: list[str] = []
@@ -55,7 +64,7 @@ def requested_backend() -> str:
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
     """Run the block with the dynamic programs on backend ``name`` (``auto``/``torch``/``numba``/
-    ``reference``)."""
+    ``triton``/``reference``)."""
     _override.append(_check(name, "use_backend"))
     try:
         yield
@@ -87,7 +96,7 @@ def use_numba(*tensors: torch.Tensor) -> bool:
         RuntimeError: ``numba`` was asked for but is not installed, or a tensor is not on the CPU.
     """
     backend = requested_backend()
-    if backend in ("torch", "reference"):
+    if backend in ("torch", "triton", "reference"):
         return False
     on_cpu = all(t.device.type == "cpu" for t in tensors)
     if backend == "numba":
@@ -99,6 +108,50 @@ def use_numba(*tensors: torch.Tensor) -> bool:
                                "use 'auto' or 'torch' for CUDA tensors")
         return True
     return on_cpu and numba_available()
+
+
+@functools.cache
+def triton_available() -> bool:
+    """True if ``triton`` imports (an optional dependency: ``pip install triton``)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def triton_interpreted() -> bool:
+    """True if Triton's interpreter is on (``TRITON_INTERPRET=1``): kernels then run on CPU tensors."""
+    if not triton_available():
+        return False
+    import triton
+
+    return bool(triton.knobs.runtime.interpret)
+
+
+def use_triton(*tensors: torch.Tensor) -> bool:
+    """Whether a dynamic program over ``tensors`` runs the Triton kernels.
+
+    ``auto``: for CUDA tensors when triton imports. ``triton``: always, and an error where it
+    cannot run (triton missing; CPU tensors without the interpreter).
+
+    Raises:
+        RuntimeError: ``triton`` was asked for but cannot run on these tensors.
+    """
+    backend = requested_backend()
+    if backend not in ("auto", "triton"):
+        return False
+    on_cuda = all(t.device.type == "cuda" for t in tensors)
+    if backend == "auto":
+        return on_cuda and triton_available()
+    if not triton_available():
+        raise RuntimeError(f"structs backend 'triton' requested ({ENV_VAR} or use_backend) but "
+                           "triton is not installed: pip install triton")
+    on_cpu = all(t.device.type == "cpu" for t in tensors)
+    if on_cuda or (on_cpu and triton_interpreted()):
+        return True
+    raise RuntimeError("structs backend 'triton' runs on CUDA tensors, or on CPU tensors under "
+                       "Triton's interpreter (TRITON_INTERPRET=1 set before the kernels are imported)")
 
 
 def as_array(t: torch.Tensor) -> np.ndarray:

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 import torch
 
 from . import reference
-from .backend import requested_backend, use_numba
+from .backend import requested_backend, use_numba, use_triton
 
 __all__ = ["Implementation", "choose", "implementations", "log_partition", "marginals",
-           "numba_applies", "register", "set_reference"]
+           "numba_applies", "register", "set_reference", "triton_applies"]
 
 
 def always(*args) -> bool:
@@ -54,6 +54,12 @@ def numba_applies(*args) -> bool:
     """The predicate of the compiled kernels: :func:`~synattn.structs.backend.use_numba` of the
     tensors among ``args`` (raises if ``numba`` is asked for where it cannot run)."""
     return use_numba(*(a for a in args if isinstance(a, torch.Tensor)))
+
+
+def triton_applies(*args) -> bool:
+    """The predicate of the Triton kernels: :func:`~synattn.structs.backend.use_triton` of the
+    tensors among ``args`` (raises if ``triton`` is asked for where it cannot run)."""
+    return use_triton(*(a for a in args if isinstance(a, torch.Tensor)))
 
 
 @dataclass(frozen=True)
@@ -94,13 +100,15 @@ def _structure(name: str) -> _Structure:
     return _STRUCTURES[name]
 
 
-def register(structure: str, implementation: Implementation) -> Implementation:
-    """Add ``implementation`` as the last acceleration of ``structure`` (replacing one of the
-    same name in place); returns it."""
+def register(structure: str, implementation: Implementation, before: str | None = None) -> Implementation:
+    """Add ``implementation`` as the last acceleration of ``structure``, or just before the one
+    named ``before`` (replacing one of the same name in place); returns it."""
     accelerations = _structure(structure).accelerations
     names = [a.name for a in accelerations]
     if implementation.name in names:
         accelerations[names.index(implementation.name)] = implementation
+    elif before in names:
+        accelerations.insert(names.index(before), implementation)
     else:
         accelerations.append(implementation)
     return implementation

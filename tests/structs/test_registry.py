@@ -7,7 +7,15 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF, reference, registry
+from synattn.structs import (
+    DependencyCRF,
+    LinearChainCRF,
+    NonProjectiveDependencyCRF,
+    TreeCRF,
+    backend,
+    reference,
+    registry,
+)
 from synattn.structs.backend import numba_available, use_backend
 from synattn.structs.chain.semimarkov import check_segment_scores
 from synattn.structs.cky.crf import check_span_scores
@@ -26,7 +34,10 @@ def accelerations(structure: str) -> list[registry.Implementation]:
 CASES = [pytest.param(structure, impl.name, id=f"{structure}-{impl.name}",
                       marks=pytest.mark.skipif(impl.name == "numba" and not numba_available(),
                                                reason="numba is not installed"))
-         for structure in STRUCTURES for impl in accelerations(structure)]
+         for structure in STRUCTURES for impl in accelerations(structure) if impl.name != "triton"]
+# The Triton kernels run in Triton's interpreter without a GPU (seconds a call): fixed cases.
+TRITON_CASES = [pytest.param(structure, id=structure) for structure in STRUCTURES
+                if "triton" in [impl.name for impl in accelerations(structure)]]
 
 
 def implementation(structure: str, name: str) -> registry.Implementation:
@@ -85,6 +96,23 @@ def test_acceleration_equals_reference(structure, name, case):
     for what, got, want in zip(["log Z", "marginals", "grad log Z", "marginals vjp"],
                                everything(impl, args, g), expected):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=f"{structure}/{name}: {what}")
+
+
+@pytest.mark.parametrize("structure", TRITON_CASES)
+def test_triton_equals_reference(structure):
+    """Values and gradients of the Triton kernels (interpreted on the CPU without a GPU)."""
+    pytest.importorskip("triton")
+    if not (torch.cuda.is_available() or backend.triton_interpreted()):
+        pytest.skip("no GPU and Triton's interpreter is off (TRITON_INTERPRET=1)")
+    impl = implementation(structure, "triton")
+    for case in ({"seed": 5, "lengths": [4, 1, 3], "multiroot": False, "scale": 4.0},
+                 {"seed": 6, "lengths": [2, 5], "multiroot": True, "scale": 1.0}):
+        args = random_inputs(structure, **case)
+        g = torch.randn(args[0].shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+        expected = everything(registry.implementations(structure)[0], args, g)
+        for what, got, want in zip(["log Z", "marginals", "grad log Z", "marginals vjp"],
+                                   everything(impl, args, g), expected):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=f"{structure}/triton: {what}")
 
 
 @pytest.mark.parametrize("multiroot", [True, False])

@@ -51,11 +51,11 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
-from ..backend import kernels, serial_if_small, use_numba
+from ..backend import kernels, serial_if_small, use_numba, use_triton
 from ..constants import NEG
 from ..distribution import check_count
 from ..forward_mode import forward_derivative
-from ..registry import Implementation, numba_applies, register
+from ..registry import Implementation, numba_applies, register, triton_applies
 from ..scores import fp32_inside, impossible_as_inf
 from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
@@ -297,7 +297,8 @@ class _EisnerLogPartition(torch.autograd.Function):
         return mu * g[:, None, None], None, None, None
 
 
-# The two accelerations of the reference :func:`synattn.structs.reference.eisner_log_partition`.
+# The accelerations of the reference :func:`synattn.structs.reference.eisner_log_partition`: numba
+# (CPU), Triton (CUDA; :mod:`synattn.structs.triton_kernels.eisner`, imported on first use), PyTorch.
 register("projective", Implementation(
     "numba", lambda s, lengths, multiroot: _EisnerLogPartition.apply(s, lengths, multiroot, True),
     lambda s, lengths, multiroot: EisnerMarginals.apply(s, lengths, multiroot, True),
@@ -305,6 +306,10 @@ register("projective", Implementation(
 register("projective", Implementation(
     "torch", lambda s, lengths, multiroot: _EisnerLogPartition.apply(s, lengths, multiroot, False),
     lambda s, lengths, multiroot: EisnerMarginals.apply(s, lengths, multiroot, False)))
+register("projective", Implementation(
+    "triton", lambda s, lengths, multiroot: kernels("triton_kernels.eisner").LogPartition.apply(s, lengths, multiroot),
+    lambda s, lengths, multiroot: kernels("triton_kernels.eisner").Marginals.apply(s, lengths, multiroot),
+    applies=triton_applies), before="torch")
 
 
 def _sampled_semiring(generator: torch.Generator | None) -> Semiring:
@@ -382,6 +387,8 @@ class DependencyCRF(ArcCRF):
     @fp32_inside
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
+            if use_triton(self.scores):
+                return kernels("triton_kernels.eisner").best_tree(self.scores, self.lengths, self.multiroot)
             return eisner_marginals(self.scores, self.lengths, self.multiroot, MaxSemiring,
                                     compiled=use_numba(self.scores))
 

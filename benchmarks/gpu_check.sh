@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Everything synattn measures and tests on CUDA, on one card, in at most 8 minutes:
+# Everything synattn measures and tests on CUDA, on one card, in at most 9 minutes and a half:
 #   1. the cuda tests (tests/test_cuda.py: every structure and attention feature against the CPU
 #      in float64, a few training steps of every config)              at most 120 s
+#   1b. the Triton kernels compiled on the card (tests/structs/test_triton_*.py, the registry's
+#      triton cases) and the Matrix-Tree GPU path                     at most 90 s
 #   2. bench_structs.py --device cuda --quick (the sizes of docs/structs.md)   120 s
 #   3. bench_attention.py --device cuda --quick --lengths 64               75 s
 #   4. bench_train.py --device cuda --make-data 300 --steps 5              120 s
@@ -38,6 +40,9 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit, output to OUT/N
 }
 
 part tests 120 "$py" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
+part triton 90 "$py" -m pytest -q -p no:cacheprovider tests/structs/test_triton_eisner.py \
+  tests/structs/test_triton_chain.py tests/structs/test_triton_cky.py tests/structs/test_matrix_tree_device.py \
+  tests/structs/test_registry.py -k "triton or device or Triton or cuda"
 part structs 120 "$py" benchmarks/bench_structs.py --device cuda --quick
 part attention 75 "$py" benchmarks/bench_attention.py --device cuda --quick --lengths 64
 part train 120 "$py" benchmarks/bench_train.py --device cuda --make-data 300 --steps 5 --warmup 2
@@ -50,6 +55,7 @@ part hf 45 "$py" benchmarks/bench_hf.py --device cuda --batch 32 --length 128 --
   cat "$out/status.txt"
   echo
   echo "## tests";     tail -n 3 "$out/tests.txt"
+  echo "## triton";    tail -n 3 "$out/triton.txt"
   echo "## structs (ms; speed-up = faster peer / synattn)"
   grep -E '^(case|Eisner|Matrix-Tree|CKY|chain|# peak)' "$out/structs.txt"
   echo "## attention (forward+backward of one layer)"

@@ -110,9 +110,11 @@ def test_triton_equals_reference(structure):
         args = random_inputs(structure, **case)
         g = torch.randn(args[0].shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
         expected = everything(registry.implementations(structure)[0], args, g)
+        if torch.cuda.is_available():  # (compiled kernels take CUDA tensors)
+            args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
         for what, got, want in zip(["log Z", "marginals", "grad log Z", "marginals vjp"],
-                                   everything(impl, args, g), expected):
-            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=f"{structure}/triton: {what}")
+                                   everything(impl, args, g.to(args[0].device)), expected):
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-9, atol=1e-9, msg=f"{structure}/triton: {what}")
 
 
 @pytest.mark.parametrize("multiroot", [True, False])

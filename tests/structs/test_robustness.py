@@ -287,6 +287,12 @@ def test_chain_third_derivative(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_cky_third_derivative(backend):
+    with on(backend):
+        third_derivative_check(lambda x: TreeCRF(x).marginals, (1, 4, 4))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_eisner_fourth_derivative_of_log_partition(backend):
     """log Z's fourth derivative (autograd through autograd) in one direction, by differences."""
     gen = torch.Generator().manual_seed(4)

@@ -28,7 +28,8 @@ computed as a forward-mode derivative of inside-outside, as for Eisner (see
 with reversed width, so that for one width ``w`` the terms of all splits and starts are the two
 slices ``K[0, :w, :N-w] + K[1, N-w:, w:]`` ``[w, N-w, B]``, reduced over the first dimension. One
 Python iteration per width. On CPU tensors the same passes run as compiled numba kernels
-(:mod:`synattn.structs.cky._kernels`).
+(:mod:`synattn.structs.cky._kernels`), on CUDA tensors as Triton kernels with the loop over widths
+inside the kernel (:mod:`synattn.structs.triton_kernels.cky`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import ClassVar
 import torch
 
 from .. import registry
-from ..backend import use_numba
+from ..backend import kernels, use_numba, use_triton
 from ..constants import NEG
 from ..distribution import PeerNames, check_count
 from ..scores import fp32_inside
@@ -122,6 +123,8 @@ class TreeCRF(PeerNames):
     @fp32_inside
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
+            if use_triton(self.scores):
+                return kernels("triton_kernels.cky").best_tree(self.scores, self.lengths)
             return cky_marginals(self.scores, self.lengths, MaxSemiring,
                                  compiled=use_numba(self.scores))
 

@@ -179,12 +179,12 @@ class CKYMarginals(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         scores, lengths, log_z = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            with torch.enable_grad():
-                x = scores.detach().requires_grad_()
-                inner = cky_inside(to_width_major(x), lengths)[0]
-                (mu,) = torch.autograd.grad(inner.sum(), x, create_graph=True)
-            out = torch.autograd.grad(mu, x, g, create_graph=True)[0]
+        if torch.is_grad_enabled():  # a third derivative was asked for: autograd throughout
+            # (on ``scores`` itself, not a detached copy: the result must stay a function of the
+            # scores for the next derivative)
+            inner = cky_inside(to_width_major(scores), lengths)[0]
+            (mu,) = torch.autograd.grad(inner.sum(), scores, create_graph=True)
+            out = torch.autograd.grad(mu, scores, g, create_graph=True)[0]
         elif ctx.compiled:
             out = kernels("cky._kernels").marginals_jvp(scores, lengths, g)
         else:
@@ -236,7 +236,8 @@ def _reference_marginals(scores: torch.Tensor, lengths: torch.Tensor) -> torch.T
     return _zero_dead(mu, log_z, lengths)
 
 
-# The reference with TreeCRF's handling of sentences without a tree, and its two accelerations.
+# The reference with TreeCRF's handling of sentences without a tree, and its accelerations: numba
+# (CPU), Triton (CUDA; :mod:`synattn.structs.triton_kernels.cky`, imported on first use), PyTorch.
 registry.set_reference("cky", _reference_log_partition, _reference_marginals)
 registry.register("cky", registry.Implementation(
     "numba", lambda s, lengths: _CKYLogPartition.apply(s, lengths, True),
@@ -244,3 +245,7 @@ registry.register("cky", registry.Implementation(
 registry.register("cky", registry.Implementation(
     "torch", lambda s, lengths: _CKYLogPartition.apply(s, lengths, False),
     lambda s, lengths: CKYMarginals.apply(s, lengths, False)))
+registry.register("cky", registry.Implementation(
+    "triton", lambda s, lengths: kernels("triton_kernels.cky").LogPartition.apply(s, lengths),
+    lambda s, lengths: kernels("triton_kernels.cky").Marginals.apply(s, lengths),
+    applies=registry.triton_applies), before="torch")

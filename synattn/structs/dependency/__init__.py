@@ -11,7 +11,8 @@
   :mod:`~synattn.structs.dependency.semantic_vi` (``SemanticDependencyMFVI``, ``SemanticDependencyLBP``);
 - non-projective trees: :mod:`~synattn.structs.dependency.matrix_tree`
   (``NonProjectiveDependencyCRF``, the Matrix-Tree theorem) with its eliminations
-  ``matrix_tree_gth.py`` and ``matrix_tree_log.py``, compiled ``_matrix_tree_kernels.py``,
+  ``matrix_tree_gth.py`` and ``matrix_tree_log.py``, compiled ``_matrix_tree_kernels.py``, the
+  GPU path ``matrix_tree_device.py`` (batched LU on the device, closed-form backward),
   exact samples ``matrix_tree_sample.py`` and the best tree ``chu_liu_edmonds.py``.
 """
 
@@ -20,6 +21,7 @@ from .arc_scores import ArcCRF
 from .eisner import DependencyCRF
 from .eisner2o import Dependency2oCRF
 from .matrix_tree import NonProjectiveDependencyCRF
+from . import matrix_tree_device  # noqa: F401,I001  (registers the GPU path, after the PyTorch path it precedes)
 from .second_order_vi import DependencyLBP, DependencyMFVI
 from .semantic_vi import SemanticDependencyLBP, SemanticDependencyMFVI
 

@@ -174,12 +174,19 @@ def _laplacian(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> 
 
 def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
                       need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """:func:`_lapack_inverse` without the inverses."""
+    return _lapack_inverse(scores, lengths, multiroot, need_marginals)[:3]
+
+
+def _lapack_inverse(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """Koo et al.'s determinant and closed-form marginals with LAPACK's LU (float64).
 
     ``p(h -> d) = A[h, d] (X[d, d] - X[d, h])`` and ``p(ROOT -> d) = r[d] X[d, d]`` with
     ``X = L^{-1}`` (single root: terms with the first word as ``d`` or ``h`` dropped and
     ``p(ROOT -> d) = r[d] X[d, 1]``). Returns ``log_z``, marginals (or None) and a ``[B]`` mask
-    of trustworthy sentences.
+    of trustworthy sentences, and the inverses ``X [B, N, N]`` (float64; None without the
+    marginals). No value is read back to the host: on a GPU every step stays on the device.
     """
     laplacian, root, words, valid, shift = _laplacian(scores, lengths, multiroot)
     batch, N = root.shape
@@ -191,7 +198,7 @@ def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bo
     ok = (info == 0) & positive & ((u.abs() / scale).amin(1) >= CERTIFICATE)
     log_z = u.abs().clamp_min(TINY).log().sum(1) + shift
     if not need_marginals:
-        return log_z, None, ok
+        return log_z, None, ok, None
     eye = torch.eye(N, dtype=lu.dtype, device=lu.device).expand(batch, N, N)
     inverse = torch.linalg.lu_solve(lu, pivots, eye)  # [B, N, N]
     mu = torch.cat((root.unsqueeze(1), words), 1) * _koo_gradient(inverse, multiroot)  # [B, N+1, N]
@@ -199,7 +206,7 @@ def _lapack_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bo
     mu = torch.where(usable_arcs(lengths, N + 1), mu, 0.0)
     sums = torch.where(valid, mu.sum(1)[:, 1:] - 1.0, 0.0).abs().amax(1)
     ok = ok & (sums <= 1e-9) & (mu.amin((1, 2)) >= -1e-9) & (mu.amax((1, 2)) <= 1 + 1e-9)
-    return log_z, mu, ok
+    return log_z, mu, ok, inverse
 
 
 def _work(lengths: torch.Tensor) -> int:

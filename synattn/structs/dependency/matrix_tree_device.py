@@ -1,0 +1,127 @@
+"""Matrix-Tree on a GPU: a fixed number of launches whatever ``N``, one read back to the host a call.
+
+The PyTorch path of :mod:`synattn.structs.dependency.matrix_tree` was written for the CPU: it
+checks LAPACK's result sentence by sentence on the host (three reads back per call), takes the
+GTH elimination for ``N >= LAPACK_MAX_N`` (a CPU LAPACK quirk; the elimination runs one Python
+step per pivot, several launches each) and computes the marginals' backward by forward-mode
+differentiation of that elimination (again one step per pivot). On a GPU each of those steps is
+a kernel launch or a synchronisation, which is why the path was launch-bound there.
+
+This path keeps the same numbers with device-sized steps only:
+
+- ``log Z`` and the marginals from Koo et al.'s matrix (Koo et al. 2007) by batched LU and
+  solve on the device (:func:`~synattn.structs.dependency.matrix_tree_gth._lapack_inverse`, at
+  any ``N``), with the certificate computed on the device (pivots against their columns,
+  marginals in ``[0, 1]``, column sums 1 to ``1e-9``, no column wider than ``SAFE_SPREAD``);
+- the marginals' backward in closed form from the inverse ``X`` the forward kept:
+  ``H v = v * mu - w * K(X P X)`` with ``P`` Koo's matrix of the weights ``v * w`` (the
+  derivation is at :func:`~synattn.structs.dependency.matrix_tree_gth._compiled_closed_form_tangent`):
+  two batched matrix products;
+- one read back to the host per call, of one boolean ("is every sentence certified?"). Only a
+  sentence that fails the certificate (extreme score scales, masks that starve a pivot) is
+  recomputed by the robust elimination of :func:`~synattn.structs.dependency.matrix_tree._marginals`,
+  which reads back more.
+
+It runs for CUDA tensors (registered as the ``device`` acceleration of ``nonprojective``,
+ahead of the CPU-oriented PyTorch path); on CPU tensors the same functions give the same numbers,
+which is how the tests check it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..backend import requested_backend
+from ..registry import Implementation, register
+from .arc_scores import usable_arcs
+from .matrix_tree_gth import _koo_gradient, _koo_matrix, _lapack_inverse, _scaled_arcs
+from .matrix_tree_log import _log_space_log_z, _wide_columns
+
+
+def device_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """``log Z [B]`` (float64), marginals ``[B, N+1, N+1]`` (float64, or None), ``[B]`` True
+    where the device result is certified, and the inverses ``X [B, N, N]`` (certified rows)."""
+    log_z, mu, ok, inverse = _lapack_inverse(scores, lengths, multiroot, need_marginals)
+    ok = ok & ~_wide_columns(scores, lengths)
+    if bool(ok.all()):  # the one read back to the host
+        return log_z, mu, ok, inverse
+    from .matrix_tree import _marginals  # (the robust path, for the rows that fail the certificate)
+
+    redo = (~ok).nonzero().squeeze(1)
+    z, m = _marginals(scores[redo], lengths[redo], multiroot, need_marginals)[:2]
+    log_z = log_z.index_copy(0, redo, z.to(log_z.dtype))
+    if mu is not None and m is not None:
+        mu = mu.index_copy(0, redo, m.to(mu.dtype))
+    return log_z, mu, ok, inverse
+
+
+def closed_form_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, mu: torch.Tensor,
+                        inverse: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+    """The Hessian of ``log Z`` times ``direction``, ``[B, N+1, N+1]`` float64, from the marginals
+    and the inverses of Koo's matrices: ``H v = v * mu - w * K(X P X)``, ``P = L(v * w)``."""
+    root, words, _, _ = _scaled_arcs(scores, lengths)  # [B, N], [B, N(h), N(d)]
+    v = direction.double()
+    P = _koo_matrix(root * v[:, 0, 1:], words * v[:, 1:, 1:], multiroot)  # [B, N, N]
+    second = torch.cat((root.unsqueeze(1), words), 1) * _koo_gradient(inverse @ P @ inverse, multiroot)
+    hv = v * mu.double() - torch.cat((second.new_zeros(second.shape[0], second.shape[1], 1), second), 2)
+    return torch.where(usable_arcs(lengths, hv.shape[-1]), hv, 0.0)
+
+
+class DeviceLogPartition(torch.autograd.Function):
+    """``log Z``; its backward is the marginals, computed with it when a gradient may come."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+        ctx.multiroot = multiroot
+        log_z, mu, _, _ = device_marginals(scores, lengths, multiroot, ctx.needs_input_grad[0])
+        ctx.save_for_backward(scores, lengths, mu if mu is not None else scores.new_zeros(0))
+        return log_z.to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        scores, lengths, mu = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward requested: stay differentiable
+            mu = DeviceMarginals.apply(scores, lengths, ctx.multiroot)
+        return mu.to(scores.dtype) * g[:, None, None], None, None
+
+
+class DeviceMarginals(torch.autograd.Function):
+    """Arc marginals; backward ``H g`` in closed form (certified rows) or by the robust path."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+        ctx.multiroot = multiroot
+        _, mu, ok, inverse = device_marginals(scores, lengths, multiroot, True)
+        assert mu is not None and inverse is not None
+        ctx.save_for_backward(scores, lengths, mu, ok, inverse)
+        return mu.to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        scores, lengths, mu, ok, inverse = ctx.saved_tensors
+        from .matrix_tree import MatrixTreeMarginals
+
+        if torch.is_grad_enabled():  # a third derivative: autograd through the log-space elimination
+            log_z = _log_space_log_z(scores, lengths, ctx.multiroot)
+            (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
+            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
+            return torch.autograd.grad(mu, scores, g.to(mu.dtype), create_graph=True)[0], None, None
+        hv = closed_form_tangent(scores, lengths, ctx.multiroot, mu, inverse, g)
+        if not bool(ok.all()):  # rows the forward recomputed: the robust path's backward
+            redo = (~ok).nonzero().squeeze(1)
+            with torch.enable_grad():
+                x = scores[redo].detach().requires_grad_()
+                m = MatrixTreeMarginals.apply(x, lengths[redo], ctx.multiroot, False)
+                (h,) = torch.autograd.grad(m, x, g[redo].to(m.dtype))
+            hv = hv.index_copy(0, redo, h.to(hv.dtype))
+        return hv.to(scores.dtype), None, None
+
+
+def _on_device(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> bool:
+    """The ``device`` acceleration applies to CUDA tensors (``auto``, ``torch`` or ``triton``)."""
+    return scores.device.type == "cuda" and requested_backend() in ("auto", "torch", "triton")
+
+
+register("nonprojective", Implementation(
+    "device", DeviceLogPartition.apply, DeviceMarginals.apply, applies=_on_device), before="torch")

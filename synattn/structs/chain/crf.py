@@ -35,7 +35,7 @@ import torch
 
 from .. import reference, registry
 from ..arguments import flag, score_tensor
-from ..backend import kernels, serial_if_small, use_numba
+from ..backend import kernels, serial_if_small, use_numba, use_triton
 from ..constants import NEG
 from ..distribution import Decoding, StructDistribution, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, lengths_mask, mask_impossible
@@ -220,6 +220,9 @@ class LinearChainCRF(StructDistribution, Decoding):
         Equal to ``d log_partition / d log_potentials``; differentiable (with autograd through
         the PyTorch path when gradients are needed, else by a compiled kernel on CPU).
         """
+        if use_triton(self.unary, self.edge):  # (Triton: the adjoint kernel's, backward on dual numbers)
+            return self._valid(kernels("triton_kernels.chain").Marginals.apply(self.unary, self.edge,
+                                                                               self.lengths)[1])
         u0, T = self._potentials
         if use_numba(u0, T) and not (torch.is_grad_enabled() and T.requires_grad):
             _, xi = kernels("chain._kernels_grad").edge_marginals(u0.t(), _batch_first(T), self.mask,
@@ -234,6 +237,8 @@ class LinearChainCRF(StructDistribution, Decoding):
     def _viterbi(self) -> tuple[torch.Tensor, torch.Tensor]:
         compiled = use_numba(self.unary, self.edge)
         with torch.no_grad():
+            if use_triton(self.unary, self.edge):
+                return kernels("triton_kernels.chain").viterbi(self.unary, self.edge, self.lengths)
             u0, T = transfer_matrices(self.unary.detach(), self.edge.detach(), self.mask,
                                       batch_innermost=not compiled)
             if compiled:
@@ -419,3 +424,8 @@ registry.register("linear_chain", registry.Implementation(
     "numba", _numba_log_partition, _numba_marginals, applies=registry.numba_applies))
 registry.register("linear_chain", registry.Implementation(
     "torch", _torch_log_partition, _torch_marginals))
+# Triton (CUDA; :mod:`synattn.structs.triton_kernels.chain`, imported on first use) before PyTorch.
+registry.register("linear_chain", registry.Implementation(
+    "triton", lambda *args: kernels("triton_kernels.chain").registry_log_partition(*args),
+    lambda *args: kernels("triton_kernels.chain").registry_marginals(*args),
+    applies=registry.triton_applies), before="torch")

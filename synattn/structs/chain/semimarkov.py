@@ -18,8 +18,9 @@ the last position of every segment, ``-1`` inside segments and past each length.
 
 ``log Z`` runs the forward recursion over segment ends
 (:func:`synattn.structs.reference.semi_markov_log_partition`); the marginals are its gradient
-(forward-backward in the compiled kernels of :mod:`synattn.structs.chain._semimarkov_kernels`, autograd
-of the vectorised recursion on the PyTorch path). The max semiring with back-pointers gives the
+(forward-backward in the compiled kernels of :mod:`synattn.structs.chain._semimarkov_kernels`, a
+forward and an outside kernel in :mod:`synattn.structs.triton_kernels.semimarkov` for CUDA tensors,
+autograd of the vectorised recursion on the PyTorch path). The max semiring with back-pointers gives the
 best structure, forward filtering and backward sampling exact samples, Lawler's scheme the k best.
 """
 
@@ -32,7 +33,7 @@ import torch
 
 from .. import reference, registry
 from ..arguments import score_tensor
-from ..backend import kernels
+from ..backend import kernels, use_triton
 from ..constants import IMPOSSIBLE, NEG
 from ..distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, lengths_mask, mask_impossible
@@ -178,6 +179,11 @@ registry.register("semi_markov", registry.Implementation(
 registry.register("semi_markov", registry.Implementation(
     "torch", _torch_log_partition,
     functools.partial(reference.marginals_by_autograd, _torch_log_partition)))
+# Triton (CUDA; :mod:`synattn.structs.triton_kernels.semimarkov`, imported on first use) before PyTorch.
+registry.register("semi_markov", registry.Implementation(
+    "triton", lambda *args: kernels("triton_kernels.semimarkov").registry_log_partition(*args),
+    lambda *args: kernels("triton_kernels.semimarkov").registry_marginals(*args),
+    applies=registry.triton_applies), before="torch")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,6 +247,8 @@ class SemiMarkovCRF(StructDistribution, Decoding):
     def _viterbi(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Best score ``[B]`` and compact labels ``[B, n]`` (back-pointers over ``(k, p)``)."""
         with torch.no_grad():
+            if use_triton(self.edge):
+                return kernels("triton_kernels.semimarkov").best(self.edge, self.lengths, self.init)
             edge = self.edge.detach().double()
             init = None if self.init is None else self.init.double()
             alpha = forward(edge, init, reduce=lambda x, dim: x.amax(dim))  # [B, n, C]

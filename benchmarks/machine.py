@@ -18,6 +18,29 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def load_average() -> str:
+    """The system's load averages over 1, 5 and 15 minutes (``n/a`` where the OS has none)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except (AttributeError, OSError):
+        return "n/a"
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min)"
+
+
+def versions(*distributions: str) -> str:
+    """``name version`` of each installed distribution (read from its metadata, without
+    importing it), ``name not installed`` otherwise."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in distributions:
+        try:
+            out.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name} not installed")
+    return ", ".join(out)
+
+
 def machine_info() -> str:
     """CPU, usable cores, load, and the versions and thread settings that change timings."""
     import numpy as np
@@ -25,10 +48,11 @@ def machine_info() -> str:
     try:
         import torch
 
-        torch_info = f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
+        torch_info = (f"torch {torch.__version__} ({torch.get_num_threads()} threads, "
+                      f"{torch.get_num_interop_threads()} inter-op)")
     except ImportError:
         torch_info = "torch not installed"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{cpu_name()}; {cores} usable cores, load average {os.getloadavg()[0]:.1f}; "
+    return (f"{cpu_name()}; {cores} usable cores, load average {load_average()}; "
             f"python {platform.python_version()}; numpy {np.__version__}; {torch_info}; "
             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")

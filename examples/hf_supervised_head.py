@@ -6,11 +6,12 @@ onto the tokenizer's pieces; the script reports the head's unlabeled attachment 
 words, read at each word's final piece) on the dev set after every epoch, then saves the model
 (``synattn.hf.from_pretrained`` loads it back, head included).
 
-    python examples/hf_supervised_head.py --train en_ewt-ud-train.conllu --dev en_ewt-ud-dev.conllu \\
-        --layer 4 --head 0 --output out/
+    python examples/hf_supervised_head.py --train synattn/samples/train.conllu \\
+        --dev synattn/samples/dev.conllu --layer 4 --head 0 --output out/
 
-fine-tunes all-MiniLM-L6-v2, which ``scripts/setup.sh`` installs offline (``--model`` takes a model
-directory too, or, with internet, a hub name such as ``bert-base-cased``).
+fine-tunes all-MiniLM-L6-v2, which ``scripts/setup.sh`` installs offline, on the sample treebanks
+that ship with synattn (Bible verses parsed by spaCy; UD English-EWT's files for a real measure).
+``--model`` takes a model folder too; nothing is downloaded.
 
 Encoder models (BERT, RoBERTa, ...) get a bidirectional head; decoder-only models (GPT-2) a
 causal one, whose targets to the right of a token are left out. Byte-level BPE tokenizers (GPT-2,
@@ -31,19 +32,23 @@ from transformers import AutoModel, AutoTokenizer
 import synattn.hf as sh
 from synattn.errors import SynattnError
 from synattn.hf.align import word_attachment
-from synattn.hf.pretrained import model_folder, packaged_name
+from synattn.hf.model import transformers_bars_off
+from synattn.hf.pretrained import model_folder
 from synattn.hf.sites import find_sites
 from synattn.trees import read_conllu
+from synattn.trees.samples import sample_conllu
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="all-MiniLM-L6-v2",
-                   help="all-MiniLM-L6-v2 (installed offline by scripts/setup.sh), a model directory, or a hub "
-                        "name (downloaded by transformers: needs internet)")
-    p.add_argument("--train", required=True, help="CoNLL-U training file")
-    p.add_argument("--dev", required=True, help="CoNLL-U dev file (UAS is reported on it)")
+                   help="all-MiniLM-L6-v2 (installed offline by scripts/setup.sh) or a model folder (config.json, "
+                        "weights, tokenizer); nothing is downloaded")
+    p.add_argument("--train", default=str(sample_conllu("train")),
+                   help="CoNLL-U training file (default: the sample shipped with synattn)")
+    p.add_argument("--dev", default=str(sample_conllu("dev")),
+                   help="CoNLL-U dev file, UAS is reported on it (default: the sample shipped with synattn)")
     p.add_argument("--layer", type=int, default=0, help="layer of the supervised head")
     p.add_argument("--head", type=int, default=0, help="attention head it replaces")
     p.add_argument("--weight", type=float, default=1.0, help="λ, weight of its loss")
@@ -100,12 +105,13 @@ def main(argv: list[str] | None = None) -> dict:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     tok_kwargs = {"add_prefix_space": True} if args.add_prefix_space else {}
-    source = str(model_folder(args.model)) if packaged_name(args.model) else args.model  # offline when packaged
+    source = str(model_folder(args.model))  # the installed model, or a folder: never a download
     tokenizer = AutoTokenizer.from_pretrained(source, **tok_kwargs)
     tokenizer.padding_side = "right"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModel.from_pretrained(source)
+    with transformers_bars_off():
+        model = AutoModel.from_pretrained(source)
     side = "encoder" if any(s.side == "encoder" for _, _, s in find_sites(model)) else "decoder"
     sh.attach(model, [{"feature": "supervised_head", "side": side, "layers": [args.layer],
                        "head": args.head, "weight": args.weight}])
@@ -131,8 +137,10 @@ def main(argv: list[str] | None = None) -> dict:
         history.append(row)
         print(json.dumps(row), flush=True)
     if args.output:
-        model.save_pretrained(args.output)
+        with transformers_bars_off():
+            model.save_pretrained(args.output)
         tokenizer.save_pretrained(args.output)
+        print(f"saved to {args.output} (load with synattn.hf.from_pretrained)", file=sys.stderr)
     return {"history": history, "uas": history[-1]["dev_uas"] if history else None}
 
 

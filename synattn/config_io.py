@@ -10,6 +10,7 @@ is reported with the path of the section that holds it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import types
@@ -19,6 +20,7 @@ from typing import Any, TypeVar, Union
 
 import yaml
 
+from synattn.config_bounds import MAX_DEPTH, check_depth, check_number
 from synattn.errors import ConfigError, InputError, brief
 from synattn.io import atomic_write
 
@@ -30,11 +32,38 @@ class ConfigFileError(ConfigError, InputError):
 
 
 def config_error(err: Exception, where: str) -> ConfigFileError:
-    """``err`` (a config mistake) as one line prefixed by ``where`` (a file or an override)."""
+    """``err`` (a config mistake) as one line prefixed by ``where`` (a file or an override); the
+    known keys of an unknown key's section (:func:`unknown_key`) go with it."""
     message = " ".join(str(err).split())
     if message.startswith(where + ":"):
         message = message[len(where) + 1:].lstrip()
-    return ConfigFileError(message, where)
+    made = ConfigFileError(message, where)
+    made.known_keys = getattr(err, "known_keys", None)  # type: ignore[attr-defined]
+    return made
+
+
+KNOWN_KEYS = "; known keys: "
+"""What comes before the list of the known keys in an unknown key's message."""
+
+
+def unknown_key(key: str, where: str, prefix: str, known: list[str]) -> ConfigError:
+    """The error of an unknown key ``prefix + key`` in the section ``where`` whose keys are ``known``:
+    one line, ``unknown key 'train.max_step' in train (did you mean 'train.max_steps'?); known keys:
+    …`` (the closest key by :func:`difflib.get_close_matches`, when one is close); the keys also
+    go with the error as ``known_keys``, for a command to show them wrapped
+    (:func:`without_known_keys`)."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    guess = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+    err = ConfigError(f"unknown key '{prefix}{key}' in {where}{guess}{KNOWN_KEYS}{', '.join(known)}")
+    err.known_keys = list(known)  # type: ignore[attr-defined]
+    return err
+
+
+def without_known_keys(message: str) -> str:
+    """An unknown key's message without its list of known keys (a command that shows them wrapped);
+    a note in parentheses after the list is kept."""
+    head, _, tail = message.partition(KNOWN_KEYS)
+    return head + (tail[tail.index(" ("):] if " (" in tail else "")
 
 
 def _describe(tp: Any) -> str:
@@ -89,6 +118,8 @@ def check_type(tp: Any, value: Any, where: str) -> None:
         raise ConfigError(f"{where}: expected {_describe(tp)}, got {type(value).__name__} ({brief(value)})")
     if tp is float and not math.isfinite(value):
         raise ConfigError(f"{where}: expected a finite number, got {brief(value)}")
+    if tp in (int, float):
+        check_number(value, where)  # (synattn.config_bounds: no count or rate beyond any run's)
 
 
 def check_fields(obj: Any, prefix: str = "") -> None:
@@ -131,7 +162,7 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     for key in data:
         if not isinstance(key, str) or key not in known:
             shown = key if isinstance(key, str) and len(key) <= 60 else brief(key, 60)
-            raise ConfigError(f"unknown key '{prefix}{shown}' in {where}; known keys: {', '.join(known)}")
+            raise unknown_key(shown, where, prefix, known)
     missing = [f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
@@ -185,8 +216,14 @@ _Loader.add_implicit_resolver(
 
 
 def parse_yaml(text: str) -> Any:
-    """Parses YAML text with synattn's loader (safe: builds only plain data)."""
-    return yaml.load(text, Loader=_Loader)
+    """Parses YAML text with synattn's loader (safe: builds only plain data); nesting deeper than
+    :data:`synattn.config_bounds.MAX_DEPTH` is a :class:`ConfigError`."""
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except RecursionError:
+        raise ConfigError(f"YAML: nested more than {MAX_DEPTH} levels deep") from None
+    check_depth(data, "YAML")
+    return data
 
 
 def load_yaml(cls: type[T], path: str | Path) -> T:
@@ -203,7 +240,12 @@ def read_yaml(path: str | Path) -> Any:
     :class:`ConfigFileError` naming the file (and the line)."""
     try:
         with open(path, encoding="utf-8") as f:
-            return yaml.load(f, Loader=_Loader)
+            data = yaml.load(f, Loader=_Loader)
+        check_depth(data, "YAML")
+        return data
+    except (RecursionError, ConfigError):
+        raise ConfigFileError(f"invalid YAML: nested more than {MAX_DEPTH} levels deep (a config is a "
+                              "few levels of sections and keys)", str(path)) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = None if mark is None else mark.line + 1

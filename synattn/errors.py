@@ -106,3 +106,41 @@ def brief(value: object, limit: int = 80) -> str:
     shown.maxlist = shown.maxtuple = shown.maxdict = shown.maxset = shown.maxfrozenset = 6
     text = shown.repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+LINE_LIMIT = 2000
+"""The most characters :func:`one_line` keeps of a whole error line."""
+
+WORD_LIMIT = 300
+"""The most characters :func:`one_line` keeps of one run of non-blank characters (a path, a value,
+an argument echoed in an error line)."""
+
+_BLANKS = " \t\n"
+
+
+def one_line(text: str, limit: int = LINE_LIMIT, word_limit: int = WORD_LIMIT) -> str:
+    """``text`` as one line that is safe to print on a terminal: line breaks and tabs as spaces
+    (runs of them as one: a message the code wrapped), every other character that is not printable
+    (a control character such as the escape ``\\x1b``, ``\\x1e`` or a carriage return, a line or
+    paragraph separator, a format character such as ``\\u202e``) written as Python escapes it,
+    each run of more than ``word_limit`` non-blank characters (an echoed path or value) cut in its
+    middle, and the whole at most ``limit`` characters. Every error line of the ``synattn``
+    command goes through it.
+
+    Example:
+        >>> print(one_line("bad key '\\x1b[2Jx'\\n  in line 2"))
+        bad key '\\x1b[2Jx' in line 2
+        >>> len(one_line("-o " + "x" * 120_000)) <= WORD_LIMIT + 3
+        True
+    """
+    shown = "".join(" " if c in _BLANKS else c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return _cut(" ".join(_cut(word, word_limit) for word in shown.split(" ") if word), limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` when at most ``limit`` characters, else its start and end around what was left out."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len(f"…({len(text):,} characters left out)…"), 2)
+    head, tail = keep * 2 // 3, keep - keep * 2 // 3
+    return f"{text[:head]}…({len(text) - head - tail:,} characters left out)…{text[len(text) - tail:]}"

@@ -198,7 +198,9 @@ class ExperimentConfig(StrictConfig):
             syntax_request_for(config)
         except ConfigError as err:
             if str(err).startswith("unknown key"):
-                raise ConfigError(f"{err} (task {self.task} builds a {config_cls.__name__})") from None
+                made = ConfigError(f"{err} (task {self.task} builds a {config_cls.__name__})")
+                made.known_keys = getattr(err, "known_keys", None)  # type: ignore[attr-defined]
+                raise made from None
             raise
         except ValueError as err:
             raise ConfigError(f"model: {err}") from None
@@ -281,6 +283,8 @@ def apply_override(data: dict, item: str) -> None:
     except yaml.YAMLError as err:
         raise ConfigError(f"override {item!r}: the value is not valid YAML "
                           f"({getattr(err, 'problem', None) or err})") from None
+    except ConfigError as err:  # (nested too deeply)
+        raise ConfigError(f"override {brief(item, 60)}: {err}") from None
 
 
 def model_config(exp: ExperimentConfig, manifest: dict, labels: dict[str, list[str]]):

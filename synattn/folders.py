@@ -64,9 +64,15 @@ class FolderKind:
     def made(self, folder: str | Path) -> bool:
         """Whether ``folder`` is a folder of this kind (finished, or interrupted)."""
         folder = Path(folder)
-        if (folder / self.marker).is_file():
+        if _regular_file(folder / self.marker):
             return True
         return self.made_before_markers is not None and self.made_before_markers(folder)
+
+
+def _regular_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file, not a symbolic link to one (a marker that is a link makes
+    no folder synattn's own)."""
+    return path.is_file() and not path.is_symlink()
 
 
 def refuse_system_folder(path: str | Path, option: str) -> None:
@@ -121,7 +127,7 @@ def mark(folder: str | Path, kind: FolderKind) -> None:
     """Writes ``kind``'s marker into ``folder`` (made when missing) unless it is there: call it
     before anything else is written, so that an interrupted command's folder is still its own."""
     folder = Path(folder)
-    if not (folder / kind.marker).is_file():
+    if not _regular_file(folder / kind.marker):  # (a link there is replaced by the marker, never written through)
         with atomic_write(folder / kind.marker) as f:
             f.write(f"{kind.what} of synattn\n")
 
@@ -147,10 +153,10 @@ def taken(folder: str | Path, kind: FolderKind) -> Iterator[Path]:
     marker removed if the folder had none (e.g. a folder that held only a prepared dataset)."""
     folder = Path(folder)
     new = not folder.exists()
-    had_marker = (folder / kind.marker).is_file()
+    had_marker = _regular_file(folder / kind.marker)
     before = set() if new else {p.name for p in folder.iterdir()} - {LOCK_NAME}
-    mark(folder, kind)
     try:
+        mark(folder, kind)  # (a full disk here too leaves the folder as it was)
         yield folder
     except BaseException:
         if new:

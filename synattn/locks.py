@@ -13,6 +13,13 @@ meanwhile (``prepare --force`` stops, naming a reader; a reader stops while ``pr
 naming it). A reader that cannot write into the folder still locks it (the lock file opened for
 reading); a folder without a lock file that it cannot make is read without one.
 
+The lock file is opened without following a symbolic link and must be a regular file
+(:func:`synattn.io.open_regular`): a link named ``.synattn.lock`` is refused with an
+:class:`~synattn.errors.InputError` naming it, and the file it points to is left as it is. A lock
+is held on the file that bears the name when the lock is taken (a lock file removed and made anew
+meanwhile, by a command that removes the folder it made, is locked again), so two processes never
+hold two different files of the same name.
+
 Where ``fcntl`` does not exist (Windows) the lock does nothing.
 
 Example:
@@ -31,6 +38,7 @@ import time
 from pathlib import Path
 
 from synattn.errors import RunFailure
+from synattn.io import open_regular
 
 try:
     import fcntl
@@ -41,11 +49,15 @@ LOCK_NAME = ".synattn.lock"
 
 
 def holder_of(folder: str | Path) -> dict | None:
-    """What the lock file of ``folder`` says about its last holder (None when unreadable)."""
+    """What the lock file of ``folder`` says about its last holder (None when unreadable, or not a
+    regular file of its own)."""
     try:
-        return json.loads((Path(folder) / LOCK_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        fd = open_regular(Path(folder) / LOCK_NAME, os.O_RDONLY, what="lock file")
+        with os.fdopen(fd, "rb") as f:
+            holder = json.loads(f.read(1 << 16).decode("utf-8"))
+    except (OSError, ValueError):  # (InputError is a ValueError)
         return None
+    return holder if isinstance(holder, dict) else None
 
 
 def _describe(holder: dict | None) -> str:
@@ -82,23 +94,31 @@ class FolderLock:
         if self._fd is not None or fcntl is None:
             return self
         path = self.folder / LOCK_NAME
-        if self.shared:
-            fd = _open_for_reading(path)
-            if fd is None:
-                return self
+        for _ in range(10):  # the file was removed (or replaced) between the open and the flock: again
+            if self.shared:
+                fd = _open_for_reading(path)
+                if fd is None:
+                    return self
+            else:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                fd = open_regular(path, os.O_RDWR | os.O_CREAT, what="lock file")
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RunFailure(f"{self.folder}: this {self.what} is in use by "
+                                 f"{_describe(holder_of(self.folder))}; wait for it to finish or stop it (a lock "
+                                 f"left by a process that died is taken over automatically)") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if _names(fd, path):
+                break
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
         else:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunFailure(f"{self.folder}: this {self.what} is in use by {_describe(holder_of(self.folder))}; "
-                             f"wait for it to finish or stop it (a lock left by a process that died is "
-                             f"taken over automatically)") from None
-        except BaseException:
-            os.close(fd)
-            raise
+            raise RunFailure(f"{path}: the lock file keeps being removed or replaced by another process; "
+                             "try again")
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
                 "command": _shortened(" ".join(["synattn", *sys.argv[1:]]))}
         try:
@@ -131,13 +151,25 @@ class FolderLock:
 
 def _open_for_reading(path: Path) -> int | None:
     """The lock file opened for a shared lock (made when missing and possible; read-only in a
-    folder the process cannot write), or None when there is none and none can be made."""
+    folder the process cannot write), or None when there is none and none can be made.
+
+    Raises:
+        InputError: the lock file is a symbolic link or not a regular file.
+    """
     for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
         try:
-            return os.open(path, flags, 0o644)
+            return open_regular(path, flags, what="lock file")
         except OSError:
             continue
     return None
+
+
+def _names(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is (still) the file named ``path``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
+    except OSError:
+        return False
 
 
 def _shortened(command: str, limit: int = 200) -> str:

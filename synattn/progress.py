@@ -3,8 +3,13 @@
 Like fairseq's progress output, the bar is only drawn when stderr is a terminal. Redirected to a
 file (CI logs, ``nohup``, ``> log 2>&1``), a bar's redraws would pile up (tqdm writes each one
 after a carriage return, never erasing it), so :func:`bar` gives a :class:`PlainProgress`
-instead: one line every :data:`INTERVAL_S` seconds, and a last one when the work ends if it took
-that long; short work prints nothing.
+instead: one line every :data:`INTERVAL_S` seconds when the work has moved on since the last line
+(a line that would repeat the last one but for its seconds is left out, up to one every
+:data:`QUIET_S` seconds, which says the work is still running), and a last one when the work ends
+if it took that long; short work prints nothing.
+
+:class:`Pace` measures a rate of work after its first steps (their warm-up left out) and the time
+the rest takes at it (:func:`duration` writes it), for the estimates of the time to go of training.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ T = TypeVar("T")
 
 INTERVAL_S = 30.0
 """Seconds between two plain progress lines (a log file)."""
+
+QUIET_S = 300.0
+"""Seconds after which a plain progress line is written even if it says nothing new but its time."""
 
 
 def on_terminal() -> bool:
@@ -50,11 +58,15 @@ class PlainProgress:
                 + f", {time.monotonic() - self.started:.0f} s")
 
     def refresh(self) -> None:
-        """Writes the line when an interval has passed since the last one (or the start)."""
+        """Writes the line when an interval has passed since the last one (or the start) and the
+        work has moved on since that one (or :data:`QUIET_S` seconds have passed)."""
         now = time.monotonic()
-        if not self.closed and now - self.last >= self.interval:
-            self._write()
-            self.last = now
+        if self.closed or now - self.last < self.interval:
+            return
+        if self.written == (self.n, self.postfix) and now - self.last < max(QUIET_S, self.interval):
+            return  # the same line but for its seconds: it would read as printed twice
+        self._write()
+        self.last = now
 
     def _write(self) -> None:
         print(self.line(), file=sys.stderr, flush=True)
@@ -123,3 +135,39 @@ def progress(iterable: Iterable[T], *, desc: str, total: int | None = None, unit
         for item in iterable:
             yield item
             shown.update()
+
+
+class Pace:
+    """A rate of work measured from its first observation to its latest (:meth:`observe`), so that
+    what came before the first one (start-up, the first updates' warm-up) is left out."""
+
+    def __init__(self) -> None:
+        self.first: tuple[float, float] | None = None
+        self.latest: tuple[float, float] | None = None
+
+    def observe(self, done: float, seconds: float) -> None:
+        """``done`` units of work after ``seconds``; a count below the first one starts again (a restart)."""
+        if self.first is None or done < self.first[0]:
+            self.first = (done, seconds)
+        self.latest = (done, seconds)
+
+    @property
+    def per_second(self) -> float | None:
+        """Units per second between the first and the latest observation (None: not measured yet)."""
+        if self.first is None or self.latest is None:
+            return None
+        done, seconds = self.latest[0] - self.first[0], self.latest[1] - self.first[1]
+        return done / seconds if done > 0 and seconds > 0 else None
+
+    def seconds_for(self, units: float) -> float | None:
+        """Seconds that ``units`` more take at the measured rate (None: not measured yet)."""
+        rate = self.per_second
+        return None if rate is None else max(units, 0.0) / rate
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` for a person: ``40 s``, ``12 min``, ``2 h 05 min``."""
+    if seconds < 90:
+        return f"{max(seconds, 0):.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60:02d} min"

@@ -21,15 +21,17 @@ files; a dataset whose files differ (prepared again, or another one) is refused 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import re
 import shutil
 from pathlib import Path
 
+from synattn.checkpoints import CHECKPOINTS, SNAPSHOTS
 from synattn.errors import ConfigError, InputError, RunFailure
 from synattn.folders import FolderKind, mark
-from synattn.io import file_digest
+from synattn.io import atomic_write, file_digest, real_folder, refuse_link, remove_path
 
 VOCAB = "vocab"
 MANIFEST = "manifest.json"
@@ -55,12 +57,16 @@ RUN = FolderKind(".synattn-run", "a run directory of 'synattn train'", made_befo
 
 def _manifest(folder: Path) -> dict:
     try:
-        return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"data: {folder} is not a prepared dataset (no {MANIFEST}); run 'synattn prepare' "
                           "first") from None
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise ConfigError(f"data: {folder / MANIFEST} is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"is not a dataset manifest (a JSON object), it holds a {type(data).__name__}; "
+                         "prepare the dataset again", str(folder / MANIFEST))
+    return data
 
 
 def vocab_files(manifest: dict) -> list[str]:
@@ -88,9 +94,20 @@ def fingerprint(folder: str | Path) -> dict:
 
 
 def run_vocab(run: str | Path) -> Path | None:
-    """``RUN/vocab`` when the run has one (runs of older versions do not)."""
+    """``RUN/vocab`` when the run has one (runs of older versions do not).
+
+    Raises:
+        InputError: the run is marked as one (it was written with its copy) and has checkpoints, but
+            its copy is gone: its tokenizers cannot be told from a dataset prepared again since.
+    """
     folder = Path(run) / VOCAB
-    return folder if (folder / MANIFEST).is_file() else None
+    if (folder / MANIFEST).is_file():
+        return folder
+    if (Path(run) / RUN.marker).is_file() and any((Path(run) / CHECKPOINTS).glob("ckpt_*")):
+        raise InputError("is missing (the run's copy of its tokenizers and labels, written when it started): "
+                         "which vocabulary its weights were trained with is unknown; copy the run's vocab "
+                         "folder back, or train a new run", str(folder / MANIFEST))
+    return None
 
 
 def run_fingerprint(run: str | Path) -> dict | None:
@@ -137,36 +154,61 @@ def check_run_copies(run: str | Path, saved: dict | None = None) -> None:
 
 def save_run_vocab(run: str | Path, folder: str | Path) -> Path:
     """Copies the tokenizers, labels and manifest of dataset ``folder`` into ``RUN/vocab`` with the
-    dataset's fingerprint (written into a temporary folder and renamed into place)."""
+    dataset's fingerprint (written into a temporary folder and renamed into place; removed when
+    the copy fails, e.g. on a full disk).
+
+    Raises:
+        RunFailure: the copy cannot be written (naming ``RUN/vocab`` and the cause).
+        InputError: ``RUN/vocab`` is a symbolic link (nothing is written).
+    """
     run, folder = Path(run), Path(folder)
     manifest = _manifest(folder)
     try:
         return _save_run_vocab(run, folder, manifest)
     except OSError as err:
-        cause = err.strerror or str(err)
-        if err.errno == errno.ENOSPC:
+        cause = (err.strerror or str(err)).removeprefix("cannot write: ")  # (an atomic write's own words)
+        if err.errno == errno.ENOSPC and "disk full" not in cause:
             cause += " (is the disk full?)"
         raise RunFailure(f"{run / VOCAB}: cannot write the run's copy of the tokenizers: {cause}") from None
 
 
 def _save_run_vocab(run: Path, folder: Path, manifest: dict) -> Path:
-    target = run / VOCAB
-    tmp = run / (VOCAB + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in vocab_files(manifest):
-        if (folder / name).exists():
-            shutil.copyfile(folder / name, tmp / name)
-    manifest["dataset"] = fingerprint(folder)
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    old = run / (VOCAB + ".del")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        target.rename(old)
-    tmp.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    target, tmp, old = run / VOCAB, run / (VOCAB + ".tmp"), run / (VOCAB + ".del")
+    refuse_link(target, "folder")
+    remove_path(tmp)  # of a killed copy (a link there is removed, never followed)
+    try:
+        real_folder(tmp)
+        for name in vocab_files(manifest):
+            if (folder / name).exists():
+                with open(folder / name, "rb") as src, atomic_write(tmp / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        manifest["dataset"] = fingerprint(folder)
+        with atomic_write(tmp / MANIFEST) as f:
+            f.write(json.dumps(manifest, indent=1) + "\n")
+        remove_path(old)
+        if target.exists():
+            target.rename(old)
+        tmp.rename(target)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk leaves no half-made copy behind
+            remove_path(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        remove_path(old)
     mark(run, RUN)
     return target
+
+
+RUN_FILES = (CHECKPOINTS, SNAPSHOTS, VOCAB, "tensorboard", "log.jsonl", "config.yaml", RUN.marker)
+"""What ``train`` writes into or removes from a run directory (besides its scratch names, whose links
+are removed as links)."""
+
+
+def check_run_links(run: str | Path) -> None:
+    """Raises :class:`InputError` naming the first of :data:`RUN_FILES` in ``run`` that is a symbolic
+    link: training writes into those and removes old checkpoints, and never through a link."""
+    for name in RUN_FILES:
+        refuse_link(Path(run) / name, "folder" if name in (CHECKPOINTS, SNAPSHOTS, VOCAB, "tensorboard") else "file")
 
 
 def dataset_of(run: str | Path, data: str | Path | None = None) -> Path:

@@ -23,7 +23,8 @@ STEPS = ("trees", "syntax", "data", "structs", "attention", "methods", "models",
 """The steps in pipeline order: a module imports only from its own step and the ones before it."""
 
 SHARED = {"synattn", "synattn.errors", "synattn.io", "synattn.progress", "synattn.locks", "synattn.limits",
-          "synattn.folders", "synattn.checkpoints", "synattn.config_io"}
+          "synattn.folders", "synattn.checkpoints", "synattn.config_io", "synattn.config_bounds",
+          "synattn.weights_file", "synattn.option_types"}
 """Small top-level modules every step may import (they import only each other)."""
 
 TOP_LEVEL_STEPS = {"synattn.experiment": "train", "synattn.runs": "train"}

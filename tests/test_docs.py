@@ -1,10 +1,14 @@
 """Docs that run: every ``python`` block of README.md and docs/*.md is executed (the blocks of one
 file in order, in one namespace), and the ``synattn`` commands of every ``bash`` block are run at
-toy size, in a folder holding a small ``dev.conllu``, a tiny prepared dataset at
-``data/bible-en-fr`` and shrunk copies of two configs.
+toy size, in a folder laid out as a fresh clone is where the docs read it (the sample treebanks
+``synattn/samples/``, the ``examples/``), with what long blocks would have made first: a tiny
+prepared dataset at ``data/bible-en-fr`` and shrunk copies of two configs. Nothing else is there: a
+block that reads a file nobody made (``dev.conllu``) fails.
 
 A block marked ``<!-- long: why -->`` on the line before its fence is not run: its Python is
-compiled and its ``synattn`` commands are parsed (their options must exist).
+compiled and its ``synattn`` commands are parsed (their options must exist); its ``python
+examples/X.py`` commands are parsed by the script's own parser, and the files they read must be
+in a clone.
 """
 
 from __future__ import annotations
@@ -27,10 +31,8 @@ _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 _LONG = re.compile(r"<!--\s*long\b.*?-->\s*$")
 
 
-CONLLU = ("# sent_id = 1\n# text = The old dog barks loudly\n"
-          "1\tThe\tthe\tDET\tDT\t_\t3\tdet\t_\t_\n2\told\told\tADJ\tJJ\t_\t3\tamod\t_\t_\n"
-          "3\tdog\tdog\tNOUN\tNN\t_\t4\tnsubj\t_\t_\n4\tbarks\tbark\tVERB\tVBZ\t_\t0\troot\t_\t_\n"
-          "5\tloudly\tloudly\tADV\tRB\t_\t4\tadvmod\t_\t_\n\n")
+CLONE = ("synattn/samples", "examples")
+"""What the docs read from a clone of the repository, copied into the folder the blocks run in."""
 SHRINK = {"model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder": {"layers": 2}, "decoder": {"layers": 2}},
           "train": {"max_epochs": 1, "max_tokens": 2000, "warmup_updates": 2, "progress_bar": False,
                     "tensorboard": False},
@@ -77,7 +79,8 @@ def workspace(tmp_path_factory) -> Path:
     from synattn.data.prepare import PrepareConfig, prepare
 
     ws = tmp_path_factory.mktemp("docs")
-    (ws / "dev.conllu").write_text(CONLLU * 2)
+    for part in CLONE:
+        shutil.copytree(ROOT / part, ws / part)
     text = ws / "text"
     text.mkdir()
     for split, reps in (("train", 4), ("dev", 1), ("test", 1)):
@@ -134,3 +137,43 @@ def test_doc_runs(path, workspace, tmp_path, monkeypatch, capsys):
             if not block.long:
                 code = main(words[1:])
                 assert code == 0, f"{block}: {' '.join(words)} exited {code}: {capsys.readouterr().err}"
+
+
+def _script_commands() -> list[tuple[Block, list[str]]]:
+    """``python examples/…`` commands of every bash block (a long block's other lines may be no
+    single-line shell: only these are split)."""
+    found = []
+    for block in (b for path in DOCS for b in blocks(path) if b.lang == "bash"):
+        for line in re.sub(r"\\\n", " ", block.code).splitlines():
+            if re.match(r"\s*python\s+examples/", line):
+                found.append((block, shlex.split(line, comments=True)))
+    return found
+
+
+def test_the_docs_example_scripts_parse_and_read_files_a_clone_has(monkeypatch):
+    """``python examples/X.py …`` in a docs block (long ones too): the script exists, its parser takes
+    the options, and every input file it is given is in the repository, as on a fresh clone."""
+    import importlib.util
+
+    found = _script_commands()
+    assert found, "no 'python examples/…' command in the docs"
+    monkeypatch.chdir(ROOT)
+    for block, words in found:
+        script = ROOT / words[1]
+        assert script.is_file(), f"{block}: {words[1]} does not exist"
+        spec = importlib.util.spec_from_file_location(f"example_{script.stem}", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        try:
+            args = module.parse_args(words[2:])
+        except SystemExit:
+            pytest.fail(f"{block}: {' '.join(words)}: the options do not parse")
+        for name in ("train", "dev", "input"):
+            value = getattr(args, name, None)
+            if isinstance(value, str):
+                assert (ROOT / value).exists(), f"{block}: --{name} {value}: no such file in a clone"
+        model = getattr(args, "model", None)
+        if model is not None:  # an installed model or a folder: never a hub name
+            from synattn.hf.pretrained import packaged_name
+
+            assert packaged_name(model) or (ROOT / model).is_dir(), f"{block}: --model {model} is fetched from a hub"

@@ -147,7 +147,7 @@ def test_resume_with_a_changed_model_is_one_line(tmp_path, data, capsys):
     assert main(["train", "--config", str(config), "--run-dir", str(run), "train.max_steps=1"]) == 0
     capsys.readouterr()
     _fails(capsys, ["train", "--run-dir", str(run), "--resume", "model.ffn_dim=8"], "weights do not fit",
-           "size mismatch", "more")
+           "ffn.0.weight has shape [32, 16]", "implies [8, 16]")
 
 
 # --- 5 and the config checks: one line naming the file or override, before training ----------
@@ -174,7 +174,8 @@ BAD_OVERRIDES = [
     (["model.d_model.x=1"], "model.d_model is not a section"),
     (["data=/nonexistent/folder"], "override data=/nonexistent/folder: data: /nonexistent/folder does not exist"),
     # task lm builds a LanguageModelConfig
-    (["task=lm"], "override task=lm: unknown key 'model.encoder' in model; known keys: d_model"),
+    (["task=lm"], "override task=lm: unknown key 'model.encoder' in model (did you mean 'model.decoder'?) "
+                  "(task lm builds a LanguageModelConfig); its keys are listed above"),
 ]
 
 
@@ -183,6 +184,18 @@ def test_config_mistakes_are_one_line_before_training(tmp_path, data, capsys, ov
     config, run = _config(tmp_path, data), tmp_path / "run"
     _fails(capsys, ["train", "--config", str(config), "--run-dir", str(run), *overrides], message)
     assert not run.exists()  # nothing started
+
+
+def test_a_key_typo_gets_a_guess_and_the_keys_wrapped(tmp_path, data, capsys):
+    config = _config(tmp_path, data)
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run"), "train.max_step=10"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == ("synattn train: error: override train.max_step=10: unknown key 'train.max_step' in train "
+                       "(did you mean 'train.max_steps'?); its keys are listed above")
+    listed = err[err.index("known keys:") + 1:-1]
+    assert len(listed) > 1 and all(line.startswith("  ") and len(line) <= 100 for line in listed)
+    keys = " ".join(listed).replace(",", " ").split()
+    assert {"max_steps", "max_epochs", "lr", "tensorboard"} <= set(keys) and "max_step" not in keys
 
 
 def test_mistakes_in_the_file_name_the_file(tmp_path, data, mono, capsys):

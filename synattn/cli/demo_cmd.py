@@ -10,7 +10,9 @@
    instead) a small baseline Transformer (one encoder and one decoder layer, the size that learns
    most in ten minutes of a CPU core) with Shaw relative positions in its encoder, and the same
    model with tree-distance relations beside the relative positions (Shaw-style embeddings of each
-   pair's distance in the dependency tree), so that their difference is the syntax's;
+   pair's distance in the dependency tree), so that their difference is the syntax's; the progress
+   line gives the time to go at the pace of the updates so far, and one note says when a busy
+   machine (or one with fewer cores) makes the training take well over its ten minutes;
 4. evaluate both on the same test verses: BLEU and chrF (sacreBLEU) of each, and their difference
    with sacreBLEU's paired bootstrap test (the 95% interval of the difference, p-value: the noise of
    the test sample): a difference inside the noise is printed as such, and two scores under one
@@ -36,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synattn.cli.options import positive_float, positive_int
+from synattn.cli.options import budget_minutes, positive_int, seed_count, thread_count, update_count
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.data.prepared import DATASET, holds_only_a_dataset
 from synattn.folders import FolderKind
@@ -68,6 +70,9 @@ MODELS = {"baseline": BASELINE, "tree-distance": TREE_DISTANCE}
 """The demo's two models by name: the baseline first, the syntax model last."""
 UPDATES = 1200
 """Updates of each model by default: about ten minutes of one core of a 2-core laptop (docs/results.md)."""
+UPDATES_PER_MINUTE = 120
+"""Each model's pace on an idle 2-core machine, one core each (docs/results.md, "The demo"): the
+demo says when the pace it measures makes its training take well longer."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,18 +81,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="outputs/demo", help="output folder (default outputs/demo)")
     p.add_argument("--pairs", type=positive_int, default=20000,
                    help="training verse pairs, the first in canonical order (default 20000)")
-    p.add_argument("--updates", type=positive_int, default=None,
+    p.add_argument("--updates", type=update_count, default=None,
                    help=f"updates of each model: both end at the same update, the learning rate decays over them "
                         f"(default {UPDATES})")
-    p.add_argument("--minutes", type=positive_float, default=None,
+    p.add_argument("--minutes", type=budget_minutes, default=None,
                    help="train each model for these minutes instead (equal minutes: the model whose updates "
                         "cost more makes fewer)")
-    p.add_argument("--seeds", type=positive_int, default=1,
+    p.add_argument("--seeds", type=seed_count, default=1,
                    help="seeds of each model (default 1): with 2 or more the demo reports each model's mean ± std "
                         "over seeds and the difference paired by seed; each seed is one more round of training")
     p.add_argument("--test-sentences", type=positive_int, default=300, help="test verses translated (default 300)")
     p.add_argument("--vocab-size", type=positive_int, default=6000, help="sentencepiece vocabulary per side")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads in all, split between the two models (default: torch's)")
     p.add_argument("--stats-only", action="store_true", help="stop after the statistics (no training)")
     p.set_defaults(func=run)
@@ -123,9 +128,11 @@ def _statistics(data: Path, out: Path) -> None:
 
 
 TRAIN = {"max_tokens": 2000, "max_epochs": 100, "lr": 2e-3, "warmup_updates": 60, "schedule": "cosine",
-         "min_lr_ratio": 0.02, "bf16": True, "label_smoothing": 0.1, "clip_norm": 1.0, "log_interval": 25,
+         "min_lr_ratio": 0.02, "bf16": True, "label_smoothing": 0.1, "clip_norm": 1.0, "log_interval": 10,
          "seed": 1, "keep_last_n": 1, "validate_interval": 0, "save_interval": 0, "save_interval_updates": 100,
          "progress_bar": False, "tensorboard": False}
+# (log_interval: a record every 10 updates is news for the progress line, whose first estimate of the time
+# to go needs two records of each run, and a point of the learning curves)
 
 
 def _experiment(model: dict, budget, seed: int, data: Path) -> dict:
@@ -151,8 +158,9 @@ def _train_all(models: dict[str, dict], args: argparse.Namespace, data: Path, ou
                 for name, model in models.items()]
         print(f"\n== seed {seed} of {args.seeds}: " + _training_plan(jobs, budget, threads)
               + f" (logs: {out / 'logs'}) ==", file=sys.stderr)
+        nominal = budget.updates / UPDATES_PER_MINUTE if budget.updates is not None else None
         train_side_by_side(jobs, out / "configs", out / "logs", threads, budget,
-                           desc=f"training, seed {seed}" if args.seeds > 1 else "training")
+                           desc=f"training, seed {seed}" if args.seeds > 1 else "training", nominal_minutes=nominal)
         results = []
         for job in jobs:
             exp = ExperimentConfig.from_dict(job.config)

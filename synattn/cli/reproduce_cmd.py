@@ -26,7 +26,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from synattn.cli.options import positive_float, positive_int
+from synattn.cli.options import budget_minutes, int_in, seed_count, thread_count, update_count
 from synattn.data.prepared import holds_only_a_dataset
 from synattn.errors import UsageError
 from synattn.folders import FolderKind
@@ -53,6 +53,9 @@ STUDY = FolderKind(".synattn-study", "a results folder of 'synattn reproduce'",
 TOY_MINUTES = 0.5
 """The budget of a ``--toy`` run unless ``--minutes`` is given."""
 
+MAX_JOBS = 256
+"""The most runs a study trains at once (``--jobs``), each in a process of its own."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from synattn.reproduce import STUDIES
@@ -66,9 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         s = studies.add_parser(name, help=study.title, description=description,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
         s.add_argument("-o", "--out", help=f"results folder (default outputs/reproduce/{name})")
-        s.add_argument("--seeds", type=positive_int, default=study.seeds,
+        s.add_argument("--seeds", type=seed_count, default=study.seeds,
                        help=f"seeds per arm (default {study.seeds})")
-        s.add_argument("--minutes", type=positive_float,
+        s.add_argument("--minutes", type=budget_minutes,
                        help=f"training minutes per run (default {study.minutes:g})")
         s.add_argument("--budget", nargs=2, metavar=("KIND", "N"),
                        help="every run's budget: 'updates N' (every run ends at update N, and the learning rate "
@@ -85,10 +88,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help=f"also run these groups of arms, not run by default (all: every group): "
                                 f"{groups}")
         s.add_argument("--toy", action="store_true", help="tiny data, model and budget (a smoke test)")
-        s.add_argument("--threads", type=positive_int,
+        s.add_argument("--threads", type=thread_count,
                        help="torch CPU threads (of each run with --jobs; default: torch's, or the cores shared "
                             "out among the jobs)")
-        s.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+        s.add_argument("--jobs", type=int_in(1, MAX_JOBS, " (runs at once)"), default=1, metavar="N",
                        help="train N runs at once, each in a process of its own (default 1: one after the "
                             "other); e.g. --jobs 2 --threads 1 on two cores")
         study.add_arguments(s)
@@ -110,27 +113,37 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{'':22} sweeps (--sweep GROUP, not run by default): "
                       + "; ".join(f"{g} ({len(arms)} arms)" for g, arms in study.sweeps.items()))
         return 0
+    study = STUDIES[args.study]
+    # every option is checked before the folder is touched: the parser checked each value, here they are
+    # checked together and against the files and the model they name
+    arms = study.select(args.arms, getattr(args, "sweep", None))
+    budget = budget_of(args, study)
+    study.check(args, arms)
+    out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
+    from synattn.cli.paths import output_folder
+    from synattn.folders import check_own_folder, taken
+    from synattn.reproduce.guard import FolderGuard, refusal
+
+    output_folder(out, "-o")
+    check_own_folder(out, "-o", STUDY)
     if args.jobs > 1 and not args.threads:  # N processes of torch's default threads each would fight for the cores
         args.threads = max(1, (os.cpu_count() or 1) // args.jobs)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    study = STUDIES[args.study]
-    arms = study.select(args.arms, getattr(args, "sweep", None))
-    budget = budget_of(args, study)
-    out = Path(args.out or Path("outputs") / "reproduce" / (f"{study.name}-toy" if args.toy else study.name))
-    from synattn.cli.paths import output_folder
-    from synattn.folders import check_own_folder, taken
-
-    output_folder(out, "-o")
-    check_own_folder(out, "-o", STUDY)
     argv = ["reproduce"] + sys.argv[sys.argv.index("reproduce") + 1:] if "reproduce" in sys.argv else [
         "reproduce", study.name]
-    with taken(out, STUDY):  # a study refused before its work leaves the folder as it was
-        ctx = Context(out=out.resolve(), args=args, toy=args.toy)  # the runs' configs work from any directory
-        results = run_study(study, ctx, args.seeds, budget, arms, argv, jobs=args.jobs, threads=args.threads,
-                            first=args.arms)
+    guard = FolderGuard(out)  # a study refused before its runs start leaves the folder as it was
+    try:
+        with taken(out, STUDY):
+            ctx = Context(out=out.resolve(), args=args, toy=args.toy, guard=guard)  # configs work from anywhere
+            results = run_study(study, ctx, args.seeds, budget, arms, argv, jobs=args.jobs, threads=args.threads,
+                                first=args.arms)
+    except Exception as err:
+        if refusal(err) and not guard.started and out.is_dir():
+            guard.restore_files()  # (a lock file as it was, once its lock is released)
+        raise
     print((out / "README.md").read_text(encoding="utf-8"))
     print(f"results: {out}/README.md, {out}/results.json, plots in {out}/plots", file=sys.stderr)
     return 0 if results["complete"] else 1
@@ -140,7 +153,9 @@ def budget_of(args: argparse.Namespace, study) -> Budget:
     """The runs' :class:`~synattn.reproduce.study.Budget` from ``--minutes`` / ``--budget KIND N``.
 
     Raises:
-        UsageError: both options, an unknown kind, or N that is not a positive number.
+        UsageError: both options, an unknown kind, or N that is not a positive number (at most
+            :data:`~synattn.cli.options.MAX_UPDATES` updates or
+            :data:`~synattn.cli.options.MAX_MINUTES` minutes).
     """
     if args.budget is None:
         # a toy run stops after six updates; its minutes only bound a slow first update (kernels compiled)
@@ -151,9 +166,9 @@ def budget_of(args: argparse.Namespace, study) -> Budget:
     kind, amount = args.budget
     try:
         if kind == "updates":
-            return Budget(updates=positive_int(amount))
+            return Budget(updates=update_count(amount))
         if kind == "minutes":
-            return Budget(minutes=positive_float(amount))
+            return Budget(minutes=budget_minutes(amount))
     except argparse.ArgumentTypeError as e:
         raise UsageError(f"--budget {kind} {amount}: {e}") from None
     raise UsageError(f"--budget {kind}: the budget is 'updates N' or 'minutes N'")

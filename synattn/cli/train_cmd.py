@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
+import textwrap
 from pathlib import Path
 
 from synattn.cli.paths import check_apart, input_file, output_folder
-from synattn.config_io import read_yaml
+from synattn.config_io import ConfigFileError, read_yaml, without_known_keys
 from synattn.errors import ConfigError
 from synattn.evaluate.translation import translation_metrics
 from synattn.experiment import ExperimentConfig
@@ -89,8 +91,28 @@ def load_experiment(args: argparse.Namespace,
 
 def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as hold:  # the dataset is locked against `prepare` until the run ends
-        exp, run_dir = load_experiment(args, hold)
+        try:
+            exp, run_dir = load_experiment(args, hold)
+        except ConfigError as err:
+            raise keys_listed(err) from None
         return _train(args, exp, run_dir)
+
+
+def keys_listed(err: ConfigError, width: int = 100) -> ConfigError:
+    """An unknown key's error (one that carries ``known_keys``) without its long list of keys,
+    which is printed to stderr before it, wrapped at ``width`` columns; another error as it is."""
+    known = getattr(err, "known_keys", None)
+    if not known:
+        return err
+    print("known keys:\n" + textwrap.fill(", ".join(known), width, initial_indent="  ", subsequent_indent="  ",
+                                           break_on_hyphens=False), file=sys.stderr)
+
+    def shorter(message: str) -> str:
+        return without_known_keys(message) + "; its keys are listed above"
+
+    if isinstance(err, ConfigFileError):
+        return ConfigFileError(shorter(err.cause), err.path)
+    return ConfigError(shorter(str(err)))
 
 
 def _train(args: argparse.Namespace, exp: ExperimentConfig, run_dir: Path) -> int:
@@ -100,7 +122,10 @@ def _train(args: argparse.Namespace, exp: ExperimentConfig, run_dir: Path) -> in
         if stop.is_main:
             kept = (f"its last checkpoint ({stop.checkpoint.name}) is kept: continue with 'synattn train --run-dir "
                     f"{run_dir} --resume'" if stop.checkpoint else "it had not saved a checkpoint yet")
-            print(f"stopped at update {stop.step}; {kept}", file=sys.stderr)
+            by = "" if stop.signum == signal.SIGINT else f" by {signal.Signals(stop.signum).name}"
+            print(f"stopped{by} at update {stop.step}; {kept}", file=sys.stderr)
+        if stop.signum != signal.SIGINT:
+            raise SystemExit(128 + stop.signum) from None  # (as a process ended by the signal is reported)
         raise
     if trained.is_main:
         result = trained.result

@@ -35,15 +35,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from synattn import __version__
+from synattn.config_io import StrictConfig
 from synattn.data.prepared import DATASET, MANIFEST, check_output_folder
 from synattn.data.reading import Side, read_splits
 from synattn.data.vocabularies import label_vocabularies, learn_spacing, train_tokenizers, vocabulary_names
 from synattn.data.writing import write_splits
 from synattn.errors import ConfigError, UsageError
-from synattn.io import atomic_write, file_digest
 from synattn.folders import mark, remove_if_untouched
+from synattn.io import atomic_write, file_digest, real_folder
 from synattn.locks import FolderLock
-from synattn.config_io import StrictConfig
 from synattn.trees.conllu_io import read_conllu, write_conllu
 
 logger = logging.getLogger(__name__)
@@ -350,7 +350,7 @@ def _already_prepared(cfg: PrepareConfig, out: Path, force: bool, remedy: str | 
 def _start_writing(out: Path) -> None:
     """Marks ``out`` as prepare's and removes its manifest: from here on the folder is not "prepared"."""
     mark(out, DATASET)
-    (out / "cache").mkdir(parents=True, exist_ok=True)
+    real_folder(out / "cache")  # never a link: parsed treebanks are written there
     (out / MANIFEST).unlink(missing_ok=True)
 
 

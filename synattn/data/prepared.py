@@ -126,7 +126,7 @@ def _learned_spacing(folder: str, key: str, side: str):
 
 def is_prepared_folder(folder: Path) -> bool:
     """Whether ``folder`` is a folder ``prepare`` made (finished, or interrupted)."""
-    if (folder / MARKER).is_file():
+    if (folder / MARKER).is_file() and not (folder / MARKER).is_symlink():  # a link makes no folder prepare's
         return True
     try:  # made before the marker existed: a manifest of synattn's
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))

@@ -6,8 +6,8 @@ moved into place.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from synattn.data.encoding import encode_sentence
 from synattn.data.indexed import write_field
 from synattn.data.reading import Side
-from synattn.io import atomic_write
+from synattn.io import atomic_write, real_folder, remove_path
 from synattn.progress import progress
 
 
@@ -28,7 +28,8 @@ def write_splits(out: Path, data: dict[str, dict[str, Side]], sides: tuple[str, 
     try:
         sizes = _build_splits(out, building, data, sides, models, names, labels)
     finally:
-        shutil.rmtree(building, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_path(building)
     with atomic_write(out / "labels.json") as f:
         json.dump(labels, f, indent=1)
     return sizes
@@ -38,11 +39,12 @@ def _build_splits(out: Path, building: Path, data: dict[str, dict[str, Side]], s
                   models: dict, names: dict[str, str], labels: dict[str, list[str]]) -> dict[str, dict[str, int]]:
     """Writes every split into ``building`` and moves it to ``out/SPLIT`` (replacing what was
     there; a link there is removed, never followed); returns the splits' sizes."""
-    shutil.rmtree(building, ignore_errors=True)
+    remove_path(building)  # of a killed prepare (a link there is removed, never followed)
+    real_folder(building)
     sizes: dict[str, dict[str, int]] = {}
     for split, by_side in data.items():
         folder = building / split
-        folder.mkdir(parents=True)
+        folder.mkdir()
         for s in sides:
             _write_side(folder, s, by_side[s], models[names[s]], labels, split)
             with atomic_write(folder / f"{s}.txt") as f:  # the text, e.g. BLEU references
@@ -52,10 +54,7 @@ def _build_splits(out: Path, building: Path, data: dict[str, dict[str, Side]], s
                            for s in sides}}
     for split in data:
         target = out / split
-        if target.is_symlink() or target.is_file():
-            target.unlink()
-        elif target.is_dir():
-            shutil.rmtree(target)
+        remove_path(target)
         (building / split).rename(target)
     return sizes
 

@@ -32,7 +32,10 @@ class Translator:
             tokenizers and labels (``RUN/vocab``, :mod:`synattn.runs`).
         beam: beam size (1 = greedy search).
         length_penalty: exponent of the length normalisation of beam scores.
-        max_len_a, max_len_b: at most ``a × source pieces + b`` target pieces.
+        max_len_a, max_len_b: at most ``a × source pieces + b`` target pieces (the source pieces of
+            the longest sentence of the batch; batches hold sentences of similar lengths), so that
+            decoding ends even when the model never emits the end of the sentence (an untrained
+            model); most translations stopped there are warned about (:attr:`stopped_at_limit`).
         batch_size: sentences per batch (sorted by length).
         detokenize: write the target's tokens as text, as the dataset's training text writes them
             (:mod:`synattn.data.detok`); else tokens separated by spaces, as the model makes them.
@@ -59,6 +62,8 @@ class Translator:
         self.request = replace(request, tgt=frozenset())
         self.beam, self.length_penalty, self.batch_size = beam, length_penalty, batch_size
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
+        self.stopped_at_limit = 0
+        """Translations of the last :meth:`translate` that reached the maximum length unfinished."""
 
     @property
     def needs_trees(self) -> bool:
@@ -73,12 +78,14 @@ class Translator:
 
     @torch.no_grad()
     def translate(self, examples: Sequence[dict[str, np.ndarray]], show_progress: bool = False) -> list[str]:
-        """Translate encoded sources (see :meth:`encode` or a prepared split's examples)."""
+        """Translate encoded sources (see :meth:`encode` or a prepared split's examples); a warning
+        when most translations reach the maximum length without ending (:attr:`stopped_at_limit`)."""
         self.model.eval()
         device = next(self.model.parameters()).device
         config = self.model.config
         order = np.argsort([len(e["src_ids"]) for e in examples], kind="stable")
         out: list[str] = [""] * len(examples)
+        self.stopped_at_limit = 0
         chunks = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         for chunk in progress(chunks, desc="translate", unit="batch", enabled=show_progress):
             batch = collate_examples([examples[i] for i in chunk], self.request).to(device)
@@ -92,6 +99,11 @@ class Translator:
                 result = greedy_search(self.model, state, prompt, max_new, config.eos_id, config.pad_id)
             for row, i in enumerate(chunk):
                 ids = result.tokens[row, : int(result.lengths[row])].tolist()
+                self.stopped_at_limit += len(ids) >= max_new and (not ids or ids[-1] != config.eos_id)
                 text = self.tgt_sp.decode([t for t in ids if t not in (config.eos_id, config.pad_id)])
                 out[i] = self.spacing.detokenize(text) if self.spacing is not None else text
+        if examples and self.stopped_at_limit > len(examples) / 2:
+            logger.warning("%d of %d translations reached the maximum length (%g × source pieces + %d) without "
+                           "ending: the model has not learnt to end its sentences (trained too little?)",
+                           self.stopped_at_limit, len(examples), self.max_len_a, self.max_len_b)
         return out

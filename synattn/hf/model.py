@@ -19,6 +19,8 @@ Two forward hooks of the model (PyTorch's own extension points) carry one forwar
 from __future__ import annotations
 
 import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -36,6 +38,8 @@ HFModel = Any
 """A ``transformers`` model: its config, its methods (``generate``, ``get_encoder``, ...) and the
 submodule ``synattn`` that :func:`attach` adds are read by name, which ``nn.Module``'s types do not
 declare."""
+
+logger = logging.getLogger(__name__)
 
 SYNTAX_FIELDS = tuple(f.name for f in syntax_fields())
 """Names of the built-in syntax inputs: ``syntax_<field>`` (the syntax of ``input_ids``) and
@@ -303,10 +307,61 @@ def with_features(cls: type[Any]) -> type[Any]:
                     if not getattr(parameter, "_is_hf_initialized", False):  # not loaded from the checkpoint
                         parameter.copy_(value)
 
-        _WITH_FEATURES[cls] = type(cls.__name__, (cls,), {
-            "__init__": __init__, "_init_weights": _init_weights,
-            "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        def _adjust_missing_and_unexpected_keys(self: HFModel, loading_info: Any) -> None:
+            # a pretrained checkpoint given new features lacks their weights: expected, so they
+            # leave transformers' load report (which would call them an error to train away) for
+            # one line of ours; anything else missing or unexpected is still reported
+            cls._adjust_missing_and_unexpected_keys(self, loading_info)
+            added = sorted(k for k in loading_info.missing_keys if k.startswith("synattn."))
+            self._synattn_added = added
+            if added:
+                loading_info.missing_keys = set(loading_info.missing_keys) - set(added)
+                logger.info("%s", added_line(self, added))
+
+        members: dict[str, Any] = {"__init__": __init__, "_init_weights": _init_weights,
+                                   "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        if hasattr(cls, "_adjust_missing_and_unexpected_keys"):  # (transformers 5's step before the report)
+            members["_adjust_missing_and_unexpected_keys"] = _adjust_missing_and_unexpected_keys
+        _WITH_FEATURES[cls] = type(cls.__name__, (cls,), members)
     return _WITH_FEATURES[cls]
+
+
+def added_line(model: HFModel, keys: list[str]) -> str:
+    """One line for the synattn weights a checkpoint did not hold (``keys``, under ``synattn.``):
+    how many, of which features, at which sites (``added 2 tensors of synattn's features, newly
+    initialised: SupervisedHead at encoder_4``)."""
+    sites: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    for key in keys:
+        owner = key.rsplit(".", 1)[0]  # synattn.encoder_4.features.0
+        try:
+            what = type(model.get_submodule(owner)).__name__
+        except AttributeError:
+            what = "a feature"
+        site = owner.split(".")[1] if "." in owner else owner
+        if site not in sites.setdefault(what, []):
+            sites[what].append(site)
+        counts[what] = counts.get(what, 0) + 1
+    described = "; ".join(f"{what} at {', '.join(where)}" + (f" ({counts[what]})" if len(sites) > 1 else "")
+                          for what, where in sites.items())
+    return (f"added {len(keys)} tensor{'s' if len(keys) != 1 else ''} of synattn's features, not in the "
+            f"checkpoint, newly initialised: {described}")
+
+
+@contextlib.contextmanager
+def transformers_bars_off() -> Iterator[None]:
+    """Within the block, ``transformers`` draws no progress bars ("Loading weights", "Writing
+    model shards"): synattn's own output says what it loads and saves. The setting is restored
+    after."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def from_pretrained(cls: type[Any], path: str, **kwargs: Any) -> Any:
@@ -319,6 +374,11 @@ def from_pretrained(cls: type[Any], path: str, **kwargs: Any) -> Any:
         **kwargs: passed to ``from_pretrained`` (``output_loading_info=True`` reports missing and
             unexpected keys, the synattn weights included).
 
+    ``transformers``' load report leaves out the synattn weights the checkpoint lacks (a pretrained
+    model given features): those are one ``INFO`` line of the logger ``synattn.hf.model``
+    (:func:`added_line`); the report still shows anything else missing or unexpected. No progress
+    bar is drawn.
+
     A checkpoint without ``synattn`` in its config loads as the plain model. A local folder's
     safetensors files are checked first: one that is not safetensors (a pickle under the name) or
     is damaged is an ``InputError`` naming the file.
@@ -329,10 +389,15 @@ def from_pretrained(cls: type[Any], path: str, **kwargs: Any) -> Any:
     config = kwargs.pop("config", None) or AutoConfig.from_pretrained(path)
     if hasattr(cls, "_model_mapping"):  # an auto class: the concrete class of this config
         cls = cls._model_mapping[type(config)]
-    if getattr(config, "synattn", None) is None:
-        return cls.from_pretrained(path, config=config, **kwargs)
-    kwargs.setdefault("attn_implementation", IMPLEMENTATION)
-    return with_features(cls).from_pretrained(path, config=config, **kwargs)
+    with transformers_bars_off():
+        if getattr(config, "synattn", None) is None:
+            return cls.from_pretrained(path, config=config, **kwargs)
+        kwargs.setdefault("attn_implementation", IMPLEMENTATION)
+        loaded = with_features(cls).from_pretrained(path, config=config, **kwargs)
+    if kwargs.get("output_loading_info"):  # the keys left out of the report are still reported here
+        model, info = loaded
+        info["missing_keys"] = set(info["missing_keys"]) | set(getattr(model, "_synattn_added", ()))
+    return loaded
 
 
 def check_weight_files(path: object) -> None:

@@ -120,12 +120,16 @@ def model_folder(spec: str = "all-MiniLM-L6-v2", cache: str | Path | None = None
 
     Raises:
         MissingDependencyError: a packaged model whose package is not installed.
-        InputError: ``spec`` is neither a packaged model nor a model folder, or the archive is damaged.
+        InputError: ``spec`` is neither a packaged model nor a model folder, the archive is damaged,
+            or the folder is (:func:`synattn.hf.validate.check_model_folder`).
     """
     name = packaged_name(str(spec))
     if name is None:
         folder = Path(spec).expanduser()
         if (folder / "config.json").is_file():
+            from synattn.hf.validate import check_model_folder
+
+            check_model_folder(folder)  # (a damaged folder: one error naming the file, before transformers reads it)
             return folder
         known = ", ".join(sorted(MODELS))
         raise InputError(f"is neither a model folder (no config.json) nor a model synattn installs "
@@ -145,8 +149,10 @@ def model_folder(spec: str = "all-MiniLM-L6-v2", cache: str | Path | None = None
 @contextlib.contextmanager
 def _exclusive(lock: Path) -> Iterator[None]:
     """Blocks until this process holds an exclusive lock on the file ``lock``."""
+    from synattn.io import open_regular
+
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
+    with os.fdopen(open_regular(lock, os.O_RDWR | os.O_CREAT, what="lock file"), "r+b") as f:  # (never a link)
         if fcntl is not None:
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -183,6 +189,22 @@ def _extract(archive: Path, target: Path) -> None:
         raise
 
 
+def model_shape(folder: Path) -> tuple[int, int]:
+    """``(layers, attention heads per layer)`` of the ``transformers`` model in ``folder``, from its
+    ``config.json``.
+
+    Raises:
+        MissingDependencyError: transformers is not installed.
+        Exception: whatever transformers raises on a damaged or foreign config.
+    """
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        raise MissingDependencyError("transformers", "'synattn[hf]'") from None
+    config = AutoConfig.from_pretrained(str(folder))
+    return int(config.num_hidden_layers), int(config.num_attention_heads)
+
+
 def load_pretrained(spec: str = "all-MiniLM-L6-v2", model_class: Any = None, cache: str | Path | None = None,
                     **kwargs: Any):
     """``(model, tokenizer)`` of a packaged model or a model folder (:func:`model_folder`).
@@ -198,6 +220,9 @@ def load_pretrained(spec: str = "all-MiniLM-L6-v2", model_class: Any = None, cac
     """
     from transformers import AutoModel, AutoTokenizer
 
+    from synattn.hf.model import transformers_bars_off
+
     folder = model_folder(spec, cache)
-    model = (model_class or AutoModel).from_pretrained(folder, **kwargs)
+    with transformers_bars_off():  # (no "Loading weights" bar: the model is local, and loads in a second)
+        model = (model_class or AutoModel).from_pretrained(folder, **kwargs)
     return model, AutoTokenizer.from_pretrained(folder)

@@ -44,7 +44,7 @@ from synattn.data.batching import Batch
 from synattn.data.subwords import BOS, EOS, MASK, PAD
 from synattn.errors import ConfigError
 from synattn.hf.features import FEATURES, normalize_specs
-from synattn.hf.model import HFModel, from_pretrained
+from synattn.hf.model import HFModel, from_pretrained, transformers_bars_off
 from synattn.syntax.fields import syntax_field
 from synattn.syntax.inputs import IGNORE_INDEX
 from synattn.syntax.request import SyntaxRequest
@@ -403,4 +403,12 @@ def load_checkpoint(folder: str | Path) -> nn.Module:
     return model
 
 
-register_library(ModelLibrary(KEY, model_config, syntax_request, build_model, HFMaskedLMTask, load_checkpoint))
+def save_checkpoint_weights(model: HFModel, folder: Path) -> None:
+    """``save_pretrained`` into a checkpoint folder, without ``transformers``' "Writing model
+    shards" bar (a run writes a checkpoint every few hundred updates; its log says so)."""
+    with transformers_bars_off():
+        model.save_pretrained(folder)
+
+
+register_library(ModelLibrary(KEY, model_config, syntax_request, build_model, HFMaskedLMTask, load_checkpoint,
+                              save=save_checkpoint_weights))

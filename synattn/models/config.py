@@ -25,6 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from synattn.config_bounds import at_most
 from synattn.config_io import StrictConfig
 from synattn.errors import ConfigError
 from synattn.limits import check_memory
@@ -214,6 +215,7 @@ class ModelConfig(StackChecks, StrictConfig):
         for name in ("num_pos_tags", "num_deprels"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must not be negative")
+            at_most(name, getattr(self, name), 100_000, "a label vocabulary")
         for name in ("pad_id", "bos_id", "eos_id", *self.special_fields()):
             value = getattr(self, name)
             for size_name in self.size_fields():

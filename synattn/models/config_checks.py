@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from synattn.config_bounds import MAX_LAYERS, at_most
 from synattn.errors import ConfigError
 from synattn.methods import check_claims, methods
 
@@ -23,6 +24,7 @@ class StackChecks:
     def _validate_stack(self, side: str, stack: StackConfig) -> None:
         if stack.layers < 1:
             raise ConfigError(f"{side}.layers={stack.layers} must be at least 1")
+        at_most(f"{side}.layers", stack.layers, MAX_LAYERS)
         registry = methods()
         for method in registry:
             if method.active(stack) and not method.allowed(self, side):

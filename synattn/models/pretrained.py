@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -28,7 +29,9 @@ from torch import nn
 
 from synattn.checkpoints import resolve_checkpoint
 from synattn.errors import InputError
+from synattn.io import atomic_write, remove_path
 from synattn.models.config import ModelConfig
+from synattn.weights_file import check_against
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -61,12 +64,17 @@ class PretrainedModel(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         payload = {"model_type": self.config_class.model_type, **self.config.to_dict()}
-        tmp = directory / (CONFIG_NAME + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, directory / CONFIG_NAME)
+        with atomic_write(directory / CONFIG_NAME) as f:
+            f.write(json.dumps(payload, indent=2) + "\n")
         tmp = directory / (WEIGHTS_NAME + ".tmp")
-        save_model(self, str(tmp))
-        os.replace(tmp, directory / WEIGHTS_NAME)
+        remove_path(tmp)  # of a killed save (a link there is removed, never written through)
+        try:
+            save_model(self, str(tmp))
+            os.replace(tmp, directory / WEIGHTS_NAME)
+        except BaseException:
+            with contextlib.suppress(OSError):  # a full disk leaves no half-written weights behind
+                remove_path(tmp)
+            raise
 
     @classmethod
     def from_pretrained(cls: type[M], directory: str | Path, *, device: str | torch.device | None = None,
@@ -92,11 +100,17 @@ class PretrainedModel(nn.Module):
         config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
         for path in (config_path, weights_path):
             if not path.is_file():
-                raise InputError("file not found (expected a save_pretrained directory)", str(path))
+                cause = "not a regular file" if path.exists() else "file not found"
+                raise InputError(f"{cause} (expected a save_pretrained directory)", str(path))
         try:
             data = json.loads(config_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
             raise InputError(f"invalid JSON: {error.msg}", str(config_path), error.lineno) from None
+        except UnicodeDecodeError as error:
+            raise InputError(f"not valid UTF-8 (byte {error.start})", str(config_path)) from None
+        if not isinstance(data, dict):
+            raise InputError(f"expected a JSON object of the model's config, got a {type(data).__name__}",
+                             str(config_path))
         model_type = data.pop("model_type", None)
         target = MODEL_TYPES.get(model_type) if cls is PretrainedModel else cls
         if target is None or target.config_class.model_type != model_type:
@@ -107,6 +121,7 @@ class PretrainedModel(nn.Module):
         except ValueError as error:
             raise InputError(str(error), str(config_path)) from None
         model = target(config)
+        check_against(weights_path, model, CONFIG_NAME)  # shapes and dtypes, before anything is read
         try:
             load_model(model, str(weights_path), strict=True)
         except RuntimeError as error:

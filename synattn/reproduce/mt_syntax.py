@@ -28,6 +28,7 @@ import argparse
 from pathlib import Path
 
 from synattn.io import atomic_write
+from synattn.option_types import positive_int
 from synattn.reproduce.study import NEW_FOLDER, Arm, Context, Study, budget_train, merge
 
 LAYERS = 3
@@ -171,9 +172,9 @@ class MTSyntaxStudy(Study):
                ("train_step", "updates"))
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--pairs", type=int, default=None,
+        parser.add_argument("--pairs", type=positive_int, default=None,
                             help="training verse pairs (default: all 29,560; a toy run takes 60)")
-        parser.add_argument("--test-sentences", type=int, default=None,
+        parser.add_argument("--test-sentences", type=positive_int, default=None,
                             help="test verses translated (default: all 758)")
 
     def prepare(self, ctx: Context) -> Path:
@@ -186,10 +187,7 @@ class MTSyntaxStudy(Study):
             for split, n in (("train", 60), ("dev", 10), ("test", 20)):
                 pairs = load_bible_pairs("4", "l", split, limit=n)
                 for side, lang in (("source", "en"), ("target", "fr")):
-                    path = ctx.out / "text" / f"{split}.{lang}"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with atomic_write(path) as f:
-                        f.write("\n".join(getattr(p, side) for p in pairs) + "\n")
+                    ctx.write(ctx.out / "text" / f"{split}.{lang}", "\n".join(getattr(p, side) for p in pairs) + "\n")
                 prefixes[split] = str(ctx.out / "text" / split)
             return prepare(PrepareConfig(out=str(ctx.out / "data"), prefixes=prefixes, parse_target=True,
                                          vocab_size=400), remedy=NEW_FOLDER)

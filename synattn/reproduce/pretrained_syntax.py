@@ -33,9 +33,10 @@ import argparse
 import json
 from pathlib import Path
 
+from synattn.option_types import nonnegative_int, positive_float
 from synattn.reproduce.heads import head_metrics
 from synattn.reproduce.study import Arm, Context, Study, budget_train
-from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
+from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank, treebank_files
 
 MODEL = "all-MiniLM-L6-v2"
 # Chosen by the sweeps in docs/results.md (EWT dev, one seed each): layer 5's head 10, the head of that layer whose
@@ -50,15 +51,33 @@ FROZEN_LR = 3e-3  # only 1,056 parameters train: a fine-tuning rate would barely
 
 
 def _supervised(ctx: Context) -> dict:
-    return {"feature": "supervised_head", "layers": [_layer(ctx)], "head": _head(ctx), "weight": 1.0}
+    return {"feature": "supervised_head", "layers": [_layer(ctx.args)], "head": _head(ctx.args), "weight": 1.0}
 
 
-def _layer(ctx: Context) -> int:
-    return LAYER if getattr(ctx.args, "layer", None) is None else ctx.args.layer
+def _layer(args: argparse.Namespace) -> int:
+    return LAYER if getattr(args, "layer", None) is None else args.layer
 
 
-def _head(ctx: Context) -> int:
-    return HEAD if getattr(ctx.args, "head", None) is None else ctx.args.head
+def _head(args: argparse.Namespace) -> int:
+    return HEAD if getattr(args, "head", None) is None else args.head
+
+
+def _shape(folder: Path, spec: str) -> tuple[int, int]:
+    """``(layers, attention heads per layer)`` of the model in ``folder`` (its config.json).
+
+    Raises:
+        UsageError: naming ``--model``, when its config does not say them.
+    """
+    from synattn.errors import MissingDependencyError, UsageError
+    from synattn.hf.pretrained import model_shape
+
+    try:
+        return model_shape(folder)
+    except MissingDependencyError as err:
+        raise UsageError(f"--model {spec}: reading it needs {err}") from None
+    except Exception as err:  # noqa: BLE001 (a damaged or foreign config.json: whatever transformers raises)
+        raise UsageError(f"--model {spec}: {folder / 'config.json'} gives no number of layers and heads "
+                         f"({type(err).__name__}: {err})") from None
 
 
 class PretrainedSyntaxStudy(Study):
@@ -88,19 +107,36 @@ class PretrainedSyntaxStudy(Study):
         parser.add_argument("--model", default=MODEL,
                             help=f"the pretrained encoder: {MODEL} (installed offline by scripts/setup.sh) or a "
                                  "folder with config.json, model.safetensors and tokenizer.json")
-        parser.add_argument("--layer", type=int, help=f"layer of the supervised head (default {LAYER})")
-        parser.add_argument("--head", type=int, help=f"the head it replaces (default {HEAD})")
-        parser.add_argument("--lr", type=float, help=f"peak learning rate of the fine-tuned arms (default {LR:g}; "
-                                                     f"the frozen arm's is {FROZEN_LR:g})")
+        parser.add_argument("--layer", type=nonnegative_int,
+                            help=f"layer of the supervised head, from 0 (default {LAYER})")
+        parser.add_argument("--head", type=nonnegative_int, help=f"the head it replaces, from 0 (default {HEAD})")
+        parser.add_argument("--lr", type=positive_float, help=f"peak learning rate of the fine-tuned arms (default "
+                                                              f"{LR:g}; the frozen arm's is {FROZEN_LR:g})")
 
-    def prepare(self, ctx: Context) -> Path:
+    def check(self, args: argparse.Namespace, arms: list[Arm]) -> None:
+        """The treebank (:func:`treebank_files`), ``--model`` (a model folder or a model installed
+        offline), ``--layer`` and ``--head`` within the model's layers and heads, and ``--layer 0``
+        without the relpos arm (which needs layers below the supervised one)."""
         from synattn.errors import InputError, MissingDependencyError, UsageError
         from synattn.hf.pretrained import model_folder
 
-        try:  # a wrong --model stops here, before any data is prepared
-            model_folder(getattr(ctx.args, "model", None) or MODEL)
+        treebank_files(args, toy=args.toy)
+        spec = getattr(args, "model", None) or MODEL
+        try:
+            folder = model_folder(spec)
         except (InputError, MissingDependencyError) as err:
             raise UsageError(f"--model: {err}") from None
+        layers, heads = _shape(folder, spec)
+        for option, value, count, what in (("--layer", _layer(args), layers, "layers"),
+                                           ("--head", _head(args), heads, "attention heads a layer")):
+            if value >= count:
+                raise UsageError(f"{option} {value}: the model {spec} has {count} {what} ({option} 0 to "
+                                 f"{count - 1})")
+        if _layer(args) == 0 and any(arm.name == "relpos" for arm in arms):
+            raise UsageError("--layer 0: the relpos arm puts relative positions in the layers below the "
+                             "supervised head, and layer 0 has none (leave relpos out with --arms)")
+
+    def prepare(self, ctx: Context) -> Path:
         # the dataset's own sentencepiece pieces only spell the words back: the model reads its own
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else 4000)
 
@@ -112,13 +148,8 @@ class PretrainedSyntaxStudy(Study):
 
     def experiment(self, ctx: Context, arm: Arm, seed: int, budget) -> dict:
         exp = super().experiment(ctx, arm, seed, budget)
-        if arm.name == "relpos":
-            if _layer(ctx) == 0:
-                from synattn.errors import UsageError
-
-                raise UsageError("--layer 0: the relpos arm puts relative positions in the layers below the "
-                                 "supervised head, and layer 0 has none (leave relpos out with --arms)")
-            below = list(range(_layer(ctx)))
+        if arm.name == "relpos":  # (Study.check refuses --layer 0 with it)
+            below = list(range(_layer(ctx.args)))
             exp["model"]["features"] = [{"feature": "relations", "relations": ["sequential"],
                                          "layers": below, "max_relative_position": 16},
                                         _supervised(ctx)]
@@ -208,7 +239,7 @@ def probe_heatmap(probe: dict, path: Path) -> Path:
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_title(f"{titles[direction]}: accuracy on dev (%)", fontsize=10)
-    fig.colorbar(image, ax=list(axes), shrink=0.85)
+    fig.colorbar(image, ax=list(axes), shrink=0.85).set_label(f"accuracy (%), one scale for both (0 to {top:.0f})")
     fig.suptitle("Each attention head of the pretrained model as a dependency parser (Clark et al. 2019)",
                  fontsize=11)
     return save(fig, path)

@@ -100,7 +100,10 @@ def write_results(study: Study, ctx: Context, metrics: dict[str, dict[int, dict]
                "complete": final, "arms": {a.name: a.description for a in study.known_arms() if a.name in metrics},
                "runs": {arm: {str(s): m for s, m in runs.items()} for arm, runs in metrics.items()},
                "summaries": summaries(study, metrics), "comparisons": comparisons}
-    plots = study.plots(ctx, metrics, ctx.out / "plots") if final else []
+    from synattn.viz.figure import TOY_NOTE, noted
+
+    with noted(TOY_NOTE if ctx.toy else None):  # a toy study's plots say so above their titles
+        plots = study.plots(ctx, metrics, ctx.out / "plots") if final else []
     with atomic_write(ctx.out / "results.json") as f:
         json.dump(json_safe(results), f, indent=1, allow_nan=False)
     table = study.table(ctx, metrics, comparisons)

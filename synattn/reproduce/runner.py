@@ -37,7 +37,7 @@ from typing import Any, cast
 import yaml
 
 from synattn.errors import RunFailure, UsageError
-from synattn.io import atomic_write
+from synattn.io import atomic_write, refuse_link
 from synattn.reproduce.report import json_safe, write_results
 from synattn.reproduce.study import TOY_STEPS, Arm, Budget, Context, Study
 from synattn.train.checkpoint import checkpoint_step, resolve_checkpoint
@@ -119,6 +119,10 @@ def write_configs(study: Study, ctx: Context, arms: list[Arm], budget: Budget, a
         f.write("\n".join(lines) + "\n")
 
 
+STUDY_FOLDERS = ("runs", "configs", "plots", "text", "toy-treebank", "lm-text", "builtin-treebank")
+"""The folders a study writes its own files into (its ``data/`` may be a link to a prepared dataset)."""
+
+
 def run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
               argv: list[str], jobs: int = 1, threads: int | None = None, first: list[str] | None = None) -> dict:
     """Runs ``study`` (see the module docstring); returns what ``results.json`` holds. One process
@@ -127,16 +131,28 @@ def run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list
     Each seed's runs are trained baseline first, then the arms named in ``first`` in that order
     (a command's ``--arms``), then the others; the results keep the order of ``arms``.
 
+    Refused before its runs start, the study undoes what it wrote in the folder (``ctx.guard``,
+    :class:`~synattn.reproduce.guard.FolderGuard`), still holding the folder's lock.
+
     Raises:
         UsageError: runs of the folder were trained with another budget.
         RunFailure: another process is working in the folder; with ``jobs`` > 1, a run failed.
+        InputError: one of :data:`STUDY_FOLDERS` in the folder is a symbolic link.
     """
     from synattn.locks import LOCK_NAME, FolderLock
+    from synattn.reproduce.guard import refusal
 
     new = not ctx.out.exists()
     try:
         with FolderLock(ctx.out, "results folder of 'synattn reproduce'"):
-            return _run_study(study, ctx, seeds, budget, arms, argv, jobs, threads, first)
+            try:
+                for name in STUDY_FOLDERS:  # written into and removed from: never through a link
+                    refuse_link(ctx.out / name, "folder")
+                return _run_study(study, ctx, seeds, budget, arms, argv, jobs, threads, first)
+            except Exception as err:
+                if ctx.guard is not None and refusal(err):
+                    ctx.guard.undo()
+                raise
     except Exception:
         # a study refused before it wrote anything (a missing treebank) leaves no folder behind
         if new and ctx.out.is_dir() and [p.name for p in ctx.out.iterdir()] == [LOCK_NAME]:
@@ -145,19 +161,49 @@ def run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list
         raise
 
 
+def check_configs(study: Study, ctx: Context, arms: list[Arm], budget: Budget) -> None:
+    """Refuses arms whose experiment config does not read (a value out of range that the study's
+    own checks let through), before anything is prepared: the model section as it reads without the
+    dataset, and the training settings."""
+    from synattn.errors import ConfigError
+    from synattn.experiment import ExperimentConfig
+
+    for arm in arms:
+        if not arm.trained:
+            continue
+        try:
+            ExperimentConfig.from_dict(study.experiment(ctx, arm, 1, budget)).model_without_data()
+        except ConfigError as err:
+            raise UsageError(f"{study.name}: the arm {arm.name}'s config: {err}") from None
+
+
+def runs_there(ctx: Context, arms: list[Arm], seeds: int, name: str = "config.yaml") -> Iterator[tuple[Arm, int]]:
+    """``(arm, seed)`` of the runs of ``arms`` with seeds 1 to ``seeds`` whose folder holds the file
+    ``name``, in the order of ``arms`` and then of the seeds: the folders there are listed, so that
+    the cost is that of the runs made, not of the seeds asked for."""
+    for arm in arms:
+        try:
+            names = os.listdir(ctx.out / "runs" / arm.name)
+        except OSError:
+            continue  # no run of the arm yet
+        found = sorted(int(n[4:]) for n in names if n.startswith("seed") and n[4:].isdigit() and len(n) < 14)
+        for seed in found:
+            if 1 <= seed <= seeds and (run_dir_of(ctx, arm, seed) / name).exists():
+                yield arm, seed
+
+
 def check_budget(ctx: Context, arms: list[Arm], seeds: int, budget: Budget) -> None:
     """Refuses to add runs of another budget to a results folder (their mean would mix budgets)."""
-    for arm in arms:
-        for seed in range(1, seeds + 1):
-            config = run_dir_of(ctx, arm, seed) / "config.yaml"
-            try:
-                trained = Budget.of_train(yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]["train"])
-            except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
-                continue  # no run yet (or not readable: training it reports that)
-            if trained is not None and trained != budget:
-                raise UsageError(f"{budget.option()}: the runs in {ctx.out} have a budget of {trained} "
-                                 f"({config.parent}); rerun with {trained.option()} to "
-                                 f"continue the study, or give a new results folder (-o) for another budget")
+    for arm, seed in runs_there(ctx, arms, seeds):
+        config = run_dir_of(ctx, arm, seed) / "config.yaml"
+        try:
+            trained = Budget.of_train(yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]["train"])
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+            continue  # no run yet (or not readable: training it reports that)
+        if trained is not None and trained != budget:
+            raise UsageError(f"{budget.option()}: the runs in {ctx.out} have a budget of {trained} "
+                             f"({config.parent}); rerun with {trained.option()} to "
+                             f"continue the study, or give a new results folder (-o) for another budget")
 
 
 def _model_of(experiment: dict) -> Any:
@@ -190,27 +236,26 @@ def check_models(study: Study, ctx: Context, arms: list[Arm], seeds: int, budget
             wanted[arm.name, seed] = _model_of(study.experiment(ctx, arm, seed, budget))
         return wanted[arm.name, seed]
 
-    for arm in arms:
-        for seed in range(1, seeds + 1):
-            config = run_dir_of(ctx, arm, seed) / "config.yaml"
-            try:
-                stored = yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]
-                had = _model_of(stored)
-            except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
-                continue  # no run yet (or not readable: training it reports that)
-            if had == model(arm, seed):
-                continue
-            then, now = _flat(had), _flat(model(arm, seed))
-            changed = [f"{key}: {then.get(key, '(unset)')} there, {now.get(key, '(unset)')} now"
-                       for key in sorted(set(then) | set(now), key=str) if then.get(key) != now.get(key)]
-            same = [other.name for other in study.known_arms() if other.name != arm.name and model(other, seed) == had]
-            raise UsageError(f"{config.parent} was trained with another model than the arm {arm.name} has now ("
-                             + "; ".join(changed[:4]) + ("; …" if len(changed) > 4 else "")
-                             + "): the study's arm changed since"
-                             + (f"; it is the arm {same[0]}'s model: rename {config.parent.parent} to "
-                                f"{config.parent.parent.parent / same[0]} to keep it as that arm's"
-                                if same else "")
-                             + ", or give a new results folder (-o)")
+    for arm, seed in runs_there(ctx, arms, seeds):
+        config = run_dir_of(ctx, arm, seed) / "config.yaml"
+        try:
+            stored = yaml.safe_load(config.read_text(encoding="utf-8"))["experiment"]
+            had = _model_of(stored)
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+            continue  # no run yet (or not readable: training it reports that)
+        if had == model(arm, seed):
+            continue
+        then, now = _flat(had), _flat(model(arm, seed))
+        changed = [f"{key}: {then.get(key, '(unset)')} there, {now.get(key, '(unset)')} now"
+                   for key in sorted(set(then) | set(now), key=str) if then.get(key) != now.get(key)]
+        same = [other.name for other in study.known_arms() if other.name != arm.name and model(other, seed) == had]
+        raise UsageError(f"{config.parent} was trained with another model than the arm {arm.name} has now ("
+                         + "; ".join(changed[:4]) + ("; …" if len(changed) > 4 else "")
+                         + "): the study's arm changed since"
+                         + (f"; it is the arm {same[0]}'s model: rename {config.parent.parent} to "
+                            f"{config.parent.parent.parent / same[0]} to keep it as that arm's"
+                            if same else "")
+                         + ", or give a new results folder (-o)")
 
 
 def _count(n: int, noun: str) -> str:
@@ -234,12 +279,15 @@ def _time_to_go(runs: int, minutes: float, jobs: int) -> str:
 
 def _run_study(study: Study, ctx: Context, seeds: int, budget: Budget, arms: list[Arm],
                argv: list[str], jobs: int = 1, threads: int | None = None, first: list[str] | None = None) -> dict:
+    check_configs(study, ctx, arms, budget)
     check_budget(ctx, arms, seeds, budget)
     ctx.data = study.prepare(ctx)
     check_models(study, ctx, arms, seeds, budget)
+    if ctx.guard is not None:  # the study's work starts: nothing is undone from here on
+        ctx.guard.start()
     write_configs(study, ctx, arms, budget, argv)
     total = seeds * len(arms)
-    trained = sum((run_dir_of(ctx, arm, seed) / DONE).exists() for arm in arms for seed in range(1, seeds + 1))
+    trained = sum(1 for _ in runs_there(ctx, arms, seeds, DONE))
     each = (f"{TOY_STEPS} updates (--toy; at most {budget})" if ctx.toy and budget.updates is None
             else str(budget))
     print(f"{study.name}: {_count(len(arms), 'arm')} × {_count(seeds, 'seed')} = {_count(total, 'run')} of {each}"
@@ -292,7 +340,8 @@ def _in_parallel(study: Study, ctx: Context, order: list[tuple[int, Arm]], budge
     from multiprocessing.connection import wait
 
     spawn = multiprocessing.get_context("spawn")
-    quiet = dataclasses.replace(ctx, progress=False)  # two progress bars in one terminal overwrite each other
+    quiet = dataclasses.replace(ctx, progress=False, guard=None)  # two progress bars in one terminal overwrite
+    # each other; the guard stays with the study's process
     waiting = [(study, quiet, arm, seed, budget, threads, index, len(order))
                for index, (seed, arm) in enumerate(order, 1)]
     live: dict[Any, tuple[Any, tuple]] = {}  # the end of each process's pipe that this one reads: process, task

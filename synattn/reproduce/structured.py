@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from synattn.io import atomic_write
+from synattn.option_types import positive_int
 from synattn.reproduce.study import NEW_FOLDER, Arm, Context, Study, budget_train
 
 WORDS = 6
@@ -60,7 +61,7 @@ class StructuredAttentionStudy(Study):
                ("train_step", "updates"))
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--examples", type=int, default=None,
+        parser.add_argument("--examples", type=positive_int, default=None,
                             help="training verses (default: all; a toy run takes 60)")
 
     def prepare(self, ctx: Context) -> Path:
@@ -68,15 +69,13 @@ class StructuredAttentionStudy(Study):
         from synattn.data.prepare import PrepareConfig, prepare
 
         folder = ctx.out / "text"
-        folder.mkdir(parents=True, exist_ok=True)
         prefixes = {}
         for split in ("train", "dev", "test"):
             limit = (60 if split == "train" else 20) if ctx.toy else (ctx.args.examples if split == "train" else 500)
             pairs = [p for p in (char_word_pair(v.source) for v in load_bible_pairs("4", "l", split)) if p]
             pairs = pairs[:limit] if limit else pairs
             for side, k in (("src", 0), ("tgt", 1)):
-                with atomic_write(folder / f"{split}.{side}") as f:
-                    f.write("\n".join(p[k] for p in pairs) + "\n")
+                ctx.write(folder / f"{split}.{side}", "\n".join(p[k] for p in pairs) + "\n")
             prefixes[split] = str(folder / split)
         return prepare(PrepareConfig(out=str(ctx.out / "data"), prefixes=prefixes, src_lang="src", tgt_lang="tgt",
                                      parse_source=False, pretokenized=True, vocab_size=200 if ctx.toy else 4000),

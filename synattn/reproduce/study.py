@@ -14,7 +14,10 @@ import argparse
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from synattn.reproduce.guard import FolderGuard
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class Context:
         data: the prepared dataset folder (set after :meth:`Study.prepare`).
         progress: progress bars and console lines while training and scoring (off in the
             processes of ``--jobs N``, whose bars would overwrite each other).
+        guard: what the results folder held before the study
+            (:class:`~synattn.reproduce.guard.FolderGuard`: a study refused before its runs
+            start leaves it as it was), or None.
     """
 
     out: Path
@@ -55,6 +61,24 @@ class Context:
     toy: bool = False
     data: Path | None = None
     progress: bool = True
+    guard: FolderGuard | None = None
+
+    def write(self, path: str | Path, text: str) -> Path:
+        """Writes ``text`` to the study's own file ``path`` (atomically), unless it holds that text
+        already; what the file held is saved first for :attr:`guard`. Returns ``path``."""
+        from synattn.io import atomic_write
+
+        path = Path(path)
+        try:
+            if path.is_file() and path.read_text(encoding="utf-8") == text:
+                return path
+        except (OSError, UnicodeDecodeError):
+            pass  # not readable as text: written again
+        if self.guard is not None:
+            self.guard.keep(path)
+        with atomic_write(path) as f:
+            f.write(text)
+        return path
 
 
 NEW_FOLDER = "rerun the study into a new results folder (-o NEW_FOLDER)"
@@ -192,6 +216,15 @@ class Study:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Adds the study's own command-line options."""
+
+    def check(self, args: argparse.Namespace, arms: list[Arm]) -> None:
+        """Checks the study's own options (those :meth:`add_arguments` adds) against each other and
+        against the files and the model they name, before anything is prepared or trained (the
+        parser has checked each value's type and range): the one place a study refuses its options.
+
+        Raises:
+            UsageError: naming the option as the command line spells it.
+        """
 
     def prepare(self, ctx: Context) -> Path:
         """Prepares (or finds already prepared) the study's dataset; returns its folder."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from synattn.reproduce.heads import head_attachment, head_metrics
 from synattn.reproduce.study import Arm, Context, Study, budget_train
-from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank
+from synattn.reproduce.treebank_data import add_treebank_argument, prepare_treebank, treebank_files
 
 LAYERS, SUPERVISED_LAYER = 4, 3
 # Measured on EWT (one seed, 90 min of one thread each): λ = 1 with dropout 0.1 overfits the 12.5k
@@ -62,6 +62,9 @@ class SupervisedHeadStudy(Study):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_treebank_argument(parser)
 
+    def check(self, args: argparse.Namespace, arms: list[Arm]) -> None:
+        treebank_files(args, toy=args.toy)
+
     def prepare(self, ctx: Context) -> Path:
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else 8000)
 
@@ -93,7 +96,8 @@ class SupervisedHeadStudy(Study):
 
 
 def _head_grid(metrics: dict, path: Path) -> Path:
-    """Dev UAS of every head of every layer (seed 1), one panel per arm."""
+    """Dev UAS of every head of every layer (seed 1), one panel per arm, all on one colour scale
+    fitted to the scores (0 to the best head's, rounded up to 5 points)."""
     import numpy as np
 
     from synattn.viz.figure import pyplot, save
@@ -101,17 +105,20 @@ def _head_grid(metrics: dict, path: Path) -> Path:
     plt = pyplot()
     arms = [a for a in metrics if metrics[a]]
     fig, axes = plt.subplots(1, len(arms), figsize=(4.2 * len(arms), 3.4), squeeze=False)
+    grids = {arm: 100 * np.asarray(metrics[arm][min(metrics[arm])]["all_heads_dev"]["encoder"])[..., 0]
+             for arm in arms}  # [L, H]
+    top = max(5.0, 5.0 * np.ceil(max(float(g.max()) for g in grids.values()) / 5.0))
     for ax, arm in zip(axes[0], arms):
-        first = metrics[arm][min(metrics[arm])]
-        grid = 100 * np.asarray(first["all_heads_dev"]["encoder"])[..., 0]  # [L, H]
-        image = ax.imshow(grid, vmin=0, vmax=100, cmap="viridis")
+        grid = grids[arm]
+        image = ax.imshow(grid, vmin=0, vmax=top, cmap="viridis")
         for (layer, head), value in np.ndenumerate(grid):
             ax.text(head, layer, f"{value:.0f}", ha="center", va="center",
-                    color="black" if value > 60 else "white", fontsize=8)
+                    color="black" if value > 0.6 * top else "white", fontsize=9)
         ax.set_xticks(range(grid.shape[1]))
         ax.set_yticks(range(grid.shape[0]))
         ax.set_title(f"{arm}, seed {min(metrics[arm])}\nUAS of each head on dev (%)", fontsize=9)  # no overlap
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    bar.set_label(f"UAS (%), one scale for every panel (0 to {top:.0f})")
     return save(fig, path)

@@ -10,6 +10,7 @@ test sentences. Its numbers mean nothing (the toy's never do); it makes every st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import cycle
 from pathlib import Path
 
@@ -55,15 +56,23 @@ def toy_trees(count: int, start: int = 0) -> list[DependencyTree]:
     return trees
 
 
-def write_toy_treebank(folder: Path) -> dict[str, str]:
-    """Writes ``folder/{train,dev,test}.conllu`` (atomically) and returns ``{split: path}``."""
+def write_toy_treebank(folder: Path, write: Callable[[Path, str], object] | None = None) -> dict[str, str]:
+    """Writes ``folder/{train,dev,test}.conllu`` (atomically, or with ``write(path, text)``: a
+    study's :meth:`~synattn.reproduce.study.Context.write`) and returns ``{split: path}``."""
+    import io
+
     from synattn.io import atomic_write
     from synattn.trees.conllu_io import write_conllu
 
     paths, start = {}, 0
     for split, count in SIZES.items():
         path = folder / f"{split}.conllu"
-        with atomic_write(path) as f:
-            write_conllu(toy_trees(count, start), f)
+        text = io.StringIO()
+        write_conllu(toy_trees(count, start), text)
+        if write is not None:
+            write(path, text.getvalue())
+        else:
+            with atomic_write(path) as f:
+                f.write(text.getvalue())
         paths[split], start = str(path.resolve()), start + count
     return paths

@@ -40,7 +40,14 @@ import numpy as np
 from synattn.data.prepared import PreparedData
 from synattn.errors import InputError, UsageError
 from synattn.reproduce.study import Arm, Context, Study, budget_train
-from synattn.reproduce.treebank_data import TEXTS, add_treebank_argument, lm_gold, prepare_ptb_text, prepare_treebank
+from synattn.reproduce.treebank_data import (
+    TEXTS,
+    add_treebank_argument,
+    lm_gold,
+    prepare_ptb_text,
+    prepare_treebank,
+    treebank_files,
+)
 from synattn.trees.induce import BASELINES
 from synattn.trees.subword import last_piece_index, word_heads_of_pieces
 
@@ -60,8 +67,9 @@ def framing_of(ctx: Context) -> str:
     return getattr(ctx.args, "framing", FRAMING)
 
 
-def text_of(ctx: Context) -> str:
-    return getattr(ctx.args, "text", TEXT)
+def text_of(args: argparse.Namespace) -> str:
+    """``--text``: the words as they are, or as language-model text."""
+    return getattr(args, "text", TEXT)
 
 
 def recipe_of(ctx: Context) -> str:
@@ -112,25 +120,35 @@ class TreeTransformerStudy(Study):
                             help=f"the model's tokens: whole words (the {WORD_VOCAB} most frequent, others <unk>; "
                                  f"as Wang et al.) or unigram sentencepiece pieces (default {SUBWORD_MODEL})")
 
-    def prepare(self, ctx: Context) -> Path:
-        gold = getattr(ctx.args, "gold", None)
-        for path in gold or ():  # a bad gold file stops the study before its minutes of training, not after
-            if not gold_trees(ctx, [path]):
-                raise InputError("no tree with words: nothing to score the induced trees against", path)
-        words = getattr(ctx.args, "subword_model", SUBWORD_MODEL) == "word"
-        if getattr(ctx.args, "corpus", None) == "ptb":
-            if getattr(ctx.args, "src_trees", None):
+    def check(self, args: argparse.Namespace, arms: list[Arm]) -> None:
+        """The training text (``--corpus ptb`` with ``--gold`` and ``--text lm``, or the treebank:
+        :func:`treebank_files`) and every ``--gold`` file (read: one without a tree stops the study
+        before its minutes of training, not after)."""
+        gold = getattr(args, "gold", None)
+        if getattr(args, "corpus", None) == "ptb":
+            if getattr(args, "src_trees", None):
                 raise UsageError("--corpus ptb and --src-trees: train on one text, give one of them")
             if not gold:
                 raise UsageError("--corpus ptb: the PTB text has no trees to score against; give --gold FILE … "
                                  "(PTB-bracketed, e.g. WSJ .mrg files)")
-            if text_of(ctx) != "lm":
+            if text_of(args) != "lm":
                 raise UsageError("--corpus ptb --text as-is: the PTB text is language-model text (give --text lm)")
+        else:
+            treebank_files(args, toy=args.toy)
+        for path in gold or ():
+            if not Path(path).is_file():
+                raise UsageError(f"--gold: {path}: not a file")
+            if not gold_trees(args, [path]):
+                raise InputError("no tree with words: nothing to score the induced trees against", path)
+
+    def prepare(self, ctx: Context) -> Path:
+        words = getattr(ctx.args, "subword_model", SUBWORD_MODEL) == "word"
+        if getattr(ctx.args, "corpus", None) == "ptb":
             # every word of Mikolov et al.'s 10,000 (its <unk> is sentencepiece's) beside the special pieces
             return prepare_ptb_text(ctx, vocab_size=300 if ctx.toy else WORD_VOCAB + 10 if words else 8000,
                                     subword_model="word" if words else "unigram")
         return prepare_treebank(ctx, vocab_size=300 if ctx.toy else WORD_VOCAB if words else 8000,
-                                subword_model="word" if words else "unigram", text=text_of(ctx))
+                                subword_model="word" if words else "unigram", text=text_of(ctx.args))
 
     def base_model(self, ctx: Context) -> dict:
         bos = framing_of(ctx) == "bos"
@@ -306,7 +324,7 @@ def gold_sentences(ctx: Context, data: Path, split: str):
 
     gold_files = getattr(ctx.args, "gold", None)
     if gold_files:
-        trees = gold_trees(ctx, gold_files)
+        trees = gold_trees(ctx.args, gold_files)
         return words_as_sentences(data, [leaves(t) for t in trees]), trees, 0
     all_sentences = Sentences.from_split(data, split)
     labels = PreparedData(data).labels
@@ -326,7 +344,7 @@ def gold_sentences(ctx: Context, data: Path, split: str):
     return sentences, trees, len(all_sentences.examples) - len(keep)
 
 
-def gold_trees(ctx: Context, paths: list[str]) -> list:
+def gold_trees(args: argparse.Namespace, paths: list[str]) -> list:
     """The trees with words of the PTB-bracketed ``paths`` (in order; traces and ``-NONE-`` elements
     dropped, :func:`~synattn.trees.constituency.read_brackets`), over the words the model reads:
     with the language-model text (``--text lm``) as :func:`~synattn.reproduce.treebank_data.lm_gold`
@@ -334,7 +352,7 @@ def gold_trees(ctx: Context, paths: list[str]) -> list:
     from synattn.trees.constituency import leaves, read_brackets
 
     trees = [t for path in paths for t in read_brackets(path) if leaves(t)]
-    if text_of(ctx) == "lm":
+    if text_of(args) == "lm":
         trees = [g for g in map(lm_gold, trees) if g is not None]
     return trees
 

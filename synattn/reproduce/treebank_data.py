@@ -34,28 +34,66 @@ def prepare_ptb_text(ctx: Context, vocab_size: int, subword_model: str = "word")
                                  limit=TOY_SENTENCES * 5 if ctx.toy else None), remedy=NEW_FOLDER)
 
 
-def treebank_splits(ctx: Context) -> dict[str, str]:
-    """``--src-trees`` as ``{split: path}``, checked (train and dev are needed); a ``--toy`` run
-    without it takes the package's own tiny treebank (:mod:`synattn.reproduce.toy_treebank`)."""
-    given = getattr(ctx.args, "src_trees", None)
-    if not given and ctx.toy:
-        from synattn.reproduce.toy_treebank import write_toy_treebank
+def treebank_files(args: argparse.Namespace, toy: bool = False) -> dict[str, str] | None:
+    """``--src-trees`` as ``{split: resolved path}``, checked before any work: each item
+    ``SPLIT=FILE`` of a split train, dev or test, named once, of a file that exists, no file (or
+    two files of the same contents) for two splits (a model scored on the sentences it trained on
+    measures nothing), train and dev given. None for a ``--toy`` run without it (the package's
+    own tiny treebank, :mod:`synattn.reproduce.toy_treebank`).
 
-        return write_toy_treebank(ctx.out / "builtin-treebank")
+    Raises:
+        UsageError: naming ``--src-trees`` and the item.
+    """
+    given = getattr(args, "src_trees", None)
+    if not given and toy:
+        return None
     if not given:
         raise UsageError("--src-trees: this study trains on a dependency treebank; give "
                          "train=FILE dev=FILE [test=FILE] (CoNLL-U, e.g. UD English-EWT)")
-    splits = {}
+    splits: dict[str, str] = {}
     for item in given:
         split, sep, path = item.partition("=")
-        if not sep or split not in ("train", "dev", "test"):
+        if not sep or split not in ("train", "dev", "test") or not path:
             raise UsageError(f"--src-trees: expected train=FILE, dev=FILE or test=FILE, got {item!r}")
+        if split in splits:
+            raise UsageError(f"--src-trees: {split}= is given twice ({splits[split]} and {path}); give one file "
+                             "per split")
         if not Path(path).is_file():
-            raise UsageError(f"--src-trees: {path} is not a file")
+            raise UsageError(f"--src-trees: {split}={path}: not a file")
+        for other, known in splits.items():
+            if _same_contents(known, path):
+                raise UsageError(f"--src-trees: {other}={known} and {split}={path} are the same treebank; a model "
+                                 f"scored on the sentences it was trained on, or {other} scored as {split}, measures "
+                                 "nothing: give each split its own file")
         splits[split] = str(Path(path).resolve())
     missing = {"train", "dev"} - set(splits)
     if missing:
         raise UsageError(f"--src-trees: missing {' and '.join(sorted(missing))}=FILE")
+    return splits
+
+
+def _same_contents(a: str, b: str) -> bool:
+    """Whether the files ``a`` and ``b`` are one file, or hold the same bytes."""
+    import os
+
+    from synattn.io import file_digest
+
+    try:
+        if os.path.samefile(a, b):
+            return True
+        return os.path.getsize(a) == os.path.getsize(b) and file_digest(a) == file_digest(b)
+    except OSError:
+        return False  # not readable: preparing it says so
+
+
+def treebank_splits(ctx: Context) -> dict[str, str]:
+    """``--src-trees`` as ``{split: path}`` (:func:`treebank_files`); a ``--toy`` run without it
+    takes the package's own tiny treebank, written into ``OUT/builtin-treebank``."""
+    splits = treebank_files(ctx.args, ctx.toy)
+    if splits is None:
+        from synattn.reproduce.toy_treebank import write_toy_treebank
+
+        return write_toy_treebank(ctx.out / "builtin-treebank", ctx.write)
     return splits
 
 
@@ -69,10 +107,10 @@ def prepare_treebank(ctx: Context, vocab_size: int, subword_model: str = "unigra
         raise UsageError(f"text must be one of {', '.join(TEXTS)}, got {text!r}")
     given = splits = treebank_splits(ctx)
     if ctx.toy:
-        splits = _copies(splits, ctx.out / "toy-treebank", lambda trees: trees[:TOY_SENTENCES], given)
+        splits = _copies(ctx, splits, ctx.out / "toy-treebank", lambda trees: trees[:TOY_SENTENCES], given)
     if text == "lm":
-        splits = _copies(splits, ctx.out / "lm-text", lambda trees: [t for t in map(lm_text, trees) if t is not None],
-                         given)
+        splits = _copies(ctx, splits, ctx.out / "lm-text",
+                         lambda trees: [t for t in map(lm_text, trees) if t is not None], given)
     return prepare(PrepareConfig(out=str(ctx.out / "data"), src_trees=splits, tgt_lang=None,
                                  vocab_size=vocab_size, subword_model=subword_model), remedy=NEW_FOLDER)
 
@@ -131,9 +169,9 @@ def lm_text(tree: DependencyTree) -> DependencyTree | None:
     return kept
 
 
-def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list],
+def _copies(ctx: Context, splits: dict[str, str], folder: Path, change: Callable[[list], list],
             given: dict[str, str]) -> dict[str, str]:
-    """Each split's trees passed through ``change``, written (atomically) as ``folder/SPLIT.conllu``;
+    """Each split's trees passed through ``change``, written as ``folder/SPLIT.conllu`` (:meth:`Context.write`);
     written again when the split's file has other contents than those the copy was made from (its
     SHA-256 is kept beside it, ``SPLIT.source``), so a study rerun on edited or other files never
     trains on stale copies.
@@ -141,10 +179,11 @@ def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]
     Raises:
         DataError: ``change`` leaves no sentence of a split (the error names the user's file, ``given``).
     """
+    import io
     import json
 
     from synattn.errors import DataError
-    from synattn.io import atomic_write, file_digest
+    from synattn.io import file_digest
     from synattn.trees.conllu_io import read_conllu, write_conllu
 
     out = {}
@@ -160,9 +199,9 @@ def _copies(splits: dict[str, str], folder: Path, change: Callable[[list], list]
             if not trees:
                 raise DataError(f"no sentence of split {split} is left for {folder.name} (its sentences were "
                                 "all punctuation, or there were none)", given[split])
-            with atomic_write(target) as f:
-                write_conllu(trees, f)
-            with atomic_write(source) as f:
-                json.dump({"path": path, "sha256": digest}, f)
+            text = io.StringIO()
+            write_conllu(trees, text)
+            ctx.write(target, text.getvalue())
+            ctx.write(source, json.dumps({"path": path, "sha256": digest}))
         out[split] = str(target)
     return out

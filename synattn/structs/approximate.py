@@ -43,6 +43,28 @@ class IterativeInference(nn.Module):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_iter={self.max_iter})"
 
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name not in DISTRIBUTION_MEMBERS:
+                raise
+        raise NotADistribution(
+            f"{type(self).__name__} has no {name}: it is a module that computes approximate "
+            f"marginals (call it on its scores, {type(self).__name__}()(scores, lengths)); "
+            f"approximate inference gives no exact log_partition, argmax or samples", name=name, obj=self)
+
+
+class NotADistribution(AttributeError, TypeError):
+    """A distribution's member asked of an approximate-inference module (a ``TypeError``, and an
+    ``AttributeError`` so that ``hasattr`` stays False)."""
+
+
+DISTRIBUTION_MEMBERS = frozenset({
+    "log_partition", "partition", "marginals", "argmax", "max", "mode", "sample", "kbest", "kmax",
+    "topk", "entropy", "perplexity", "log_prob", "score", "cross_entropy", "kl", "count", "run",
+    "semiring_marginals", "gumbel_crf", "lengths"})
+
 
 def binary_message(partner: torch.Tensor, messages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """One LBP round of messages between binary variables (supar's rule, as log-odds).
@@ -73,5 +95,7 @@ def binary_result(who: str, logits: torch.Tensor, usable: torch.Tensor, target: 
         shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
         raise ValueError(f"{who}: target must be a 0/1 tensor {list(logits.shape)} like the scores, got {shape}")
     gold = target.to(logits.device, logits.dtype)
+    if not bool(((gold >= 0) & (gold <= 1)).all()):  # (NaN too)
+        raise ValueError(f"{who}: target must hold values in [0, 1] (0/1 gold parts)")
     loss = F.binary_cross_entropy_with_logits(logits[usable], gold[usable])
     return loss, marginals

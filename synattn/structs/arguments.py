@@ -71,3 +71,22 @@ def kbest_count(k: object, batch: int, bytes_per_structure: int) -> int:
     check_memory("kbest: k", k, batch * k * (8 + bytes_per_structure),
                  f"the {batch} x {k} best structures")
     return k
+
+
+def length_tensor(lengths: object, device: torch.device, what: str = "lengths") -> torch.Tensor:
+    """``lengths`` as a long tensor on ``device``: integers, or floats that are whole numbers.
+
+    A fractional length (``torch.tensor([3.5, 2.0])``) is a ValueError rather than a silent
+    truncation to 3; booleans and complex numbers are a TypeError. Integer tensors cost nothing
+    more (no read back to the host); only floating ones are checked value by value."""
+    try:
+        t = torch.as_tensor(lengths, device=device)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{what} must be integers (a list or an integer tensor), got "
+                        f"{type(lengths).__name__}: {error}") from None
+    if t.dtype == torch.bool or t.is_complex():
+        raise TypeError(f"{what} must be integers, got a {t.dtype} tensor")
+    if t.is_floating_point():
+        if not bool(((t == t.round()) & t.isfinite()).all()):
+            raise ValueError(f"{what} must be whole numbers, got {brief(t.tolist())}")
+    return t.long()

@@ -8,10 +8,10 @@ threads). On a CPU the Python-level loop of the first is bound by kernel launche
 arithmetic, which is why the compiled kernels are several times faster there. Both give the same
 numbers up to rounding (the tests check them against each other and against brute force).
 
-For CUDA tensors the main structures (Eisner, CKY, the linear chain and the semi-Markov chain)
-also have Triton kernels (:mod:`synattn.structs.triton_kernels`): one program per sentence with the
-loop over span widths or positions inside the kernel, so a call is a handful of launches whatever
-the length, where the PyTorch path issues several launches per width.
+For CUDA tensors the main structures (Eisner of first and second order, CKY, the linear chain and
+the semi-Markov chain) also have Triton kernels (:mod:`synattn.structs.triton_kernels`): one
+program per sentence with the loop over span widths or positions inside the kernel, so a call is a
+handful of launches whatever the length, where the PyTorch path issues several launches per width.
 
 Choose with the environment variable ``SYNATTN_STRUCTS_BACKEND`` (``auto``, ``torch``,
 ``numba``, ``triton`` or ``reference``) or, inside a program, with :func:`use_backend`::
@@ -25,10 +25,10 @@ Triton kernels for CUDA tensors when ``triton`` imports, and PyTorch otherwise. 
 runs on CPU tensors when Triton's interpreter is on (``TRITON_INTERPRET=1`` in the environment
 before the kernels are first imported): slowly, but the same kernels, so they can be checked
 on a machine without a GPU (the tests do). ``reference`` runs the plain reference
-implementations of ``log_partition`` and ``marginals`` (:mod:`synattn.structs.reference`, chosen through :mod:`synattn.structs.registry`;
-slow, for tests and readers) and the PyTorch code for everything else. Compiled kernels are cached
-on disk (numba's ``cache=True``), so a process compiles a
-kernel only the first time it is ever used on a machine.
+implementations of ``log_partition`` and ``marginals`` (:mod:`synattn.structs.reference`, chosen
+through :mod:`synattn.structs.registry`; slow, for tests and readers) and the PyTorch code for
+everything else. Compiled kernels are cached on disk (numba's ``cache=True``), so a process
+compiles a kernel only the first time it is ever used on a machine.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def lawler(k: int, initial: Constraints,
             if j < k - 1:
                 subs = split(b, y, constraint)
                 todo.append((torch.full((subs[0].shape[0],), b, dtype=torch.long), subs))
-    width = max(len(f) for f in found) if all(len(f) < k for f in found) else k
+    width = max((len(f) for f in found), default=0) if all(len(f) < k for f in found) else k
     scores = torch.full((batch, width), -float("inf"), dtype=torch.float64)
     structures = empty.expand(batch, width, *empty.shape).clone()
     for b, listed in enumerate(found):

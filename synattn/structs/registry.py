@@ -13,7 +13,7 @@ structure          signature of ``log_partition`` / ``marginals``        acceler
 =================  =====================================================  ==============================
 ``linear_chain``   ``(unary [B,n,C], edge [B,n-1,C,C], lengths, scan)``   ``numba`` (CPU), ``triton``, ``torch``
 ``projective``     ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``triton``, ``torch``
-``nonprojective``  ``(scores [B,N+1,N+1], lengths, multiroot)``           ``numba`` (CPU), ``device``, ``torch``
+``nonprojective``  ``(scores [B,N+1,N+1], lengths, multiroot)``           ``device`` (CUDA), ``numba`` (CPU), ``torch``
 ``cky``            ``(scores [B,N,N], lengths)``                          ``numba`` (CPU), ``triton``, ``torch``
 ``semi_markov``    ``(edge [B,n-1,K,C,C], lengths)``                      ``numba`` (CPU), ``triton``, ``torch``
 =================  =====================================================  ==============================

@@ -120,6 +120,7 @@ def in_range_and_zero(xs: list[torch.Tensor], parts: int, zeros: list[torch.Tens
     """:func:`in_range` of ``xs`` and, in the same host synchronisation, whether each of ``zeros``
     (views of the entries a caller needs to be 0, e.g. a diagonal) is all 0."""
     xs = [x.detach() for x in xs if x.numel()]
+    zeros = [z if z.numel() else z.new_zeros(1) for z in zeros]  # (an empty view is all 0)
     reduced = [v.double() for x in [*xs, *zeros] for v in torch.aminmax(x.detach())]
     bounds = torch.stack(reduced).tolist() if reduced else []
     cut = 2 * len(xs)
@@ -191,9 +192,11 @@ def plain_lengths(lengths, batch: int, top: int, device: torch.device) -> torch.
     fast path, which leaves everything else to the full checks (and their messages)."""
     if lengths is None:
         return torch.full((batch,), top, dtype=torch.long, device=device)
-    lengths = torch.as_tensor(lengths, device=device).long()
-    if lengths.shape != (batch,) or lengths.device.type != "cpu":
-        return None
+    lengths = torch.as_tensor(lengths, device=device)
+    integers = not (lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool)
+    if lengths.shape != (batch,) or lengths.device.type != "cpu" or not integers:
+        return None  # (fractional lengths and the like: the full checks refuse them by name)
+    lengths = lengths.long()
     values = lengths.numpy()
     return lengths if values.min() >= 1 and values.max() <= top else None
 
@@ -207,6 +210,8 @@ def kernel_flagged(stats, parts: int) -> tuple[bool, float]:
     batch."""
     if stats.ndim == 1:
         nan, lo, hi = stats.tolist()
+    elif not len(stats):  # (an empty batch)
+        return False, 0.0
     else:
         (nan, _, hi), (_, lo, _) = stats.max(0).tolist(), stats.min(0).tolist()
     top = max(-lo, hi, lo, -hi) if lo <= hi else 0.0  # (the extremes of the sentences with entries)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from pathlib import Path
 from typing import cast
 
@@ -54,8 +53,9 @@ from synattn.checkpoints import (  # noqa: F401 (the layout's names, read here t
     resolve_checkpoint,
 )
 from synattn.errors import InputError
-from synattn.io import atomic_write
+from synattn.io import atomic_write, open_regular, real_folder, refuse_link, remove_path
 from synattn.models.pretrained import mismatch_summary
+from synattn.weights_file import check_against
 
 
 def _fsync(path: Path) -> None:
@@ -67,14 +67,28 @@ def _fsync(path: Path) -> None:
 
 
 def _discard(path: Path) -> None:
-    """Removes a directory so that no partly deleted one keeps a checkpoint's name."""
+    """Removes a directory so that no partly deleted one keeps a checkpoint's name (links are
+    removed as links, never followed)."""
     doomed = path.with_name(path.name + ".del")
-    shutil.rmtree(doomed, ignore_errors=True)
+    _remove_quietly(doomed)
     os.rename(path, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    _remove_quietly(doomed)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        remove_path(path)
+    except OSError:
+        pass
 
 
 def _write_weights(model: nn.Module, folder: Path) -> None:
+    from synattn.train.libraries import library_of_model
+
+    owner = library_of_model(model)
+    if owner is not None and owner.save is not None:  # another library's model, saved its way
+        owner.save(model, folder)
+        return
     save_pretrained = getattr(model, "save_pretrained", None)
     if save_pretrained is not None:
         save_pretrained(folder)  # config.json + model.safetensors
@@ -98,8 +112,7 @@ def save_checkpoint(folder: str | Path, step: int, model: nn.Module, state: dict
     Returns:
         The checkpoint directory.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = real_folder(folder)  # never a link: nothing outside the run is written or pruned
     _remove_leftovers(folder)
     def write(tmp: Path) -> None:
         _write_weights(model, tmp)
@@ -116,18 +129,14 @@ def save_checkpoint(folder: str | Path, step: int, model: nn.Module, state: dict
 def save_snapshot(folder: str | Path, step: int, model: nn.Module) -> Path:
     """Writes the model's weights alone (no training state) as ``folder/ckpt_NNNNNN``, atomically
     (a temporary directory renamed when complete); a snapshot already there is replaced."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = real_folder(folder)
     return _write_complete(folder / checkpoint_name(step), lambda tmp: _write_weights(model, tmp))
 
 
 def _remove_leftovers(folder: Path) -> None:
     """Removes what a killed write or deletion left in ``folder`` (``*.tmp``, ``*.del``)."""
     for stale in list(folder.glob("*.tmp")) + list(folder.glob("*.del")):
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
+        _remove_quietly(stale)
 
 
 def _write_complete(final: Path, write) -> Path:
@@ -136,15 +145,19 @@ def _write_complete(final: Path, write) -> Path:
     directory already named ``final`` (left by an earlier, interrupted attempt, never pointed to)
     is replaced."""
     tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)  # of a killed write
+    _remove_quietly(tmp)  # of a killed write
     tmp.mkdir()
-    write(tmp)
-    for file in tmp.iterdir():
-        _fsync(file)
-    _fsync(tmp)
-    if final.exists():
-        _discard(final)
-    os.rename(tmp, final)
+    try:
+        write(tmp)
+        for file in tmp.iterdir():
+            _fsync(file)
+        _fsync(tmp)
+        if final.exists() or final.is_symlink():
+            _discard(final)
+        os.rename(tmp, final)
+    except BaseException:
+        _remove_quietly(tmp)  # a full disk leaves no half-written checkpoint behind
+        raise
     _fsync(final.parent)
     return final
 
@@ -155,6 +168,7 @@ def drop_snapshots_after(folder: str | Path, step: int) -> list[Path]:
     settings (a smaller ``max_steps``) the old ones would outlive the run. Returns the deleted
     snapshots."""
     folder = Path(folder)
+    refuse_link(folder, "folder")
     if not folder.is_dir():
         return []
     _remove_leftovers(folder)
@@ -171,6 +185,7 @@ def prune_checkpoints(folder: str | Path, keep_last_n: int | None) -> list[Path]
         The deleted directories.
     """
     folder = Path(folder)
+    refuse_link(folder, "folder")
     if keep_last_n is None:
         return []
     protected = {read_pointer(folder, which) for which in POINTERS}
@@ -200,12 +215,14 @@ def load_checkpoint(path: str | Path, model: nn.Module | None = None, which: str
     if directory is None:
         raise InputError(f"no {which} checkpoint found", str(path))
     if model is not None:
+        check_against(directory / WEIGHTS, model)  # a pipe, float64 or mis-shaped weights: refused by name
         try:
             load_model(model, str(directory / WEIGHTS), strict=True)  # copies into the params' devices
         except (RuntimeError, FileNotFoundError) as error:
             raise InputError(f"weights do not fit the model: {mismatch_summary(error)}",
                              str(directory / WEIGHTS)) from None
-    state = torch.load(directory / STATE, map_location=map_location, weights_only=True)
+    with os.fdopen(open_regular(directory / STATE, os.O_RDONLY, what="training state"), "rb") as f:
+        state = torch.load(f, map_location=map_location, weights_only=True)  # (never a pipe: no hang)
     state["path"] = str(directory)
     return state
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from synattn.config_bounds import MAX_EPOCHS, MAX_LR, MAX_MINUTES, MAX_SEED, MAX_STEPS, at_most, within
 from synattn.config_io import StrictConfig
 from synattn.errors import ConfigError
 
@@ -120,6 +121,14 @@ class TrainConfig(StrictConfig):
             raise ConfigError(f"max_minutes={self.max_minutes} must be positive")
         if self.lr <= 0:
             raise ConfigError(f"lr={self.lr} must be positive")
+        at_most("lr", self.lr, MAX_LR, "a larger rate only diverges")
+        at_most("eps", self.eps, 1.0)
+        at_most("weight_decay", self.weight_decay, 10.0)
+        at_most("max_epochs", self.max_epochs, MAX_EPOCHS)
+        for key in ("max_steps", "warmup_updates"):
+            at_most(key, getattr(self, key), MAX_STEPS)
+        at_most("max_minutes", self.max_minutes, MAX_MINUTES, "ten years")
+        within("seed", self.seed, 0, MAX_SEED, "seeds are unsigned 32-bit integers")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"betas={self.betas} must be two numbers in [0, 1)")
         for key in ("eps", "weight_decay", "clip_norm"):

@@ -1,7 +1,8 @@
 """One experiment config trained into one run directory: what ``synattn train`` and the studies of
 ``synattn reproduce`` both run (docs/training.md).
 
-:func:`train_experiment` checks the dataset's arrays, locks the run directory (one writer), gives
+:func:`train_experiment` takes a reader's lock on the dataset (no ``prepare`` rewrites it until the
+run ends), checks the dataset's arrays, locks the run directory (one writer), gives
 the run its own copy of the dataset's tokenizers and labels (or checks, when it continues, that the
 dataset is still the run's own), builds the model with ``train.seed``, and trains it with
 :class:`~synattn.train.trainer.Trainer`. What it prints is the caller's: it returns a
@@ -17,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +31,10 @@ from synattn.data.validate import check_dataset, check_split
 from synattn.errors import ConfigError
 from synattn.experiment import ExperimentConfig, build_model
 from synattn.locks import FolderLock
-from synattn.runs import check_dataset as check_run_dataset, run_vocab, save_run_vocab
+from synattn.runs import check_dataset as check_run_dataset, check_run_links, run_vocab, save_run_vocab
 from synattn.train.checkpoint import resolve_checkpoint
 from synattn.train.kinds import task_for
+from synattn.train.run_log import read_log
 from synattn.train.trainer import Trainer, TrainResult
 
 ValidMetrics = Callable[[nn.Module, ExperimentConfig, PreparedDataset],
@@ -58,12 +61,13 @@ class TrainedRun:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C while training: ``step`` is the update reached, ``checkpoint`` the run's last
-    checkpoint kept (None: none yet, or not rank 0), ``is_main`` whether this process reports."""
+    """Ctrl-C (or SIGTERM) while training: ``step`` is the update reached, ``checkpoint`` the run's
+    last checkpoint kept (that update's, :mod:`synattn.train.signals`; None: not rank 0, or stopped
+    before its first update), ``is_main`` whether this process reports, ``signum`` the signal."""
 
-    def __init__(self, step: int, checkpoint: Path | None, is_main: bool):
+    def __init__(self, step: int, checkpoint: Path | None, is_main: bool, signum: int = signal.SIGINT):
         super().__init__(step)
-        self.step, self.checkpoint, self.is_main = step, checkpoint, is_main
+        self.step, self.checkpoint, self.is_main, self.signum = step, checkpoint, is_main, signum
 
 
 def check_training_data(folder: str | Path) -> None:
@@ -87,6 +91,8 @@ def prepare_run_dir(run_dir: Path, exp: ExperimentConfig, resume: bool) -> None:
     if started and not resume:
         raise ConfigError(f"--run-dir {run_dir} already has checkpoints: resume it (--resume) or choose "
                           "another directory")
+    if started:
+        read_log(run_dir)  # a log that is not one (garbage, a pipe): refused before anything is written
     if started and run_vocab(run_dir) is not None:
         check_run_dataset(run_dir, exp.data)
     elif int(os.environ.get("RANK", "0")) == 0:  # under torchrun, the first process writes
@@ -106,15 +112,19 @@ def train_experiment(exp: ExperimentConfig, run_dir: str | Path, resume: bool = 
 
     Raises:
         ConfigError, DataError: the dataset or the run directory does not fit (nothing written).
-        RunFailure: another process writes the run directory.
-        TrainingInterrupted: Ctrl-C (the last checkpoint is kept).
+        RunFailure: another process writes the run directory, or prepares the dataset.
+        InputError: a folder or file of the run directory is a symbolic link (nothing is written).
+        TrainingInterrupted: Ctrl-C or SIGTERM (a checkpoint of the update reached is written first).
     """
     run_dir = Path(run_dir)
-    check_training_data(exp.data)
+    reading = FolderLock(exp.data, "prepared dataset", shared=True)  # no `prepare` rewrites it while it is read
     lock = FolderLock(run_dir, "run directory")
-    if int(os.environ.get("RANK", "0")) == 0:  # one writer, from before the run's tokenizers are copied
-        lock.acquire()
     try:
+        reading.acquire()
+        check_training_data(exp.data)
+        if int(os.environ.get("RANK", "0")) == 0:  # one writer, from before the run's tokenizers are copied
+            lock.acquire()
+        check_run_links(run_dir)
         prepare_run_dir(run_dir, exp, resume)
         torch.manual_seed(exp.train.seed)  # train.seed decides the initial weights too
         model = build_model(exp)
@@ -127,9 +137,11 @@ def train_experiment(exp: ExperimentConfig, run_dir: str | Path, resume: bool = 
             result = trainer.train(resume=resume, lock=lock)
         except KeyboardInterrupt as stop:
             main = trainer.dist.is_main
-            raise TrainingInterrupted(trainer.step, resolve_checkpoint(run_dir) if main else None, main) from stop
+            raise TrainingInterrupted(trainer.step, resolve_checkpoint(run_dir) if main else None, main,
+                                      getattr(stop, "signum", signal.SIGINT)) from stop
         finally:
             trainer.close()
     finally:
         lock.release()
+        reading.release()
     return TrainedRun(result, trainer.epochs_started, trainer.elapsed / 60.0, trainer.dist.is_main)

@@ -62,6 +62,8 @@ class ModelLibrary:
         build_model: ``exp`` → a new model (the dataset checked first).
         task: ``model`` → the :class:`Task` that trains it.
         load_checkpoint: ``folder`` → the model of a checkpoint folder.
+        save: ``(model, folder)`` → writes the model's weights (and config) into a checkpoint folder
+            (None: its ``save_pretrained``).
     """
 
     name: str
@@ -70,6 +72,7 @@ class ModelLibrary:
     build_model: Callable[[Any], nn.Module]
     task: Callable[[nn.Module], Task]
     load_checkpoint: Callable[[Path], nn.Module]
+    save: Callable[[nn.Module, Path], None] | None = None
 
 
 _REGISTERED: dict[str, ModelLibrary] = {}

@@ -14,6 +14,7 @@ generators) is :meth:`synattn.train.trainer.Trainer.state_dict`.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +53,14 @@ def write_checkpoint(run_dir: Path, step: int, model: nn.Module, state: dict, *,
     folder = run_dir / CHECKPOINTS
     try:
         return save_checkpoint(folder, step, model, state, is_best=is_best, keep_last_n=keep_last_n)
-    except (SynattnError, OSError):
+    except SynattnError:
         raise
+    except OSError as err:  # a write or flush of the checkpoint's files (the folder is named)
+        cause = (err.strerror or str(err)).removeprefix("cannot write: ").removesuffix(" (is the disk full?)")
+        then = ("is the disk full? The last complete checkpoint is kept: free space and resume"
+                if err.errno in (errno.ENOSPC, errno.EDQUOT, None) else
+                "the last complete checkpoint is kept: resume once it is fixed")
+        raise RunFailure(f"{folder}: cannot write the checkpoint of update {step} ({cause}); {then}") from None
     except Exception as err:  # torch.save and safetensors report a failed write (a full disk) this way
         raise RunFailure(f"{folder}: cannot write the checkpoint of update {step} "
                          f"({' '.join(str(err).split())[:200]}); is the disk full? The last complete "

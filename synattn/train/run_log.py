@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import threading
 from pathlib import Path
 
-from synattn.io import atomic_write
+from synattn.errors import InputError
+from synattn.io import atomic_write, cannot_write, open_regular
 
 logger = logging.getLogger(__name__)
 
@@ -21,16 +24,31 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 def read_log(run_dir: str | Path, kind: str | None = None) -> list[dict]:
-    """The records of ``RUN/log.jsonl`` (of one ``kind`` when given); an unfinished last line is skipped."""
+    """The records of ``RUN/log.jsonl`` (of one ``kind`` when given); an unfinished line (cut by a
+    killed process) is skipped.
+
+    Raises:
+        InputError: naming the file, when it is not a log (not a regular file, not UTF-8, or a line
+            of JSON that is not a record).
+    """
     path = Path(run_dir) / LOG_NAME
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
+    with os.fdopen(open_regular(path, os.O_RDONLY, what="log file"), "rb") as f:
+        raw = f.read()
+    way_out = "it is not a log of synattn train; move it away to resume without the records"
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise InputError(f"not valid UTF-8 (byte {err.start}): {way_out}", str(path)) from None
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, 1):
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a killed process
+        except (json.JSONDecodeError, RecursionError):  # a line cut by a killed process
             continue
+        if not isinstance(record, dict):
+            raise InputError(f"not a JSON record: {way_out}", str(path), number)
         if kind is None or record.get("kind") == kind:
             records.append(record)
     return records
@@ -57,33 +75,66 @@ class RunLog:
             kept = [r for r in read_log(run_dir) if r.get("step", 0) <= resume_step]
             with atomic_write(self.path) as f:
                 f.writelines(json.dumps(r) + "\n" for r in kept)
-        self.file = open(self.path, "a", encoding="utf-8")
+        self.file = os.fdopen(open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="log file"),
+                              "a", encoding="utf-8")  # never appended to through a link
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
                 logger.info("tensorboard is not installed: metrics go to %s only", self.path)
             else:
+                _quiet_event_writer_threads()
                 purge = None if resume_step is None else resume_step + 1
-                self.writer = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
+                try:
+                    self.writer = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
+                except OSError as err:
+                    self.file.close()
+                    raise cannot_write(err, Path(run_dir) / TENSORBOARD_DIR) from None
 
     def write(self, kind: str, step: int, epoch: int, values: dict[str, float]) -> None:
         """Appends one record and its scalars (``kind/name``) to TensorBoard."""
         if not self.enabled:
             return
         record = {"kind": kind, "step": step, "epoch": epoch, **values}
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        except OSError as err:
+            raise cannot_write(err, self.path) from None
         if self.writer is not None:
-            for name, value in values.items():
-                self.writer.add_scalar(f"{kind}/{name}", value, step)
+            try:
+                for name, value in values.items():
+                    self.writer.add_scalar(f"{kind}/{name}", value, step)
+            except OSError as err:
+                raise cannot_write(err, self.path.parent / TENSORBOARD_DIR) from None
 
     def close(self) -> None:
         if not self.enabled:
             return
         self.file.close()
         if self.writer is not None:
-            self.writer.close()
+            try:
+                self.writer.flush()  # raises what failed in its thread (a full disk): the events are not whole
+            except OSError as err:
+                raise cannot_write(err, self.path.parent / TENSORBOARD_DIR) from None
+            finally:
+                self.writer.close()
+
+
+def _quiet_event_writer_threads() -> None:
+    """TensorBoard writes its events in a thread of its own; what fails there (a full disk) is raised
+    again by the writer's next call in the training (:meth:`RunLog.write`, :meth:`RunLog.close`), so
+    the thread's own traceback is not printed too (the error stays one line)."""
+    previous = threading.excepthook
+    if getattr(previous, "synattn_quiet", False):
+        return
+
+    def hook(args):
+        if type(args.thread).__name__ != "_AsyncWriterThread":
+            previous(args)
+
+    hook.synattn_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def console_line(metrics: dict[str, float]) -> str:

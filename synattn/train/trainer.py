@@ -22,7 +22,8 @@ per-process generators need not be saved, since they are re-seeded).
 The pieces around the loop live beside it: the per-batch seeds, the resume checks and the
 checkpoint errors in :mod:`synattn.train.resume`, the validation loss in
 :mod:`synattn.train.validation`, the interval records and the progress bar in
-:mod:`synattn.train.progress`.
+:mod:`synattn.train.progress`, Ctrl-C and SIGTERM (a checkpoint of the update under way, then
+the stop) in :mod:`synattn.train.signals`.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from synattn.train.resume import (
     write_checkpoint,
 )
 from synattn.train.run_log import RunLog, console_line, summarize
+from synattn.train.signals import StopSignals
 from synattn.train.tasks import Task
 from synattn.train.validation import improves, validation_sums
 
@@ -151,7 +153,7 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(self.model, config, self._budget_progress())
         self.step, self.epoch, self.batches_done = 0, 1, 0
         self.best_valid_loss: float | None = None
-        self._best_step = -1
+        self._best_step = self._saved_step = -1
         self._log: RunLog | None = None
 
     def _budget_progress(self) -> Callable[[int], float] | None:
@@ -203,6 +205,7 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Writes a checkpoint of the current update (rank 0; others return None)."""
+        self._saved_step = self.step
         if not self.dist.is_main:
             return None
         return write_checkpoint(self.run_dir, self.step, self.model, self.state_dict(),
@@ -364,13 +367,16 @@ class Trainer:
             ids = [self.dist.local_rank] if self.dist.device.type == "cuda" else None
             self.wrapped = DistributedDataParallel(self.model, device_ids=ids)
         started = time.monotonic() - self.elapsed
-        interval = TrainInterval(self.dist, self._log, c.progress_bar)
+        interval = TrainInterval(self.dist, self._log, c.progress_bar, c)
         self._started = started
         stopped = self._stop_reason()
+        signals = StopSignals()  # Ctrl-C, SIGTERM: stop after the update under way, with its checkpoint
         try:
+            signals.__enter__()
             while stopped is None:
                 batches = token_batches(self.lengths, c.max_tokens, seed=c.seed, epoch=self.epoch,
                                         max_sentences=c.max_sentences)
+                interval.per_epoch = math.ceil(len(batches) / (world * c.update_freq))
                 bar = progress_bar(len(batches), world * c.update_freq, self.batches_done, self.epoch,
                                    c.progress_bar and self.dist.is_main)
                 epoch_end = False
@@ -387,9 +393,18 @@ class Trainer:
                         interval.write(self.step, self.epochs_started, self.elapsed, bar)
                     bar.update(1)
                     self._validate_and_save(epoch_end, stopped is not None)
+                    if stopped is None and self.dist.main_says(signals.received is not None):
+                        stopped = "signal"
                 stream.close()  # (stops the workers of an epoch left early)
                 bar.close()
+            if stopped == "signal":
+                if interval.sums:
+                    interval.write(self.step, self.epochs_started, self.elapsed, bar)
+                if self._saved_step != self.step:
+                    self.save()
+                signals.stop()  # raises as the signal would have (KeyboardInterrupt for Ctrl-C)
         finally:
+            signals.restore()
             self._started = None
             self._log.close()
         last = resolve_checkpoint(self.run_dir / CHECKPOINTS) if self.dist.is_main else None

@@ -46,7 +46,52 @@ def _draw_arcs(ax, heads: np.ndarray, words: Sequence[str] | None = None, fontsi
 MAX_PANEL_INCHES = 20.0
 """The largest side of one head's heatmap (at 100 dpi: 2,000 pixels)."""
 INCHES_PER_TOKEN = 0.32
-"""The side of one cell of a heatmap: room for a label in 8-point type."""
+"""The side of one cell of a heatmap: room for a label in 10-point type."""
+FONT = 10
+"""Points of the positions' labels (the titles are a point or two larger): readable when a wide
+figure is shown shrunk to a screen."""
+SPECIALS = {"<s>", "</s>", "<pad>", "<unk>", "<mask>", "[CLS]", "[SEP]"}
+"""Labels that are no piece of text: shown as they are."""
+
+
+def readable_pieces(tokens: Sequence[str]) -> list[str]:
+    """Labels of sentencepiece pieces without its ``▁`` word mark: a word's first piece as it is
+    spelled (``▁God`` → ``God``), a piece that continues a word after a ``·`` (``s`` of ``▁heaven s``
+    → ``·s``), a lone ``▁`` (a word boundary with no letters) as ``␣``; labels with no ``▁`` anywhere
+    (words, or another tokenizer's) are kept as they are, and so are :data:`SPECIALS`."""
+    if not any(str(t).startswith("▁") for t in tokens):
+        return [str(t) for t in tokens]
+    shown = []
+    for token in map(str, tokens):
+        if token in SPECIALS:
+            shown.append(token)
+        elif token == "▁":
+            shown.append("␣")
+        elif token.startswith("▁"):
+            shown.append(token[1:])
+        else:
+            shown.append("·" + token)
+    return shown
+
+
+def _explain(fig, heads: bool, pieces: bool, below_inches: float) -> None:
+    """The key under the heatmaps (``below_inches`` under the lowest one: its labels): what a row
+    and a column are, the arcs' direction, the boxes."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="none", label="row: the query position (attending); column: the key (attended)")]
+    if heads:
+        handles += [Line2D([], [], color="#333333", marker=">", markersize=6, lw=1,
+                           label="arc: from a head to its dependent (arrowhead at the dependent); "
+                                 "arrow from the top: the root"),
+                    Line2D([], [], color="none", marker="s", markerfacecolor="none", markeredgecolor="#d62728",
+                           markersize=9, label="red box: each row's head in the tree")]
+    if pieces:
+        handles.append(Line2D([], [], color="none", label="·x: a piece that continues the word before it; ␣: a lone "
+                                                          "word boundary"))
+    bottom = min(ax.get_position().y0 for ax in fig.axes)
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, bottom - below_inches / fig.get_figheight()),
+               frameon=False, fontsize=FONT, handlelength=1.5)
 
 
 def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *,
@@ -55,6 +100,9 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
     """Heatmaps of attention heads over one sentence, with its dependency tree.
 
     Above each heatmap, on its own columns, the tree: the positions' labels and the arcs over them.
+    Every head is drawn on one colour scale, from 0 to the largest weight of any head (the heads
+    are compared), with one colour bar; a key under the heatmaps says what rows, columns, arcs and
+    boxes are. Sentencepiece labels are written without their ``▁`` (:func:`readable_pieces`).
 
     Args:
         probs: ``[H, n, n]`` (or ``[n, n]``) attention probabilities, row i attending to column j.
@@ -72,38 +120,46 @@ def plot_attention(probs: np.ndarray, tokens: Sequence[str], path: str | Path, *
     n_heads, n = probs.shape[0], len(tokens)
     if probs.shape[1:] != (n, n):
         raise ValueError(f"attention of shape {probs.shape} for {n} tokens")
+    labels = readable_pieces(tokens)
     cols = min(columns, n_heads)
     rows = -(-n_heads // cols)
-    size = min(max(2.5, INCHES_PER_TOKEN * n), MAX_PANEL_INCHES)  # a long sentence: labels thinned
+    size = min(max(3.0, INCHES_PER_TOKEN * n), MAX_PANEL_INCHES)  # a long sentence: labels thinned
     every = -(-n // int(MAX_PANEL_INCHES / INCHES_PER_TOKEN))  # label every position up to ~60, then every k-th
-    fontsize = 8
-    shown = [str(t) if k % every == 0 else "" for k, t in enumerate(tokens)]
+    shown = [t if k % every == 0 else "" for k, t in enumerate(labels)]
     # above each heatmap: the labels (as tall as the longest), then the arcs, then the head's name
-    words_inches = 0.09 * max((len(t) for t in shown), default=1) + 0.1
+    words_inches = 0.11 * max((len(t) for t in shown), default=1) + 0.1
     tree_inches = (words_inches + min(0.3 * size, 2.5)) if heads is not None else 0.0
-    fig = plt.figure(figsize=(size * cols * 1.2, (size + tree_inches + 0.6) * rows + 0.4))
-    grid = fig.add_gridspec(rows, cols, hspace=(tree_inches + 0.6) / size, wspace=0.3)
+    fig = plt.figure(figsize=(size * cols * 1.15 + 1.2, (size + tree_inches + 1.0) * rows + 0.4))
+    grid = fig.add_gridspec(rows, cols, hspace=(tree_inches + 1.0) / size, wspace=0.35)
     if heads is not None:
         heads = np.asarray(heads)
         word_rows = np.flatnonzero(heads >= 0)  # positions of the tree's words: one box each
         gold = np.where(heads > 0, heads - 1, np.arange(n))[word_rows]
+    top = max(float(probs.max()), 1e-9)  # one scale for every head, fitted to the weights drawn
+    panels, image = [], None
     for k in range(n_heads):
         ax = fig.add_subplot(grid[k // cols, k % cols])
-        image = ax.imshow(probs[k], cmap="Blues", vmin=0, vmax=max(probs[k].max(), 1e-9))
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)  # each head its own scale
-        ax.set_yticks(range(0, n, every), list(tokens)[::every], fontsize=fontsize)
-        ax.set_xticks(range(0, n, every), list(tokens)[::every], rotation=90, fontsize=fontsize)
+        panels.append(ax)
+        image = ax.imshow(probs[k], cmap="Blues", vmin=0, vmax=top)
+        ax.set_yticks(range(0, n, every), labels[::every], fontsize=FONT)
+        ax.set_xticks(range(0, n, every), labels[::every], rotation=90, fontsize=FONT)
+        ax.set_ylabel("query", fontsize=FONT)
+        ax.set_xlabel("key", fontsize=FONT)
         name = head_names[k] if head_names else f"head {k}"
         if heads is None:
-            ax.set_title(name, fontsize=9)
+            ax.set_title(name, fontsize=FONT + 1)
             continue
         ax.scatter(gold, word_rows, marker="s", s=(72 * 0.5 * size / max(n, 1)) ** 2,
                    facecolors="none", edgecolors="#d62728", linewidths=0.8)
         tree = ax.inset_axes([0, 1.0, 1, tree_inches / size])  # the heatmap's x scale: columns line up
-        _draw_arcs(tree, heads, shown, fontsize, words_share=words_inches / tree_inches)
-        tree.set_title(name, fontsize=9)
+        _draw_arcs(tree, heads, shown, FONT, words_share=words_inches / tree_inches)
+        tree.set_title(name, fontsize=FONT + 1)
+    bar = fig.colorbar(image, ax=panels, fraction=0.03 / cols, pad=0.02, shrink=min(1.0, 0.9 / rows + 0.1))
+    bar.ax.tick_params(labelsize=FONT - 1)
+    bar.set_label("attention weight (one scale for every head)", fontsize=FONT)
+    _explain(fig, heads is not None, labels != [str(t) for t in tokens], words_inches + 0.4)
     if title:
-        fig.suptitle(title, fontsize=10, y=1.0 + 0.35 / fig.get_figheight())  # above the heads' names
+        fig.suptitle(title, fontsize=FONT + 2, y=1.0 + 0.45 / fig.get_figheight())  # above the heads' names
     return save(fig, path)
 
 

@@ -37,7 +37,8 @@ def plot_learning_curves(runs: dict[str, str | Path], path: str | Path) -> Path:
     for ax, title in zip(axes, ("training task loss (label-smoothed)", "validation task loss")):
         ax.set_title(title)
         ax.set_xlabel("update")
-        ax.legend(fontsize=8)
+        ax.set_ylabel("loss")
+        ax.legend(fontsize=9)
     fig.tight_layout()
     return save(fig, path)
 
@@ -46,32 +47,38 @@ def plot_head_attachment(tables: dict[str, dict], path: str | Path,
                          marks: dict[str, tuple[int, int]] | None = None,
                          mark_label: str = "the supervised head") -> Path:
     """Word-level attachment (UAS, %) of every encoder head of several models, one panel per model
-    (``tables``: name → :func:`synattn.reproduce.heads.head_attachment`); ``marks`` outlines a
-    ``(layer, head)`` per model in red, ``mark_label`` saying what it is (under the panels)."""
+    (``tables``: name → :func:`synattn.reproduce.heads.head_attachment`), all on one colour scale
+    fitted to the scores (0 to the best head's, rounded up to 5 points: heads of 4 to 16% are told
+    apart, and the panels compared); ``marks`` outlines a ``(layer, head)`` per model in red,
+    ``mark_label`` saying what it is (under the panels)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(tables), figsize=(4.4 * len(tables), 3.6), squeeze=False)
+    grids = {name: 100 * np.asarray(table["heads"]["encoder"])[..., 0] for name, table in tables.items()}  # [L, H]
+    top = max(5.0, 5.0 * np.ceil(max(float(g.max()) for g in grids.values()) / 5.0))
+    fig, axes = plt.subplots(1, len(tables), figsize=(4.6 * len(tables) + 0.8, 3.9), squeeze=False)
     image = None
-    for ax, (name, table) in zip(axes[0], tables.items()):
-        grid = 100 * np.asarray(table["heads"]["encoder"])[..., 0]  # [layers, heads]
-        image = ax.imshow(grid, vmin=0, vmax=100, cmap="viridis")
+    for ax, (name, grid) in zip(axes[0], grids.items()):
+        image = ax.imshow(grid, vmin=0, vmax=top, cmap="viridis")
         for (layer, head), value in np.ndenumerate(grid):
             ax.text(head, layer, f"{value:.0f}", ha="center", va="center",
-                    color="black" if value > 60 else "white", fontsize=8)
+                    color="black" if value > 0.6 * top else "white", fontsize=10)
         if marks and name in marks:
             layer, head = marks[name]
             ax.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
         ax.set_xticks(range(grid.shape[1]))
         ax.set_yticks(range(grid.shape[0]))
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        ax.set_title(f"{name}\nUAS of each encoder head (%)", fontsize=9)
+        ax.tick_params(labelsize=10)
+        ax.set_xlabel("head", fontsize=10)
+        ax.set_ylabel("layer", fontsize=10)
+        ax.set_title(f"{name}\nUAS of each encoder head (%)", fontsize=10)
         if marks and name in marks:  # under the panel with the box: what the box is
             from matplotlib.patches import Patch
 
             ax.legend(handles=[Patch(fill=False, edgecolor="red", linewidth=2, label=f"red box: {mark_label}")],
                       loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.6 / grid.shape[0]), frameon=False,
-                      fontsize=9)
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+                      fontsize=10)
+    bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    bar.set_label(f"UAS (%), one scale for every panel (0 to {top:.0f})", fontsize=10)
+    bar.ax.tick_params(labelsize=9)
     return save(fig, path)
 
 

@@ -9,26 +9,14 @@ from synattn.attention import SyntacticAttention
 from synattn.attention.core import MultiheadAttention
 from synattn.structs import Dependency2oCRF
 from tests.helpers.second_order import brute_force
+from tests.helpers.structured import second_order_layer
 
 D, H = 8, 2
 
 
-def layer(multiroot: bool, seed: int = 0, siblings: bool = True):
-    torch.manual_seed(seed)
-    feature = SyntacticAttention(D, head=1, children_head=0, tree="projective2o",
-                                 multiroot=multiroot, arc_dim=4)
-    attn = MultiheadAttention(D, H, features=[feature]).double()
-    with torch.no_grad():
-        feature.scorer.bilinear.copy_(torch.randn(4, 4))
-        feature.scorer.head_bias.copy_(torch.randn(4))
-        if siblings:
-            feature.siblings.weight.copy_(torch.randn(4) * 2)
-    return attn, feature
-
-
 @pytest.mark.parametrize("multiroot", [False, True])
 def test_rows_are_second_order_arc_marginals(multiroot):
-    attn, feature = layer(multiroot)
+    attn, feature = second_order_layer(multiroot)
     lengths = [4, 2, 1]
     x = torch.randn(3, 4, D, dtype=torch.float64)
     pad = torch.arange(4)[None, :] >= torch.tensor(lengths)[:, None]
@@ -64,7 +52,7 @@ def test_fresh_layer_equals_first_order():
 
 
 def test_forward_backward_reaches_the_sibling_scorer():
-    attn, feature = layer(False, seed=3)
+    attn, feature = second_order_layer(False, seed=3)
     x = torch.randn(2, 3, D, dtype=torch.float64, requires_grad=True)
     pad = torch.tensor([[False] * 3, [False, False, True]])
     out, _ = attn(x, key_padding_mask=pad)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from synattn.attention.core import MultiheadAttention
 from synattn.attention.segments import SpanSegmentationAttention
 from synattn.attention.structured import SegmentationAttention
 from synattn.models import EncoderDecoderConfig, EncoderDecoderTransformer
-from tests.helpers.structured import SRC_PAD, D, H, bilinear_scores, output_from_weights
+from tests.helpers.structured import SRC_PAD, D, H, bilinear_scores, output_from_weights, span_layer
 
 
 def labelled_segmentations(length: int, longest: int):
@@ -48,19 +47,9 @@ def brute_force(theta: torch.Tensor, transition: torch.Tensor, length_scores: to
     return out
 
 
-def layer(longest: int, seed: int = 0):
-    torch.manual_seed(seed)
-    feature = SpanSegmentationAttention(H, longest)
-    attn = MultiheadAttention(D, H, features=[feature]).double()
-    with torch.no_grad():
-        feature.transition.copy_(torch.randn(H, 2, 2))
-        feature.length_scores.copy_(torch.randn(H, longest + 1, 2))
-    return attn, feature
-
-
 @pytest.mark.parametrize("longest", [1, 2, 3])
 def test_weights_are_the_probabilities_of_selected_segments(longest):
-    attn, feature = layer(longest)
+    attn, feature = span_layer(longest)
     x = torch.randn(3, 2, D, dtype=torch.float64)
     context = torch.randn(3, 4, D, dtype=torch.float64)
     out, extras = attn(x, context=context, key_padding_mask=SRC_PAD, need_weights=True)
@@ -92,7 +81,7 @@ def test_one_position_segments_are_the_chain_segmentation_attention():
 
 
 def test_gradients_reach_every_parameter_and_gradcheck_holds():
-    attn, feature = layer(2)
+    attn, feature = span_layer(2)
     x = torch.randn(2, 2, D, dtype=torch.float64)
     context = torch.randn(2, 4, D, dtype=torch.float64)
     out, _ = attn(x, context=context, key_padding_mask=SRC_PAD[:2])
@@ -122,7 +111,7 @@ def test_config_option_builds_the_feature_and_bad_values_are_errors():
 
 def test_decoding_with_the_static_cross_cache_equals_the_full_pass():
     from synattn.attention.cache import KVCache
-    attn, _ = layer(3, seed=2)
+    attn, _ = span_layer(3, seed=2)
     x = torch.randn(3, 3, D, dtype=torch.float64)
     context = torch.randn(3, 4, D, dtype=torch.float64)
     full, _ = attn(x, context=context, key_padding_mask=SRC_PAD)

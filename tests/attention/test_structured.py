@@ -17,6 +17,8 @@ from tests.helpers.structured import (
     assert_bidirectional_self_attention_only,
     bilinear_scores,
     output_from_weights,
+    seg_layer,
+    syn_layer,
 )
 
 
@@ -30,16 +32,6 @@ def brute_chain(theta, pairwise):
         log_weights.append(score)
     p = torch.softmax(torch.stack(log_weights), 0)
     return torch.stack([sum(p[k] for k, z in enumerate(labelings) if z[i]) for i in range(length)])
-
-
-def seg_layer(mode="structured", normalize=False, seed=0):
-    torch.manual_seed(seed)
-    feature = SegmentationAttention(H, mode, normalize)
-    attn = MultiheadAttention(D, H, features=[feature]).double()
-    if feature.pairwise is not None:
-        with torch.no_grad():
-            feature.pairwise.copy_(torch.randn(H, 2, 2) * 2)
-    return attn, feature
 
 
 @pytest.mark.parametrize("normalize", [False, True])
@@ -151,17 +143,6 @@ def brute_arcs(scores, n: int, projective: bool, multiroot: bool):
         for d in range(1, n + 1):
             marg[t[d], d] += p[k]
     return marg
-
-
-def syn_layer(tree, multiroot, children_head=None, seed=0):
-    torch.manual_seed(seed)
-    feature = SyntacticAttention(D, head=1, children_head=children_head, tree=tree,
-                                 multiroot=multiroot, arc_dim=5)
-    attn = MultiheadAttention(D, H, features=[feature]).double()
-    with torch.no_grad():
-        feature.scorer.bilinear.copy_(torch.randn(5, 5))
-        feature.scorer.head_bias.copy_(torch.randn(5))
-    return attn, feature
 
 
 KINDS = [("projective", False), ("projective", True), ("nonprojective", False),

@@ -149,3 +149,68 @@ def test_the_lines_over_seeds_give_each_model_and_the_signed_difference_paired_b
     assert "chrF: baseline 31.00 ± 1.41, tree-distance 32.50 ± 2.12; ΔchrF paired by seed +1.50 ± 0.71 " \
            "(from +1.00 to +2.00)" in lines[1]
     assert "ΔBLEU paired by seed -1.00 ± 0.00 (from -1.00 to -1.00)" in lines[2]
+
+
+def test_side_by_side_training_says_the_time_to_go_and_when_it_runs_long(tmp_path, capsys, monkeypatch):
+    """Two runs polled through their logs (faked here): the line gives the time to go at the pace
+    measured after the first records, and one note says the machine is slower than the nominal."""
+    import re
+
+    import synattn.progress
+    from synattn.cli import side_by_side
+    from synattn.cli.side_by_side import Job, train_side_by_side
+    from synattn.reproduce.study import Budget
+
+    class Finished:
+        returncode = 0
+
+        def __init__(self, polls):
+            self.polls = polls
+
+        def poll(self):
+            self.polls -= 1
+            return None if self.polls > 0 else 0
+
+        def terminate(self):
+            self.polls = 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    clock = iter(range(10_000))
+    states = {"baseline": [(0.0, 0, None)] + [(60.0 * k, 10 * k, 5.0) for k in range(1, 10)],
+              "tree": [(0.0, 0, None)] + [(60.0 * k, 10 * k, 5.1) for k in range(1, 10)]}
+    monkeypatch.setattr(side_by_side.subprocess, "Popen", lambda *a, **k: Finished(9))
+    monkeypatch.setattr(side_by_side, "_progress", lambda job: states[job.name].pop(0) if len(states[job.name]) > 1
+                        else states[job.name][0])
+    monkeypatch.setattr(side_by_side.time, "monotonic", lambda: 60.0 * next(clock) / 2)  # 2 calls a minute
+    monkeypatch.setattr(side_by_side.time, "sleep", lambda s: None)
+    monkeypatch.setattr(synattn.progress, "INTERVAL_S", 0.0)
+    jobs = [Job(name, {"task": "mt"}, tmp_path / name) for name in ("baseline", "tree")]
+    train_side_by_side(jobs, tmp_path / "configs", tmp_path / "logs", threads=1, budget=Budget(updates=100),
+                       nominal_minutes=2.0)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("training: 0/100 updates (0%), baseline: starting | tree: starting")
+    assert "about" not in err[1]  # one record each: no pace yet
+    notes = [line for line in err if line.startswith("note: ")]
+    assert len(notes) == 1 and re.search(r"this training takes about 1\d min, against about 2 min on an idle 2-core",
+                                         notes[0]), notes
+    assert "update 20, loss 5.00 | tree: update 20, loss 5.10 | about 8 min to go" in err[err.index(notes[0]) + 1]
+
+
+def test_the_overrun_note_speaks_only_well_past_the_nominal_time():
+    from synattn.cli.side_by_side import overrun_note, time_to_go
+    from synattn.progress import Pace
+    from synattn.reproduce.study import Budget
+
+    assert overrun_note(14.9, 10.0, 1) is None
+    note = overrun_note(40.0, 10.0, 1)
+    assert note.startswith("note: at the pace measured so far this training takes about 40 min, against about 10 min")
+    assert "core" in note and "the results are the same, only later" in note
+    paces = [Pace(), Pace()]
+    for pace, rate in zip(paces, (2.0, 1.0)):
+        pace.observe(10, 10.0)
+        pace.observe(10 + 10 * rate, 20.0)
+    states = [(20.0, 30, 4.0), (20.0, 20, 4.0)]
+    assert time_to_go(Budget(updates=100), states, paces) == 80.0  # the slower run: 80 updates at 1/s
+    assert time_to_go(Budget(minutes=1), states, paces) == 40.0

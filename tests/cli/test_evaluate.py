@@ -75,3 +75,62 @@ def test_word_heads_read_back_from_subword_trees(data):
         heads[word] = order[data.draw(st.integers(0, k - 1))] + 1
     pieces = np.array(data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)))
     assert np.array_equal(word_heads_of_pieces(project_to_subwords(heads, pieces), word_index_of_pieces(pieces)), heads)
+
+
+def _no_end(monkeypatch, eos_first: bool = False):
+    """Decoding where the end-of-sentence token never comes (an untrained model's habit), or always
+    comes first."""
+    from synattn.generate import greedy
+
+    plain = greedy.next_log_probs
+
+    def patched(model, state, prefix, fed, syntax):
+        log_probs = plain(model, state, prefix, fed, syntax).clone()
+        eos = model.config.eos_id
+        if eos_first:
+            log_probs[:, eos] = 0.0
+        else:
+            log_probs[:, eos] = float("-inf")
+        return log_probs
+
+    monkeypatch.setattr(greedy, "next_log_probs", patched)
+
+
+def test_translations_end_at_the_maximum_length_with_a_warning(run, monkeypatch, caplog):
+    import logging
+
+    from synattn.evaluate.runner import load_run
+    from synattn.generate.translate import Translator
+
+    model, exp, _ = load_run(run / "run", "last")
+    translator = Translator(model, exp.data, beam=1, max_len_a=0.0, max_len_b=4, detokenize=False)
+    from synattn.data.batching import PreparedDataset
+
+    test = PreparedDataset(exp.data, "test")
+    examples = [test[0], test[1]]
+    _no_end(monkeypatch)
+    caplog.set_level(logging.WARNING, logger="synattn.generate.translate")
+    out = translator.translate(examples)
+    assert [len(line.split()) <= 4 for line in out] == [True, True] and translator.stopped_at_limit == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "2 of 2 translations reached the maximum length (0 × source pieces + 4) without ending: the model has "
+        "not learnt to end its sentences (trained too little?)"]
+    caplog.clear()
+    _no_end(monkeypatch, eos_first=True)
+    assert translator.translate(examples) == ["", ""] and translator.stopped_at_limit == 0
+    assert not caplog.records
+
+
+def test_translate_prints_progress_lines_off_a_terminal_and_takes_the_length_limit(run, monkeypatch, capsys):
+    import synattn.progress
+
+    monkeypatch.setattr(synattn.progress, "INTERVAL_S", 0.0)  # a line at every batch
+    out = run / "limited.txt"
+    assert main(["translate", "--run", str(run / "run"), "--split", "test", "-o", str(out), "--beam", "1",
+                 "--tokens", "--max-len-a", "0", "--max-len-b", "2", "--batch-size", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "translate: 3/3 batch (100%)" in err and "\r" not in err
+    assert all(len(line.split()) <= 2 for line in out.read_text().splitlines())
+    assert main(["translate", "--run", str(run / "run"), "--split", "test", "--max-len-a", "0",
+                 "--max-len-b", "0"]) == 2
+    assert "--max-len-a 0 and --max-len-b 0 allow no target piece" in capsys.readouterr().err

@@ -569,18 +569,16 @@ def test_the_root_and_the_home_folder_are_never_an_output_folder(tmp_path, monke
 
 def test_a_study_into_a_folder_of_a_dataset_reuses_or_refuses_it_and_leaves_it_as_it_was(tiny_runs, tmp_path):
     """A folder holding only a prepared ``data/`` is a study's to take (a dataset prepared for it is
-    reused): one prepared with other settings is refused by name, the dataset untouched and the
-    folder called the study's, not a demo's."""
-    from synattn.cli.demo_cmd import DEMO as DEMO_FOLDER
-    from synattn.cli.reproduce_cmd import STUDY
+    reused): one prepared with other settings is refused by name, and the folder is left as it was,
+    byte for byte (no marker, no texts, no lock file of the study's)."""
+    from tests.reproduce.folders import tree_state
 
     out = tmp_path / "st"
     shutil.copytree(tiny_runs / "data", out / "data", ignore=shutil.ignore_patterns(".synattn.lock"))
-    before = digest(out / "data")
-    got, err = run_cli(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", str(out)])
-    assert got == 2, err
-    last = err.strip().splitlines()[-1]
-    assert f"{out}/data is already prepared with other settings or inputs" in last, last
-    assert digest(out / "data") == before
-    assert STUDY.made(out) and not DEMO_FOLDER.made(out)  # the study's (its texts were written), no demo's
-    assert run_cli(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", str(out)])[0] == 2  # again
+    before = tree_state(out)
+    for _ in range(2):  # and again
+        got, err = run_cli(["reproduce", "structured-attention", "--toy", "--seeds", "1", "-o", str(out)])
+        assert got == 2, err
+        last = err.strip().splitlines()[-1]
+        assert f"{out}/data is already prepared with other settings or inputs" in last, last
+        assert tree_state(out) == before

@@ -62,7 +62,9 @@ def test_bad_config_is_reported_with_the_file(tmp_path, data, capsys):
     config.write_text(config.read_text().replace("max_tokens:", "max_tokenz:"))
     assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "r"), "train.lr=1e-3"]) == 2
     err = capsys.readouterr().err
-    assert f"{config}: unknown key 'train.max_tokenz'" in err and len(err.splitlines()) == 1
+    errors = [line for line in err.splitlines() if ": error: " in line]  # (after the wrapped list of keys)
+    assert len(errors) == 1 and err.splitlines()[-1] == errors[0]
+    assert f"{config}: unknown key 'train.max_tokenz' in train (did you mean 'train.max_tokens'?)" in errors[0]
     with pytest.raises(ConfigError, match="not of the form"):
         apply_override({}, "train.lr")
     with pytest.raises(ValueError, match="task='nmt'"):

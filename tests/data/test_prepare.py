@@ -315,7 +315,8 @@ def test_prepare_config_from_yaml_names_the_file_and_key(tmp_path):
     cfg.to_yaml(tmp_path / "prepare.yaml")
     assert PrepareConfig.from_yaml(tmp_path / "prepare.yaml") == cfg
     (tmp_path / "typo.yaml").write_text("out: data/x\nvocab: 500\n")
-    with pytest.raises(InputError, match=r"^.*typo\.yaml: unknown key 'vocab' in PrepareConfig; known keys: out, "):
+    with pytest.raises(InputError, match=r"^.*typo\.yaml: unknown key 'vocab' in PrepareConfig "
+                                         r"\(did you mean 'vocab_size'\?\); known keys: out, "):
         PrepareConfig.from_yaml(tmp_path / "typo.yaml")
     (tmp_path / "type.yaml").write_text("out: data/x\nvocab_size: 5e2\n")
     with pytest.raises(InputError, match=r"type\.yaml: vocab_size: expected int, got float \(500\.0\)$"):

@@ -10,6 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from synattn.attention.cache import KVCache
+from synattn.attention.core import MultiheadAttention
+from synattn.attention.segments import SpanSegmentationAttention
+from synattn.attention.structured import SegmentationAttention, SyntacticAttention
 
 D, H = 8, 2
 
@@ -44,3 +47,49 @@ def assert_bidirectional_self_attention_only(attn, x):
         attn(x, cache=KVCache())
     with pytest.raises(ValueError, match="self-attention"):
         attn(x, context=x)
+
+
+# the layers of the tests, each with its parameters drawn away from their initial values
+
+def seg_layer(mode="structured", normalize=False, seed=0):
+    torch.manual_seed(seed)
+    feature = SegmentationAttention(H, mode, normalize)
+    attn = MultiheadAttention(D, H, features=[feature]).double()
+    if feature.pairwise is not None:
+        with torch.no_grad():
+            feature.pairwise.copy_(torch.randn(H, 2, 2) * 2)
+    return attn, feature
+
+
+def syn_layer(tree, multiroot, children_head=None, seed=0):
+    torch.manual_seed(seed)
+    feature = SyntacticAttention(D, head=1, children_head=children_head, tree=tree,
+                                 multiroot=multiroot, arc_dim=5)
+    attn = MultiheadAttention(D, H, features=[feature]).double()
+    with torch.no_grad():
+        feature.scorer.bilinear.copy_(torch.randn(5, 5))
+        feature.scorer.head_bias.copy_(torch.randn(5))
+    return attn, feature
+
+
+def span_layer(longest: int, seed: int = 0):
+    torch.manual_seed(seed)
+    feature = SpanSegmentationAttention(H, longest)
+    attn = MultiheadAttention(D, H, features=[feature]).double()
+    with torch.no_grad():
+        feature.transition.copy_(torch.randn(H, 2, 2))
+        feature.length_scores.copy_(torch.randn(H, longest + 1, 2))
+    return attn, feature
+
+
+def second_order_layer(multiroot: bool, seed: int = 0, siblings: bool = True):
+    torch.manual_seed(seed)
+    feature = SyntacticAttention(D, head=1, children_head=0, tree="projective2o",
+                                 multiroot=multiroot, arc_dim=4)
+    attn = MultiheadAttention(D, H, features=[feature]).double()
+    with torch.no_grad():
+        feature.scorer.bilinear.copy_(torch.randn(4, 4))
+        feature.scorer.head_bias.copy_(torch.randn(4))
+        if siblings:
+            feature.siblings.weight.copy_(torch.randn(4) * 2)
+    return attn, feature

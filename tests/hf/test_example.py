@@ -3,6 +3,7 @@
 import importlib.util
 import json
 
+import pytest
 import torch
 
 import synattn.hf as sh
@@ -48,3 +49,15 @@ def test_example_runs_offline_on_the_installed_minilm_by_default(tmp_path, capsy
     result = load_script().main(["--train", str(data), "--dev", str(data), "--layer", "4", "--epochs", "1",
                                  "--batch-size", "3"])
     assert 0.0 <= result["uas"] <= 1.0
+
+
+def test_example_defaults_to_the_shipped_samples_and_never_reaches_a_hub():
+    from synattn.errors import InputError
+    from synattn.trees import read_conllu
+
+    script = load_script()
+    args = script.parse_args([])
+    assert args.model == "all-MiniLM-L6-v2"
+    assert len(read_conllu(args.train)) == 200 and len(read_conllu(args.dev)) == 50
+    with pytest.raises(InputError, match="bert-base-cased.*nothing is ever downloaded|nothing is downloaded"):
+        script.main(["--model", "bert-base-cased", "--epochs", "1"])  # a hub name: refused, not fetched

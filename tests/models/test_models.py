@@ -46,7 +46,8 @@ def _src_syntax(batch: int, n: int, seed: int = 0) -> SyntaxInputs:
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(encoder=dict(layerz=2)), r"unknown key 'encoder\.layerz' in encoder; known keys: layers"),
+    (dict(encoder=dict(layerz=2)),
+     r"unknown key 'encoder\.layerz' in encoder \(did you mean 'encoder\.layers'\?\); known keys: layers"),
     (dict(colour="red"), r"unknown key 'colour'"),
     (dict(d_model="16"), r"d_model: expected int, got str"),
     (dict(tie_output=1), r"tie_output: expected bool, got int"),

@@ -12,6 +12,7 @@ from synattn.cli.main import main
 from synattn.reproduce import STUDIES
 from synattn.trees.conllu_io import write_conllu
 from synattn.trees.dependency import DependencyTree
+from tests.reproduce.folders import tree_state
 
 NOUNS = "cat dog bird farmer child teacher river garden letter city".split()
 VERBS = "saw found liked carried watched".split()
@@ -355,45 +356,62 @@ def test_a_study_stays_true_to_its_inputs_and_budget(tmp_path, treebank, capsys)
     json.loads(results, parse_constant=lambda name: pytest.fail(f"{name} in results.json"))  # strict JSON
     assert "**Toy run**" in (out / "README.md").read_text()
     capsys.readouterr()
-    # another budget for the same folder: refused before anything is trained
+    # another budget for the same folder: refused before anything is trained, the folder as it was
+    done = tree_state(out)
     assert main(args + ["--minutes", "0.07"] + _trees_args(treebank)) == 2
     err = capsys.readouterr().err
     assert "budget of 0.5 training minutes" in err and "--minutes 0.5" in err
+    assert tree_state(out) == done
     # a run trained with another model than its arm has now (a default changed): refused, naming it
     config = out / "runs" / "tree-transformer" / "seed1" / "config.yaml"
     text = config.read_text()
     raw = yaml.safe_load(text)
     raw["experiment"]["model"]["dropout"] = 0.375
     config.write_text(yaml.safe_dump(raw))
+    changed = tree_state(out)
     assert main(args + _trees_args(treebank)) == 2
     err = capsys.readouterr().err
     assert f"{config.parent} was trained with another model" in err and "dropout: 0.375 there" in err
+    assert tree_state(out) == changed
     config.write_text(text)
-    # dev swapped for test: the study's copy follows the file, and its dataset is not silently reused
+    assert tree_state(out) == done
+    # dev swapped for test: the study's copy of the file says so, its dataset is not silently reused,
+    # and the copies are left as they were
     swapped = _trees_args(treebank, ("train", "test"))[:-1] + [f"dev={treebank['test']}", f"test={treebank['dev']}"]
     assert main(args + swapped) == 2
     err = capsys.readouterr().err.strip().splitlines()
     copy = "lm-text" if TEXT == "lm" else "toy-treebank"  # the copy the dataset was prepared from
     assert len(err) == 1 and f"{copy}/dev.conllu: other contents" in err[0] and "-o NEW_FOLDER" in err[0]
-    assert read_conllu(out / "toy-treebank" / "dev.conllu")[0].words == read_conllu(treebank["test"])[0].words
-    # one process at a time in a results folder
+    assert read_conllu(out / "toy-treebank" / "dev.conllu")[0].words == read_conllu(treebank["dev"])[0].words
+    assert tree_state(out) == done
+    # a folder that is no study's: refused as it is
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("mine")
+    notes = tree_state(tmp_path / "notes")
+    assert main(args[:-1] + [str(tmp_path / "notes")] + _trees_args(treebank)) == 2
+    assert "is not a results folder of 'synattn reproduce'" in capsys.readouterr().err
+    assert tree_state(tmp_path / "notes") == notes
+    # one process at a time in a results folder: the one in there keeps it as it is
     with FolderLock(tmp_path / "busy", "test"):
+        busy = tree_state(tmp_path / "busy")
         assert main(["reproduce", "tree-transformer", "--toy", "-o", str(tmp_path / "busy")]
                     + _trees_args(treebank)) == 1
+        assert tree_state(tmp_path / "busy") == busy
     assert "busy" in capsys.readouterr().err
     # a gold file that cannot be read stops the study before it trains
     bad = tmp_path / "bad.trees"
     bad.write_text("(S (NP the cat)\n")
     assert main(["reproduce", "tree-transformer", "--toy", "-o", str(tmp_path / "g"), "--gold", str(bad)]
                 + _trees_args(treebank)) == 2
-    assert "bad.trees:1:" in capsys.readouterr().err and not (tmp_path / "g" / "runs").exists()
+    assert "bad.trees:1:" in capsys.readouterr().err and not (tmp_path / "g").exists()
 
 
 def test_lm_text_of_punctuation_only_names_the_users_file(tmp_path, capsys):
-    path = tmp_path / "punct.conllu"
+    path, dev = tmp_path / "punct.conllu", tmp_path / "dev.conllu"
     write_conllu([DependencyTree(["!", "?"], np.array([0, 1]), upos=["PUNCT", "PUNCT"])] * 3, path)
+    write_conllu([DependencyTree(["!"], np.array([0]), upos=["PUNCT"])], dev)
     assert main(["reproduce", "tree-transformer", "--toy", "--text", "lm", "-o", str(tmp_path / "t"),
-                 "--src-trees", f"train={path}", f"dev={path}"]) == 2
+                 "--src-trees", f"train={path}", f"dev={dev}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"synattn reproduce: error: {path}: no sentence of split train is left")
 

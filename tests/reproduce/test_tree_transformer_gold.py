@@ -10,7 +10,6 @@ from argparse import Namespace
 import pytest
 
 from synattn.cli.main import main
-from synattn.reproduce.study import Context
 from synattn.trees.constituency import leaves, spans
 
 # two hand-made files in the Penn Treebank's .mrg layout (a blank line first, trees over several lines)
@@ -60,7 +59,7 @@ def mrg(tmp_path):
 def test_mrg_gold_as_language_model_text(mrg):
     from synattn.reproduce.tree_transformer import gold_trees
 
-    trees = gold_trees(Context(out=None, args=Namespace(text="lm")), mrg)
+    trees = gold_trees(Namespace(text="lm"), mrg)
     # the tree of a trace and a period is gone; traces, punctuation and "$ % `` ''" leave no word
     assert [leaves(t) for t in trees] == [
         "pierre vinken N years old will join the board nov. N".split(),
@@ -72,7 +71,7 @@ def test_mrg_gold_as_language_model_text(mrg):
     assert spans(trees[1]) == {(1, 7), (2, 4), (4, 7), (5, 7)}
     assert spans(trees[2]) == set()
     # the treebank's own words: only traces dropped, punctuation and case kept
-    as_is = gold_trees(Context(out=None, args=Namespace(text="as-is")), mrg)
+    as_is = gold_trees(Namespace(text="as-is"), mrg)
     assert leaves(as_is[1]) == ["``", "Profits", "rose", "3\\/4", "%", "in", "the", "1980s", "''", "."]
 
 

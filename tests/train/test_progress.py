@@ -76,3 +76,54 @@ def test_the_training_bar_is_drawn_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert not progress_bar(10, 1, 0, 1, show=True).disable
     assert progress_bar(10, 1, 0, 1, show=False).disable
+
+
+def test_a_line_that_says_nothing_new_is_left_out_up_to_a_quiet_minutes_line(capsys, clock):
+    """The demo's runs report every few updates; polled every 2 s and printed every 30 s, the same
+    update would print again and again with only its seconds changed (read as lines printed twice)."""
+    with bar(1200, desc="training", unit="updates") as shown:
+        for second in range(0, 901, 2):
+            clock.now = float(second)
+            shown.n = 25 * (second // 90)  # news every 90 s
+            shown.set_postfix_str(f"baseline: update {shown.n:.0f}", refresh=False)
+            shown.refresh()
+        for second in range(902, 1500, 2):  # then stuck for ten minutes
+            clock.now = float(second)
+            shown.refresh()
+    lines = capsys.readouterr().err.splitlines()
+    said, when = zip(*(line.rsplit(", ", 1) for line in lines))
+    # a line at the first interval, then one per piece of news, then one after 300 s of silence
+    assert when == ("30 s", *(f"{t} s" for t in range(90, 901, 90)), "1200 s")
+    assert len(set(said)) == len(said) - 1 and said[-1] == said[-2] == "training: 250/1200 updates (21%), " \
+        "baseline: update 250"
+
+
+def test_pace_leaves_the_start_out_and_durations_read_well():
+    from synattn.progress import Pace, duration
+
+    pace = Pace()
+    assert pace.per_second is None and pace.seconds_for(10) is None
+    pace.observe(10, 60.0)  # the first 10 updates took a minute (start-up)
+    assert pace.per_second is None
+    pace.observe(30, 70.0)
+    assert pace.per_second == 2.0 and pace.seconds_for(100) == 50.0
+    pace.observe(5, 3.0)  # a restart: measured again from there
+    assert pace.per_second is None
+    assert [duration(s) for s in (5, 89, 600, 7199, 7500)] == ["5 s", "89 s", "10 min", "2 h 00 min", "2 h 05 min"]
+
+
+def test_training_records_end_with_the_time_to_go():
+    from types import SimpleNamespace
+
+    from synattn.train.progress import TrainInterval
+
+    config = SimpleNamespace(max_steps=100, max_epochs=None, max_minutes=None)
+    interval = TrainInterval(SimpleNamespace(), None, False, config)
+    interval.pace.observe(10, 5.0)
+    assert interval.seconds_to_go(10, 5.0) is None  # one record: no pace yet
+    interval.pace.observe(20, 10.0)  # 2 updates/s
+    assert interval.seconds_to_go(20, 10.0) == 40.0
+    config.max_minutes = 0.5  # 20 s of training left: sooner
+    assert interval.seconds_to_go(20, 10.0) == 20.0
+    config.max_steps, config.max_minutes, config.max_epochs, interval.per_epoch = None, None, 3, 30
+    assert interval.seconds_to_go(20, 10.0) == 35.0

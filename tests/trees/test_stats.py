@@ -83,4 +83,4 @@ def test_the_most_frequent_traversal_labels_are_labels_that_occur(tmp_path, monk
     plt = viz_relations.pyplot()
     monkeypatch.setattr(plt.Axes, "set_title", lambda ax, text, *a, **k: titles.append(text))
     viz_relations.plot_relation_histograms({"words": stats.relations}, tmp_path / "labels.png")
-    assert f"words: {occurring} most frequent traversal labels" in titles
+    assert f"words: the {occurring} most frequent traversal labels (path from i to j)" in titles

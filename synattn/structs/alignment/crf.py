@@ -35,7 +35,9 @@ from functools import cached_property
 
 import torch
 
-from ..arguments import flag, score_tensor
+from synattn.limits import check_memory
+
+from ..arguments import flag, length_tensor, score_tensor
 from ..constants import IMPOSSIBLE, NEG
 from ..distribution import StructDistribution, _gumbel_argmax, check_count
 from ..kbest import lawler
@@ -45,12 +47,15 @@ RIGHT, MATCH, DOWN, END = 0, 1, 2, 3
 """Moves (``op``): ``(i, j-1) → (i, j)``, ``(i-1, j-1) → (i, j)``, ``(i-1, j) → (i, j)``; END
 closes a move sequence (k-best)."""
 STEP = {RIGHT: (0, 1), MATCH: (1, 1), DOWN: (1, 0)}
+CHART_COPIES = 24
+"""Chart-sized tensors ``[B, N+M-1, N]`` the forward pass and its autograd keep at once (the
+bound of :func:`synattn.limits.check_memory`; measured: about 24 for the marginals)."""
 
 
 def _lengths(x, default: int, batch: int, device, name: str) -> torch.Tensor:
     if x is None:
         return torch.full((batch,), default, dtype=torch.long, device=device)
-    x = torch.as_tensor(x, device=device).long()
+    x = length_tensor(x, device, f"AlignmentCRF: {name}")
     if x.shape != (batch,) or bool((x < 1).any()) or bool((x > default).any()):
         raise ValueError(f"AlignmentCRF: {name} must be [B] with values in 1..{default}, got "
                          f"{x.tolist()}")
@@ -89,6 +94,12 @@ class AlignmentCRF(StructDistribution):
         device = log_potentials.device
         self.lengths = _lengths(lengths, N, batch, device, "lengths")
         self.other_lengths = _lengths(other_lengths, M, batch, device, "other_lengths")
+        # the anti-diagonal charts [B, N+M-1, N] of scores (3 moves), alpha and what autograd
+        # keeps for the marginals: refused before anything is allocated (time grows alike)
+        itemsize = torch.finfo(float_dtype(log_potentials)).bits // 8
+        check_memory("AlignmentCRF: log_potentials [B, N, M, 3]", list(log_potentials.shape),
+                     CHART_COPIES * batch * (N + M - 1) * N * itemsize,
+                     f"the {batch} x {N + M - 1} x {N} anti-diagonal charts")
         s = mask_impossible(log_potentials.to(float_dtype(log_potentials)), log_potentials.dtype)
         usable = self._usable_cells(N, M).unsqueeze(-1)  # [B, N, M, 1]
         s = torch.where(usable, s, s.new_zeros(()))
@@ -147,16 +158,19 @@ class AlignmentCRF(StructDistribution):
 
         first = torch.zeros_like(neg, dtype=torch.bool)
         first[:, 0] = True
-        alphas = [torch.where(first, E[:, 0, :, MATCH], neg)]  # the path's first cell: a match
+        # one view per anti-diagonal: autograd stacks their gradients once (indexing E[:, d]
+        # would add a gradient of E's full size per step: quadratic time in the backward)
+        moves = E.unbind(1)  # D x [B, N, 3]
+        alphas = [torch.where(first, moves[0][:, :, MATCH], neg)]  # the path's first cell: a match
         if start is not None:
             alphas[0] = alphas[0] + start[:, 0]
         prev2 = neg
         for d in range(1, D):
             prev = alphas[-1]
-            terms = [prev + E[:, d, :, RIGHT], shift(prev2) + E[:, d, :, MATCH],
-                     shift(prev) + E[:, d, :, DOWN]]
+            e = moves[d]
+            terms = [prev + e[:, :, RIGHT], shift(prev2) + e[:, :, MATCH], shift(prev) + e[:, :, DOWN]]
             if self.local:
-                terms.append(E[:, d, :, MATCH] if start is None else E[:, d, :, MATCH] + start[:, d])
+                terms.append(e[:, :, MATCH] if start is None else e[:, :, MATCH] + start[:, d])
             alphas.append(reduce(terms).clamp_min(NEG))
             prev2 = prev
         return torch.stack(alphas, 1)

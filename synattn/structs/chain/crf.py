@@ -34,7 +34,7 @@ from functools import cached_property
 import torch
 
 from .. import reference, registry
-from ..arguments import flag, score_tensor
+from ..arguments import flag, length_tensor, score_tensor
 from ..backend import kernels, serial_if_small, use_numba, use_triton
 from ..constants import NEG
 from ..distribution import Decoding, StructDistribution, check_count
@@ -128,7 +128,7 @@ class LinearChainCRF(StructDistribution, Decoding):
             raise ValueError(f"LinearChainCRF: the number of labels C must be >= 1, got {C}")
         if lengths is None:
             lengths = torch.full((batch,), n, dtype=torch.long, device=unary.device)
-        lengths = torch.as_tensor(lengths, device=unary.device).long()
+        lengths = length_tensor(lengths, unary.device)
         if lengths.shape != (batch,) or bool((lengths < 1).any()) or bool((lengths > n).any()):
             raise ValueError(f"lengths must be [B] with values in 1..{n}, got {lengths.tolist()}")
         self.mask = lengths_mask(lengths, n)  # [B, n]
@@ -163,7 +163,7 @@ class LinearChainCRF(StructDistribution, Decoding):
                              f"emission [V, C], got {tuple(observations.shape)} "
                              f"{observations.dtype} and {tuple(emission.shape)}")
         V, n = emission.shape[0], observations.shape[1]
-        valid = (lengths_mask(torch.as_tensor(lengths, device=emission.device).long(), n)
+        valid = (lengths_mask(length_tensor(lengths, emission.device), n)
                  if lengths is not None else torch.ones_like(observations, dtype=torch.bool))
         bad = valid & ((observations < 0) | (observations >= V))
         if bool(bad.any()):

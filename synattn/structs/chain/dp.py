@@ -31,43 +31,67 @@ def _log_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return logsumexp(a.unsqueeze(2) + b.unsqueeze(0), 1)  # [C, C, C, ...] -> [C, C, ...]
 
 
-def _prefix_products(T: torch.Tensor) -> torch.Tensor:
-    """Inclusive log-space prefix products ``P[:, :, i] = T[:, :, 0] ⊗ .. ⊗ T[:, :, i]`` (Hillis–Steele).
+def _normalised(x: torch.Tensor, dim: int | tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x - m`` and ``m``, the max of ``x`` over the label dims ``dim`` (kept), taken as a constant.
+
+    The recursions keep their log-vectors within a few potentials of 0 this way: float32 log-sums
+    of long chains reach ``n × |potential|``, where one rounding step (``ulp(1000) ≈ 6e-5``)
+    is already a relative error of the marginals. The shifts are constants to autograd: every
+    quantity computed from the shifted vectors is invariant to them (locally normalised).
+    """
+    m = x.detach().amax(dim, keepdim=True)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return x - m, m
+    return x.sub_(m), m
+
+
+def _prefix_products(T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inclusive log-space prefix products ``P[:, :, i] = T[:, :, 0] ⊗ .. ⊗ T[:, :, i]`` (Hillis–Steele),
+    each normalised to a maximum of 0 (:func:`_normalised`).
 
     Args:
         T: ``[C, C, m, batch_size]`` transfer matrices.
 
     Returns:
-        ``[C, C, m, batch_size]``.
+        ``P - s`` ``[C, C, m, batch_size]`` and the shifts ``s`` ``[1, 1, m, batch_size]``.
     """
+    shift = T.new_zeros(1, 1, *T.shape[2:])
     k = 1
     while k < T.shape[2]:
-        T = torch.cat((T[:, :, :k], _log_matmul(T[:, :, :-k], T[:, :, k:])), 2)
+        product, top = _normalised(_log_matmul(T[:, :, :-k], T[:, :, k:]), (0, 1))
+        T = torch.cat((T[:, :, :k], product), 2)
+        shift = torch.cat((shift[:, :, :k], shift[:, :, :-k] + shift[:, :, k:] + top), 2)
         k *= 2
-    return T
+    return T, shift
 
 
-def _alpha_beta_scan(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    P = _prefix_products(T)  # [C, C, n-1, B]
-    alpha = torch.cat((u0.unsqueeze(1), logsumexp(u0[:, None, None] + P, 0)), 1)  # [C, n, B]
+def _alpha_beta_scan(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    u0, s0 = _normalised(u0.clone(), 0)  # [C, B], [1, B]
+    P, sp = _prefix_products(T)  # [C, C, n-1, B], [1, 1, n-1, B]
+    alpha, sa = _normalised(logsumexp(u0[:, None, None] + P, 0), 0)  # [C, n-1, B], [1, n-1, B]
+    alpha = torch.cat((u0.unsqueeze(1), alpha), 1)  # [C, n, B]
+    sa = torch.cat((s0, sa[0] + sp[0, 0] + s0), 0)  # [n, B]
     # suffix products T[i] ⊗ .. ⊗ T[-1] are transposed prefix products of the reversed transposes
-    Q = _prefix_products(T.flip(2).transpose(0, 1))  # Q[:, :, j] = (T[-1-j] ⊗ .. ⊗ T[-1])^T
-    beta = logsumexp(Q, 0).flip(1)  # [C, n-1, B]: beta[:, i] for i < n-1
-    return alpha, torch.cat((beta, torch.zeros_like(u0).unsqueeze(1)), 1)  # [C, n, B]
+    Q, sq = _prefix_products(T.flip(2).transpose(0, 1))  # Q[:, :, j] = (T[-1-j] ⊗ .. ⊗ T[-1])^T
+    beta, sb = _normalised(logsumexp(Q, 0).flip(1), 0)  # [C, n-1, B]: beta[:, i] for i < n-1
+    sb = torch.cat((sb[0] + sq[0, 0].flip(0), u0.new_zeros(1, u0.shape[1])), 0)  # [n, B]
+    return alpha, torch.cat((beta, torch.zeros_like(u0).unsqueeze(1)), 1), sa, sb
 
 
-def _alpha_beta_sequential(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _alpha_beta_sequential(u0: torch.Tensor, T: torch.Tensor) -> tuple[torch.Tensor, ...]:
     # alpha left to right and beta right to left in the same steps: beta's recursion is alpha's
     # with the transposed transfer matrices in reverse order
     TT = torch.stack((T, T.flip(2).transpose(0, 1)))  # [2, C, C, n-1, B]
-    v = torch.stack((u0, torch.zeros_like(u0)))  # [2, C, B]: alpha_0, beta_{n-1}
-    steps = [v]
+    v, top = _normalised(torch.stack((u0, torch.zeros_like(u0))), 1)  # [2, C, B]: alpha_0, beta_{n-1}
+    steps, tops = [v], [top]
     for i in range(T.shape[2]):
-        v = logsumexp(v.unsqueeze(2) + TT[:, :, :, i], 1)  # [2, C, B]
+        v, top = _normalised(logsumexp(v.unsqueeze(2) + TT[:, :, :, i], 1), 1)  # [2, C, B]
         steps.append(v)
+        tops.append(top)
     alpha = torch.stack([step[0] for step in steps], 1)  # [C, n, B]
     beta = torch.stack([step[1] for step in reversed(steps)], 1)
-    return alpha, beta
+    shifts = torch.cat(tops, 1).cumsum(1)  # [2, n, B]
+    return alpha, beta, shifts[0], shifts[1].flip(0)
 
 
 def _step_elements(T: torch.Tensor, scan: bool | None) -> int:
@@ -76,6 +100,17 @@ def _step_elements(T: torch.Tensor, scan: bool | None) -> int:
     if scan or (scan is None and C <= SCAN_MAX_LABELS):
         return C ** 3 * m * batch
     return 2 * C * C * batch
+
+
+def normalised_forward_backward(u0: torch.Tensor, T: torch.Tensor,
+                                scan: bool | None = None) -> tuple[torch.Tensor, ...]:
+    """:func:`forward_backward` with every log-vector shifted to a maximum of 0 over the labels:
+    ``alpha - sa``, ``beta - sb`` ``[C, n, batch_size]`` and the shifts ``sa``, ``sb``
+    ``[n, batch_size]`` (constants to autograd). Marginals computed from the shifted vectors by
+    normalising each position locally keep float32 precision on long chains with large scores."""
+    if scan is None:
+        scan = T.shape[0] <= SCAN_MAX_LABELS
+    return (_alpha_beta_scan if scan else _alpha_beta_sequential)(u0, T)
 
 
 def forward_backward(u0: torch.Tensor, T: torch.Tensor,
@@ -91,9 +126,8 @@ def forward_backward(u0: torch.Tensor, T: torch.Tensor,
         ``alpha, beta``, each ``[C, n, batch_size]``: ``alpha[c, i]`` is the log-sum of the
         prefixes ending in ``y_i = c``, ``beta[c, i]`` of the suffixes starting from it.
     """
-    if scan is None:
-        scan = T.shape[0] <= SCAN_MAX_LABELS
-    return (_alpha_beta_scan if scan else _alpha_beta_sequential)(u0, T)
+    alpha, beta, sa, sb = normalised_forward_backward(u0, T, scan)
+    return alpha + sa, beta + sb
 
 
 def chain_log_partition(u0: torch.Tensor, T: torch.Tensor, scan: bool | None = None) -> torch.Tensor:
@@ -121,11 +155,13 @@ def pair_marginals(u0: torch.Tensor, T: torch.Tensor,
                    scan: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable marginals of the first label ``[C, B]`` and of label pairs
     ``[C, C, n-1, B]`` (``p(y_i = p, y_{i+1} = c)``) of a chain in transfer-matrix form: together,
-    the gradient of ``log Z`` with respect to ``u0`` and ``T``."""
-    alpha, beta = forward_backward(u0, T, scan)
-    log_z = logsumexp(alpha[:, -1], 0)
-    return ((alpha[:, 0] + beta[:, 0] - log_z).exp(),
-            (alpha[:, None, :-1] + T + beta[None, :, 1:] - log_z).exp())
+    the gradient of ``log Z`` with respect to ``u0`` and ``T``. Each position is normalised on
+    its own (a softmax of the shifted log-vectors, :func:`normalised_forward_backward`), so no
+    large log value is subtracted from another."""
+    alpha, beta, _, _ = normalised_forward_backward(u0, T, scan)
+    C = T.shape[0]
+    pairs = (alpha[:, None, :-1] + T + beta[None, :, 1:]).flatten(0, 1)  # [C*C, n-1, B]
+    return (alpha[:, 0] + beta[:, 0]).softmax(0), pairs.softmax(0).unflatten(0, (C, C))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,9 +208,10 @@ class ChainMarginals(torch.autograd.Function):
             ctx.save_for_backward(u0, T, mask, alpha, beta, log_z)
             return mu
         with serial_if_small(_step_elements(T, scan), T.device):
-            alpha, beta = forward_backward(u0, T, scan)
-        log_z = logsumexp(alpha[:, -1], 0)  # [B]
-        mu = (alpha + beta - log_z).exp_().permute(2, 1, 0) * mask.unsqueeze(-1)  # [B, N, C]
+            alpha, beta, sa, sb = normalised_forward_backward(u0, T, scan)
+        mu = (alpha + beta).softmax(0).permute(2, 1, 0) * mask.unsqueeze(-1)  # [B, N, C]
+        log_z = logsumexp(alpha[:, -1], 0) + sa[-1]  # [B]
+        alpha, beta = alpha + sa, beta + sb  # (the backward works with the true log-vectors)
         ctx.save_for_backward(u0, T, mask, alpha, beta, log_z, mu)
         return mu
 

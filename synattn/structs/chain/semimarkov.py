@@ -32,7 +32,7 @@ from functools import cached_property
 import torch
 
 from .. import reference, registry
-from ..arguments import score_tensor
+from ..arguments import length_tensor, score_tensor
 from ..backend import kernels, use_triton
 from ..constants import IMPOSSIBLE, NEG
 from ..distribution import Decoding, StructDistribution, _gumbel_argmax, check_count
@@ -70,8 +70,8 @@ def check_segment_scores(log_potentials: torch.Tensor, lengths: torch.Tensor | N
     n = m + 1
     if lengths is None:
         lengths = torch.full((batch,), n, dtype=torch.long, device=log_potentials.device)
-    lengths = torch.as_tensor(lengths, device=log_potentials.device)
-    if lengths.shape != (batch,) or lengths.is_floating_point() or bool((lengths < 1).any()) \
+    lengths = length_tensor(lengths, log_potentials.device)
+    if lengths.shape != (batch,) or bool((lengths < 1).any()) \
             or bool((lengths > n).any()):
         raise ValueError(f"{what}: lengths must be [B] whole numbers in 1..{n}, got "
                          f"{lengths.tolist()}")

@@ -36,7 +36,7 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
-from ..arguments import score_tensor
+from ..arguments import length_tensor, score_tensor
 from ..backend import kernels, use_numba
 from ..constants import IMPOSSIBLE, NEG, TINY
 from ..distribution import StructDistribution, _gumbel_argmax, check_count
@@ -77,7 +77,7 @@ class SentCFG(StructDistribution):
             raise ValueError(f"SentCFG: a parse needs at least 2 words, got terms {tuple(terms.shape)}")
         if lengths is None:
             lengths = torch.full((batch,), N, dtype=torch.long, device=terms.device)
-        lengths = torch.as_tensor(lengths, device=terms.device).long()
+        lengths = length_tensor(lengths, terms.device)
         if lengths.shape != (batch,) or bool((lengths < 2).any()) or bool((lengths > N).any()):
             raise ValueError(f"SentCFG: lengths must be [B] with values in 2..{N} (a parse needs "
                              f"two words), got {lengths.tolist()}")

@@ -146,6 +146,10 @@ class TreeCRF(PeerNames):
     def score(self, trees: torch.Tensor) -> torch.Tensor:
         """``[..., batch_size]`` score of trees given as 0/1 span charts ``[..., batch_size, N, N]``
         (``-inf`` for a tree with a forbidden span; entries outside the sentences are ignored)."""
+        trees = torch.as_tensor(trees, device=self.scores.device)
+        if trees.shape[max(trees.dim() - 3, 0):] != self.scores.shape:
+            raise ValueError(f"TreeCRF: trees must be 0/1 charts [..., {', '.join(map(str, self.scores.shape))}], "
+                             f"got {tuple(trees.shape)}")
         trees = trees.to(self.scores.dtype) * span_mask(self.lengths, self.scores.shape[-1])
         total = (trees * self.scores).sum((-1, -2))
         bad = ((trees > 0) & self.forbidden).any(-1).any(-1)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference, registry
-from ..arguments import score_tensor
+from ..arguments import length_tensor, score_tensor
 from ..backend import kernels, serial_if_small, use_numba
 from ..constants import IMPOSSIBLE, NEG
 from ..forward_mode import forward_derivative
@@ -57,7 +57,7 @@ def check_lengths(lengths: torch.Tensor | None, batch: int, N: int,
     """``[batch]`` long lengths on ``device`` (default all ``N``); ValueError unless in ``1..N``."""
     if lengths is None:
         return torch.full((batch,), N, dtype=torch.long, device=device)
-    lengths = torch.as_tensor(lengths, device=device).long()
+    lengths = length_tensor(lengths, device)
     # (one host synchronisation for the lengths and one in check_scores: on CUDA as many as the
     # two comparisons of the lengths took before the scores were checked for NaN and range)
     if lengths.shape != (batch,) or bool(((lengths < 1) | (lengths > N)).any()):

@@ -16,12 +16,11 @@
   exact samples ``matrix_tree_sample.py`` and the best tree ``chu_liu_edmonds.py``.
 """
 
-from . import labelled_arcs  # noqa: F401  (gives ArcCRF its labelled versions)
+from . import labelled_arcs, matrix_tree_device  # noqa: F401  (ArcCRF's labelled versions; the GPU path)
 from .arc_scores import ArcCRF
 from .eisner import DependencyCRF
 from .eisner2o import Dependency2oCRF
 from .matrix_tree import NonProjectiveDependencyCRF
-from . import matrix_tree_device  # noqa: F401,I001  (registers the GPU path, after the PyTorch path it precedes)
 from .second_order_vi import DependencyLBP, DependencyMFVI
 from .semantic_vi import SemanticDependencyLBP, SemanticDependencyMFVI
 

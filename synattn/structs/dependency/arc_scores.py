@@ -16,7 +16,7 @@ from typing import ClassVar, Literal, overload
 import torch
 
 from .. import registry
-from ..arguments import flag, score_tensor
+from ..arguments import flag, length_tensor, score_tensor
 from ..constants import NEG
 from ..distribution import Decoding, StructDistribution, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
@@ -54,7 +54,7 @@ def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None, with_ma
     batch, L, _ = scores.shape
     if lengths is None:
         lengths = torch.full((batch,), L - 1, dtype=torch.long, device=scores.device)
-    lengths = torch.as_tensor(lengths, device=scores.device).long()
+    lengths = length_tensor(lengths, scores.device)
 
     def bad_lengths() -> str:
         return f"lengths must be [B] with values in 1..{L - 1}, got {lengths.tolist()}"
@@ -293,8 +293,12 @@ class ArcCRF(StructDistribution, Decoding):
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
         """``[batch_size]`` score of trees given as heads ``[batch_size, n]`` (padding ignored);
-        ``-inf`` for a tree that uses a masked arc."""
-        total = tree_score(self.scores, heads, self.lengths)
+        ``-inf`` for a tree that uses a masked arc.
+
+        Raises:
+            ValueError: as :meth:`log_prob` (``heads`` checked the same way).
+        """
+        total = tree_score(self.scores, self._check_heads(heads), self.lengths)
         if not self.masked:
             return total
         return impossible_as_inf(total)

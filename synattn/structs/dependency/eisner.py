@@ -344,7 +344,7 @@ def eisner_sample(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, 
                               [rep(x) for x in sums], _sampled_semiring(generator))
         arcs = from_width_major(arcs)  # [count*B, L, L]
         heads = heads_from_arcs(arcs, lengths.repeat(count))
-        return heads.view(count, *scores.shape[:1], -1)
+        return heads.view(count, scores.shape[0], scores.shape[-1] - 1)
 
 
 class DependencyCRF(ArcCRF):

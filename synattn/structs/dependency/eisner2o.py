@@ -33,15 +33,17 @@ inner complete span is empty). ``O(n³)`` time and ``O(n²)`` chart per sentence
 :func:`eisner2o_reference` is the recursion written plainly (a Python loop over spans;
 ``use_backend("reference")``). On CPU tensors the class runs compiled kernels
 (:mod:`synattn.structs.dependency._eisner2o_kernels`: inside pass, explicit outside pass for the arc and
-sibling marginals, the max semiring for the best tree, a top-down walk per sample); elsewhere
-(CUDA, ``use_backend("torch")``) :func:`eisner2o_inside`, the same recursion vectorised over the
-spans of one width and the batch (one Python step per width, gathers by index from charts
+sibling marginals, the max semiring for the best tree, a top-down walk per sample); on CUDA tensors
+Triton kernels for ``log Z``, both marginals, their backward and the best tree
+(:mod:`synattn.structs.triton_kernels.eisner2o`, a few launches a call); elsewhere
+(``use_backend("torch")``, and sampling on CUDA) :func:`eisner2o_inside`, the same recursion
+vectorised over the spans of one width and the batch (one Python step per width, gathers by index from charts
 ``[5, N+1, N+1, B]``), whose marginals are autograd's gradient of ``log Z``, whose best tree is the
 gradient of the max-semiring pass and whose samples the gradient of the sampled-semiring pass
 (:func:`eisner2o_sample`). Under any other semiring the class runs the generic program
 :func:`synattn.structs.semirings.programs.eisner2o`. The marginals are differentiable on both
 paths; their backward (the Hessian of ``log Z`` times a direction) is autograd's double backward
-of :func:`eisner2o_inside`.
+of :func:`eisner2o_inside`, except under Triton (the same kernels on dual numbers).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from functools import cached_property
 import torch
 
 from ..arguments import score_tensor
-from ..backend import kernels, requested_backend, use_numba
+from ..backend import kernels, requested_backend, use_numba, use_triton
 from ..constants import NEG
 from ..distribution import check_count
 from ..scores import check_scores, fp32_inside, impossible_as_inf, mask_impossible
@@ -256,7 +258,7 @@ def eisner2o_sample(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch
         y = siblings.detach().double().repeat(count, 1, 1, 1)
         log_z = eisner2o_inside(x, y, lengths.repeat(count), multiroot, sampled=True, generator=generator)
         (arcs,) = torch.autograd.grad(log_z.sum(), x)
-    return heads_from_arcs(arcs, lengths.repeat(count)).view(count, B, -1)
+    return heads_from_arcs(arcs, lengths.repeat(count)).view(count, B, scores.shape[-1] - 1)
 
 
 def eisner2o_log_partition(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
@@ -349,8 +351,8 @@ class Dependency2oCRF(ArcCRF):
         >>> crf.argmax.shape        # heads of words 1..n (0 = ROOT), -1 past each length
         torch.Size([2, 5])
 
-    Marginals: compiled inside-outside on CPU, autograd's gradient of ``log Z`` elsewhere
-    (``O(B·n³)`` memory, the sibling tensor's size); ``argmax``: the max semiring. ``sample`` draws
+    Marginals: compiled inside-outside on CPU, Triton kernels on CUDA, autograd's gradient of
+    ``log Z`` elsewhere (``O(B·n³)`` memory, the sibling tensor's size); ``argmax``: the max semiring. ``sample`` draws
     whole trees top-down from the inside chart and ``kbest`` is Lawler's scheme over masked
     argmaxes (:class:`~synattn.structs.distribution.Decoding`), both exact. Every semiring of
     :mod:`synattn.structs.semirings` runs on it (``run``, ``semiring_marginals``). McDonald and
@@ -413,9 +415,16 @@ class Dependency2oCRF(ArcCRF):
     def _compiled(self) -> bool:
         return use_numba(self.scores)
 
+    @property
+    def _triton(self):
+        """The Triton kernels (:mod:`synattn.structs.triton_kernels.eisner2o`) where they run, else None."""
+        return kernels("triton_kernels.eisner2o") if use_triton(self.scores) else None
+
     @cached_property
     @fp32_inside
     def _mus(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if (triton := self._triton) is not None:
+            return triton.Marginals2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
         if self._compiled:
             return _Marginals2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
         return self._inside[1:]
@@ -424,7 +433,9 @@ class Dependency2oCRF(ArcCRF):
     def log_partition(self) -> torch.Tensor:
         """``[batch_size]`` log-sum of the scores of all trees; differentiable. ``-inf`` (with a
         zero gradient) for a sentence whose masks leave no tree."""
-        if self._compiled:
+        if (triton := self._triton) is not None:
+            log_z = triton.LogPartition2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
+        elif self._compiled:
             with torch.autocast("cpu", enabled=False):
                 log_z = _LogPartition2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
         else:
@@ -458,6 +469,8 @@ class Dependency2oCRF(ArcCRF):
     @fp32_inside
     def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
+            if (triton := self._triton) is not None:
+                return triton.best(self.scores, self.siblings, self.lengths, self.multiroot)
             if self._compiled:
                 return kernels("dependency._eisner2o_kernels").best(self.scores, self.siblings, self.lengths,
                                                                     self.multiroot)
@@ -480,8 +493,9 @@ class Dependency2oCRF(ArcCRF):
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
         """``[batch_size]`` arc + sibling score of trees given as heads ``[batch_size, n]``
-        (padding ignored); ``-inf`` for a tree that uses a masked arc or sibling pair."""
-        heads = torch.as_tensor(heads, device=self.scores.device).long()
+        (padding ignored); ``-inf`` for a tree that uses a masked arc or sibling pair. ``heads``
+        are checked as by :meth:`log_prob` (a ValueError for the same inputs)."""
+        heads = self._check_heads(heads)
         total = (tree_score(self.scores, heads, self.lengths)
                  + siblings_score(self.siblings, heads, self.lengths))
         if not self.masked:

@@ -37,6 +37,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from synattn.errors import brief
+
 from ..approximate import IterativeInference
 from ..arguments import score_tensor
 from ..backend import kernels, use_numba
@@ -202,10 +204,16 @@ class _SiblingInference(IterativeInference):
         if target is None:
             return marginals
         n = q.shape[-1] - 1
-        if target.shape != (q.shape[0], n):
+        if getattr(target, "shape", None) != (q.shape[0], n):
             raise ValueError(f"{type(self).__name__}: target must be [{q.shape[0]}, {n}] heads, "
-                             f"got {tuple(target.shape)}")
+                             f"got {brief(getattr(target, 'shape', target))}")
         within = _words(q, lengths)[:, 0, 1:]  # [B, n]
+        if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.is_complex():
+            raise TypeError(f"{type(self).__name__}: target must be an integer tensor of heads")
+        heads = target.to(q.device).long()[within]
+        if bool(((heads < 0) | (heads > n)).any()):
+            raise ValueError(f"{type(self).__name__}: target heads of words must be in 0..{n}, got "
+                             f"{int(heads.min())}..{int(heads.max())}")
         loss = F.cross_entropy(q.transpose(1, 2)[:, 1:][within], target.to(q.device).long()[within])
         return loss, marginals
 

@@ -30,6 +30,8 @@ determinant): only the log and max semirings apply to it.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..constants import NEG
@@ -83,7 +85,7 @@ def semi_markov(sr: type[Semiring], edge: torch.Tensor, lengths: torch.Tensor,
 
 def _at_length(chart: dict, lengths: torch.Tensor, first: int) -> torch.Tensor:
     """``[S, B]``: ``chart[0, lengths[b] - 1 + first]`` of each sentence ``b``."""
-    ends = range(first, first + int(lengths.max()))
+    ends = range(first, first + (int(lengths.max()) if lengths.numel() else 1))  # (1: B = 0)
     stacked = torch.stack([chart[0, j] for j in ends], -1)  # [S, B, J]
     index = (lengths - 1).view(1, -1, 1).expand(stacked.shape[0], -1, 1)
     return stacked.gather(-1, index).squeeze(-1)
@@ -277,7 +279,7 @@ def marginals(crf, semiring: type[Semiring], other=None, *, compiled: bool = Tru
                   for p in potentials]
         value = semiring.unconvert(_value(crf, semiring, other, leaves))
         value = torch.where(torch.isfinite(value), value, value.new_zeros(()))
-        rows = value.reshape(-1, value.shape[-1])  # [R, B]
+        rows = value.reshape(math.prod(value.shape[:-1]), value.shape[-1])  # [R, B]
         out = []
         for r in range(rows.shape[0]):
             grads = torch.autograd.grad(rows[r].sum(), leaves, create_graph=create_graph,

@@ -33,6 +33,8 @@ from collections.abc import Callable
 
 import torch
 
+from synattn.limits import check_memory
+
 from ..arguments import count as whole_count
 from ..backend import kernels, use_numba
 from ..distribution import _gumbel_argmax, _gumbel_noise, check_count
@@ -154,15 +156,28 @@ class Autoregressive:
         """
         if isinstance(count, torch.Size) and len(count) == 1:
             count = count[0]  # torch-struct's sample_shape
-        _, _, tokens = self._search(check_count(count), stochastic=True, generator=generator)
+        _, _, tokens = self._search(check_count(count), stochastic=True, generator=generator,
+                                    option="Autoregressive.sample_without_replacement: count")
         return tokens.transpose(0, 1)
 
-    def _search(self, k: int, stochastic: bool = False, generator: torch.Generator | None = None
+    def _check_beam(self, k: int, option: str) -> None:
+        """Refuse a beam of ``k`` whose tensors would not fit in memory (before the model runs):
+        the ``[B, k, N]`` results, and per prefix on the beam (at most ``min(k, C^(N-1))``) its
+        state, ``C`` float64 scores to rank and ``N`` back pointers; the time grows alike."""
+        C, N = self.n_classes, self.n_length
+        width = k if (N - 1) * math.log(C) >= math.log(k) else C ** (N - 1)
+        state = sum(math.prod(s.shape[1:]) * s.element_size() for s in self.state)
+        need = self.batch * (k * (N + 2) * 8 + width * (4 * C * 8 + 2 * N * 8 + state))
+        check_memory(option, k, need, f"a beam of {k} over {self.batch} x {N} tokens of {C} classes")
+
+    def _search(self, k: int, stochastic: bool = False, generator: torch.Generator | None = None,
+                option: str = "Autoregressive.beam_search: k"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Beam search over ``k`` prefixes ranked by ``log p`` or (``stochastic``) by their
         Gumbel keys (stochastic beam search): ``log p [B, k]`` (float64),
         keys ``[B, k]`` and tokens ``[B, k, N]`` (``-1`` where ``-inf``), best key first."""
         B, C = self.batch, self.n_classes
+        self._check_beam(k, option)
         if k == 1 and not stochastic:
             scores, tokens = self._greedy()
             return scores.unsqueeze(1), scores.unsqueeze(1), tokens.unsqueeze(1)
@@ -181,7 +196,7 @@ class Autoregressive:
                 total = scores.unsqueeze(-1) + logp  # [B, width, C], float64
                 ranked = _truncated_gumbel(total, keys, generator)
                 best, beam, token = _best_children(torch.zeros_like(scores), ranked, kept)
-                scores = total.view(B, -1).gather(1, beam * C + token)
+                scores = total.view(B, width * C).gather(1, beam * C + token)
             else:
                 best, beam, token = _best_children(scores, logp, kept)  # [B, kept]
                 scores = best
@@ -396,7 +411,7 @@ def _best_children(scores: torch.Tensor, logp: torch.Tensor, k: int
     if k > 1 and use_numba(logp):
         return kernels("sequence._beam_kernels").best_children(scores, logp, k)
     B, W, C = logp.shape
-    total = (scores.unsqueeze(-1) + logp).view(B, -1)
+    total = (scores.unsqueeze(-1) + logp).view(B, W * C)
     if k == 1:
         best, index = total.max(-1, keepdim=True)
     else:

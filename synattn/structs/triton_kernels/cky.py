@@ -29,22 +29,10 @@ import triton
 import triton.language as tl
 
 from ..cky.dp import CKYMarginals, _dead_to_inf, _zero_dead
-from .common import NEG_INF, lse_accumulate, lse_finish, signature, tile, tl_dtype
+from .common import NEG_INF, gather_pair, lse_finish, signature, tile, tl_dtype
 
 BETA, BETA_T, SPLIT = (tl.constexpr(c) for c in range(3))  # inside chart channels
 OS, OS_T = (tl.constexpr(c) for c in range(2))  # outside chart channels
-
-
-@triton.jit
-def _gather(x_ptr, y_ptr, dx_ptr, dy_ptr, mask, m, acc, dacc,
-            VITERBI: tl.constexpr, DUAL: tl.constexpr):
-    """Fold the terms ``X + Y`` at the pointers ``x_ptr``, ``y_ptr`` ``[BI, BK]`` (``mask``
-    where they exist) into the running log-sum-exp of each row."""
-    t = tl.load(x_ptr, mask=mask, other=NEG_INF) + tl.load(y_ptr, mask=mask, other=NEG_INF)
-    dt = t
-    if DUAL:
-        dt = tl.load(dx_ptr, mask=mask, other=0.0) + tl.load(dy_ptr, mask=mask, other=0.0)
-    return lse_accumulate(t, dt, m, acc, dacc, VITERBI, DUAL)
 
 
 @triton.jit
@@ -83,7 +71,7 @@ def _inside(S, G, LEN, CH, DCH, LOGZ, DLOGZ, N, VITERBI: tl.constexpr, DUAL: tl.
                 mask = ok[:, None] & (q < w)
                 x = BETA * NN + i[:, None] * N + i[:, None] + q
                 y = BETA_T * NN + j[:, None] * N + i[:, None] + q + 1
-                m, acc, dacc = _gather(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
                                        VITERBI, DUAL)
             split, d_split = lse_finish(m, acc, dacc, VITERBI, DUAL)
             # β(i, j) = s(i, j) ⊗ S(i, j)
@@ -130,14 +118,14 @@ def _outside(S, G, LEN, CH, DCH, OUT, DOUT, LOGZ, DLOGZ, MU, DMU, N, DUAL: tl.co
                 mask = ok[:, None] & (e < n)
                 x = OS * NN + i[:, None] * N + e
                 y = BETA * NN + (j[:, None] + 1) * N + e
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             for k0 in range(0, i0 + BI, BK):
                 h = (k0 + rk)[None, :]
                 mask = ok[:, None] & (h < i[:, None])
                 x = OS_T * NN + j[:, None] * N + h
                 y = BETA_T * NN + (i[:, None] - 1) * N + h
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             o, d_o = lse_finish(m, acc, dacc, False, DUAL)
             top = (i == 0) & (w == n - 1)  # O(0, n-1) = 0: the whole sentence is in every tree

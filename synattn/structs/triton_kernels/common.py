@@ -42,6 +42,18 @@ def lse_finish(m, acc, dacc, VITERBI: tl.constexpr, DUAL: tl.constexpr):
     return value, d
 
 
+@triton.jit
+def gather_pair(x_ptr, y_ptr, dx_ptr, dy_ptr, mask, m, acc, dacc, VITERBI: tl.constexpr, DUAL: tl.constexpr):
+    """Fold the terms ``X + Y`` at the pointers ``x_ptr``, ``y_ptr`` ``[BI, BK]`` (``mask`` where
+    they exist; their tangents at ``dx_ptr``, ``dy_ptr`` under ``DUAL``) into the running
+    log-sum-exp of each row (:func:`lse_accumulate`)."""
+    t = tl.load(x_ptr, mask=mask, other=NEG_INF) + tl.load(y_ptr, mask=mask, other=NEG_INF)
+    dt = t
+    if DUAL:
+        dt = tl.load(dx_ptr, mask=mask, other=0.0) + tl.load(dy_ptr, mask=mask, other=0.0)
+    return lse_accumulate(t, dt, m, acc, dacc, VITERBI, DUAL)
+
+
 def tile(size: int, cap: int = 32) -> int:
     """A power-of-two tile edge: the next power of two of ``size``, between 16 and ``cap``."""
     return max(16, min(cap, triton.next_power_of_2(max(1, size))))

@@ -24,21 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import NEG_INF, lse_accumulate, lse_finish, signature, tile, tl_dtype
+from .common import NEG_INF, gather_pair, lse_finish, signature, tile, tl_dtype
 
 CL, CR, IL, IR, SS = (tl.constexpr(c) for c in range(5))  # chart channels
-
-
-@triton.jit
-def _gather(x_ptr, y_ptr, dx_ptr, dy_ptr, mask, m, acc, dacc,
-            VITERBI: tl.constexpr, DUAL: tl.constexpr):
-    """Fold the terms ``X + Y`` at the pointers ``x_ptr``, ``y_ptr`` ``[BI, BK]`` (``mask``
-    where they exist) into the running log-sum-exp of each row."""
-    t = tl.load(x_ptr, mask=mask, other=NEG_INF) + tl.load(y_ptr, mask=mask, other=NEG_INF)
-    dt = t
-    if DUAL:
-        dt = tl.load(dx_ptr, mask=mask, other=0.0) + tl.load(dy_ptr, mask=mask, other=0.0)
-    return lse_accumulate(t, dt, m, acc, dacc, VITERBI, DUAL)
 
 
 @triton.jit
@@ -71,7 +59,7 @@ def _inside(S, G, LEN, CH, DCH, LOGZ, DLOGZ, L, MULTIROOT: tl.constexpr, VITERBI
                 mask = ok[:, None] & (r < j[:, None])
                 x = CR * LL + i[:, None] * L + r
                 y = CL * LL + (r + 1) * L + j[:, None]
-                m, acc, dacc = _gather(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
                                        VITERBI, DUAL)
             split, dsplit = lse_finish(m, acc, dacc, VITERBI, DUAL)
             # I←(i, j) = S(i, j) + s[j, i],  I→(i, j) = S(i, j) + s[i, j]
@@ -92,7 +80,7 @@ def _inside(S, G, LEN, CH, DCH, LOGZ, DLOGZ, L, MULTIROOT: tl.constexpr, VITERBI
                 mask = ok[:, None] & (r < j[:, None])
                 x = CL * LL + i[:, None] * L + r
                 y = IL * LL + r * L + j[:, None]
-                m, acc, dacc = _gather(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
                                        VITERBI, DUAL)
             left, dleft = lse_finish(m, acc, dacc, VITERBI, DUAL)
             # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j)
@@ -102,7 +90,7 @@ def _inside(S, G, LEN, CH, DCH, LOGZ, DLOGZ, L, MULTIROOT: tl.constexpr, VITERBI
                 mask = ok[:, None] & (r <= j[:, None])
                 x = IR * LL + i[:, None] * L + r
                 y = CR * LL + r * L + j[:, None]
-                m, acc, dacc = _gather(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(ch + x, ch + y, dch + x, dch + y, mask, m, acc, dacc,
                                        VITERBI, DUAL)
             right, dright = lse_finish(m, acc, dacc, VITERBI, DUAL)
             if not MULTIROOT:  # ROOT's complete span must cover the whole sentence
@@ -147,14 +135,14 @@ def _outside(S, G, LEN, CH, DCH, OUT, DOUT, LOGZ, DLOGZ, MU, DMU, L, MULTIROOT: 
                 mask = ok[:, None] & (jj <= n)
                 x = SS * LL + i[:, None] * L + jj
                 y = CL * LL + (e[:, None] + 1) * L + jj
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             for k0 in range(0, i0 + BI, BK):
                 h = (k0 + rk)[None, :]
                 mask = ok[:, None] & (h < i[:, None])
                 x = CR * LL + h * L + e[:, None]
                 y = IR * LL + h * L + i[:, None]
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             right, dright = lse_finish(m, acc, dacc, False, DUAL)
             top = (i == 0) & (w == n)
@@ -168,14 +156,14 @@ def _outside(S, G, LEN, CH, DCH, OUT, DOUT, LOGZ, DLOGZ, MU, DMU, L, MULTIROOT: 
                 mask = ok[:, None] & (h < i[:, None])
                 x = SS * LL + h * L + e[:, None]
                 y = CR * LL + h * L + i[:, None] - 1
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             for k0 in range(0, n - i0 - w, BK):
                 jj = e[:, None] + 1 + (k0 + rk)[None, :]
                 mask = ok[:, None] & (jj <= n)
                 x = CL * LL + i[:, None] * L + jj
                 y = IL * LL + e[:, None] * L + jj
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             left, dleft = lse_finish(m, acc, dacc, False, DUAL)
             tl.store(out + CR * LL + i * L + e, right, mask=ok)
@@ -195,7 +183,7 @@ def _outside(S, G, LEN, CH, DCH, OUT, DOUT, LOGZ, DLOGZ, MU, DMU, L, MULTIROOT: 
                 mask = ok[:, None] & (jj <= n)
                 x = CR * LL + i[:, None] * L + jj
                 y = CR * LL + e[:, None] * L + jj
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             o_right, do_right = lse_finish(m, acc, dacc, False, DUAL)
             # O_I←(i, e) = ⊕_{h<=i} O_C←(h, e) ⊗ C←(h, i)
@@ -205,7 +193,7 @@ def _outside(S, G, LEN, CH, DCH, OUT, DOUT, LOGZ, DLOGZ, MU, DMU, L, MULTIROOT: 
                 mask = ok[:, None] & (h <= i[:, None])
                 x = CL * LL + h * L + e[:, None]
                 y = CL * LL + h * L + i[:, None]
-                m, acc, dacc = _gather(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
+                m, acc, dacc = gather_pair(out + x, ch + y, dout + x, dch + y, mask, m, acc, dacc,
                                        False, DUAL)
             o_left, do_left = lse_finish(m, acc, dacc, False, DUAL)
             # O_S(i, e) = O_I←(i, e) ⊗ s[e, i]  ⊕  O_I→(i, e) ⊗ s[i, e]

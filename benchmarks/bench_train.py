@@ -48,8 +48,8 @@ import torch
 
 from synattn.data.batching import PreparedDataset, SyntaxRequest, collate, token_batches
 from synattn.data.prepare import PrepareConfig, prepare
-from synattn.experiment import ExperimentConfig, build_model
 from synattn.train import Trainer, task_for
+from synattn.train.experiment import ExperimentConfig, build_model
 from synattn.train.tasks import syntax_request_for
 
 from device import add_device_argument, check_device, device_info, synchronize

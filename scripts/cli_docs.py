@@ -98,13 +98,28 @@ GENERAL = """## Exit status, errors and safety
   `OUT/.building` and moved into place; a failure (a full disk, an interruption) removes it, and a
   link where a split folder was is removed, not followed. `--limit` and `--max-words` hold for
   every input (a corpus, text files, given treebanks), and the manifest says what was prepared.
+- **Lines of input text are checked before any parser or tokenizer sees them**, by every command
+  that reads sentences (`translate`, `induce`, `viz`, `parse`, `prepare`; the token lines of the
+  CoNLL-U files of `stats` and `prepare --src-trees`): a line must be UTF-8, not empty, at most
+  100,000 characters (a longer one is never read whole into memory), without control characters
+  (a NUL byte, an escape, DEL; tabs and other white space are spaces), and of at most the
+  command's words: `--max-words` (`prepare`, 250 by default; `parse`, none unless given) or
+  `--max-len` (`translate`, `induce`, `viz`: every word is at least one subword piece). A bad line
+  stops the command with `FILE:LINE: cause` (exit status 2); `--on-error skip` (`translate`,
+  `induce`, `parse`, `prepare`, `stats`) leaves out exactly the bad lines (of a CoNLL-U file, their
+  sentences; an empty output line each where the output follows the input's lines), writes the
+  others and says how many it left out, why, and which (`FILE: skipped 2 line(s) (…): line(s) 4,
+  9`). `viz` draws one line (`--index`): only that line must be a sentence, and its error names
+  it. A file whose first 8 KiB hold NUL bytes on many lines is no text (a binary or UTF-16 file)
+  and is refused whole.
+  `tests/cli/test_text_limits.py` checks each limit under each command.
 - **`--max-len`** (`translate`, `induce`, `viz`): an input sentence of more subword pieces stops the
   command with its line number, or with `--on-error skip` (`translate`, `induce`) is left out (an
   empty output line and a warning), instead of running out of memory. `parse` does the same with a
-  line longer than spaCy's `nlp.max_length` (1,000,000 characters): `FILE:LINE` and the ways out
-  (`--max-words`, `--on-error skip`). `viz` draws one sentence (`--index`): only that line must be
-  a sentence, and a long one is drawn with its labels thinned (each heatmap at most 2,000 pixels a
-  side).
+  line longer than the pipeline's `nlp.max_length` (spaCy's default, 1,000,000 characters, is above
+  the 100,000 of every line): `FILE:LINE` and the ways out (`--max-words`, `--on-error skip`). A
+  long sentence that `viz` draws is drawn with its labels thinned (each heatmap at most 2,000
+  pixels a side).
 - **Damaged files**: commands that read a run check its checkpoint (weights, config) and the
   prepared dataset (manifest, labels, sentencepiece models, arrays of the split) first; a damaged
   or hand-edited file is a one-line error naming it. `--data` must have the run's vocabulary.

@@ -8,12 +8,17 @@ before anything is allocated: one line naming the option, instead of an allocato
 an out-of-memory kill or minutes of swapping. The bound is a property of the machine (not of
 what other processes hold at the moment), so the same command is refused or accepted alike on
 every run.
+
+The limits of a line of input text (:data:`MAX_LINE_CHARS`, :func:`control_cause`) are here too:
+every reader of sentences applies them before a parser or a tokenizer sees the line
+(:func:`synattn.data.text.line_problem`, the CoNLL-U reader).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 
 from synattn.errors import UsageError, brief
 
@@ -54,3 +59,19 @@ def check_memory(option: str, value: object, need: float, what: str) -> None:
         raise UsageError(f"{option}={brief(value)} is too large: {what} would need about "
                          f"{format_bytes(need)} of memory, more than this machine's "
                          f"{format_bytes(have)}")
+
+
+MAX_LINE_CHARS = 100_000
+"""The most characters a line of text may have (after whitespace is normalised): spaCy needs about
+1 GB of memory per 100,000 characters it parses, and no sentence is this long."""
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+"""The control characters (Unicode category Cc) that are not white space."""
+
+
+def control_cause(text: str) -> str | None:
+    """Where ``text`` holds a control character that is not white space (a NUL byte, an escape,
+    DEL, a C1 control), as the cause of an error, or None."""
+    control = _CONTROL.search(text)
+    if control is None:
+        return None
+    return f"line holds the control character {ascii(control.group())[1:-1]} at column {control.start() + 1}"

@@ -13,7 +13,7 @@ import yaml
 from synattn.config_bounds import MAX_DEPTH, MAX_SEED
 from synattn.config_io import ConfigFileError
 from synattn.errors import ConfigError
-from synattn.experiment import ExperimentConfig
+from synattn.train.experiment import ExperimentConfig
 from tests.helpers.cli import run_cli
 
 BASE = {"task": "mt", "data": "data/nowhere",

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from synattn.cli.main import main
-from synattn.experiment import TASKS, ExperimentConfig, apply_override, model_config
 from synattn.models.pretrained import PretrainedModel
 from synattn.train import read_log, resolve_checkpoint
+from synattn.train.experiment import TASKS, ExperimentConfig, apply_override, model_config
 from synattn.train.tasks import syntax_request_for
 from tests.helpers.configs import (  # noqa: F401 (a fixture)
     CONFIG_DIR,

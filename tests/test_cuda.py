@@ -214,8 +214,8 @@ from tests.helpers.configs import CONFIGS, RUN_OVERRIDES, datasets, shrink_overr
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_config_trains_on_the_device(path, datasets, tmp_path, capsys):  # noqa: F811
     from synattn.cli.main import main
-    from synattn.experiment import ExperimentConfig
     from synattn.train import read_log
+    from synattn.train.experiment import ExperimentConfig
 
     exp = ExperimentConfig.from_yaml(path)
     run = tmp_path / "run"

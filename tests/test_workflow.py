@@ -13,9 +13,9 @@ from synattn.cli.main import main
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.data.text import read_lines
 from synattn.errors import ConfigError, UsageError
-from synattn.experiment import ExperimentConfig
 from synattn.generate.translate import Translator
 from synattn.models import PretrainedModel
+from synattn.train.experiment import ExperimentConfig
 from synattn.trees.conllu_io import read_conllu, to_conllu
 
 EN = ["the cat sat on the mat", "dogs bark at night", "a bird sings in the old tree",

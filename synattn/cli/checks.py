@@ -9,12 +9,16 @@ from pathlib import Path
 
 from synattn.cli.options import positive_int
 from synattn.data.prepared import PreparedData
+from synattn.data.text import MAX_LINE_CHARS
 from synattn.data.validate import check_dataset, check_manifest
 from synattn.errors import InputError, UsageError
 from synattn.io import file_digest
 from synattn.runs import VOCAB, dataset_of, run_vocab
 
 DEFAULT_MAX_LEN = 1024
+BAD_LINES = (f"empty, non-UTF-8 or too long (--max-len, or more than {MAX_LINE_CHARS:,} characters) input lines, "
+             "or lines holding a control character")
+"""The input lines ``--on-error`` of ``translate`` and ``induce`` is about (:func:`synattn.data.text.line_problem`)."""
 
 
 def add_max_len_argument(p: argparse.ArgumentParser, skippable: bool = True) -> None:

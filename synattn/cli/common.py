@@ -81,9 +81,9 @@ def split_sentences(data: Path, split: str, indices: Sequence[int] | None = None
 
 
 def text_sentences(data: Path, path: str, needs_trees: bool, on_error: str = "raise", line: int | None = None,
-                   pretokenized: bool | None = None) -> Sentences:
+                   pretokenized: bool | None = None, max_len: int | None = None) -> Sentences:
     """:meth:`Sentences.from_text`, saying on stderr which lines were left out."""
-    sentences = Sentences.from_text(data, path, needs_trees, on_error, line, pretokenized)
+    sentences = Sentences.from_text(data, path, needs_trees, on_error, line, pretokenized, max_len)
     if len(sentences.skipped):
         print(sentences.skipped.summary(path), file=sys.stderr)
     return sentences

@@ -147,8 +147,8 @@ def _train_all(models: dict[str, dict], args: argparse.Namespace, data: Path, ou
     import torch
 
     from synattn.cli.side_by_side import Job, train_side_by_side
-    from synattn.experiment import ExperimentConfig, build_model
     from synattn.train import read_log
+    from synattn.train.experiment import ExperimentConfig, build_model
 
     budget = budget_of(args)
     threads = max(1, (args.threads or torch.get_num_threads()) // len(models))

@@ -30,7 +30,7 @@ import argparse
 import json
 import sys
 
-from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
+from synattn.cli.checks import BAD_LINES, add_max_len_argument, check_lengths, check_vocabulary, resolve_min_layer
 from synattn.cli.common import (
     add_pretokenized_argument,
     add_run_arguments,
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random-tree baseline")
     p.add_argument("--json", help="also write the F1 scores as JSON here")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                   help="empty or non-UTF-8 input lines: stop (default) or leave them out (empty output lines)")
+                   help=f"{BAD_LINES}: stop (default) or leave them out (empty output lines)")
     add_decoding_arguments(p)
     p.set_defaults(func=run)
 
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = split_sentences(data, args.split)
     else:
         sentences = text_sentences(data, args.input, bool(source_request(model).src), args.on_error,
-                                   pretokenized=args.pretokenized or None)
+                                   pretokenized=args.pretokenized or None, max_len=args.max_len)
         if not sentences.total:  # as translate: an empty output would look like the trees of nothing
             raise InputError("no sentences to induce trees for (the input is empty)", args.input)
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")

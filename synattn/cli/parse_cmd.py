@@ -8,7 +8,7 @@ import sys
 from synattn.cli.options import positive_int
 from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.data.parsing import DEFAULT_MODEL, load_pipeline, parse
-from synattn.data.text import SkipReport, read_lines
+from synattn.data.text import MAX_LINE_CHARS, SkipReport, read_lines
 from synattn.errors import InputError
 from synattn.io import atomic_write
 from synattn.trees.conllu_io import write_conllu
@@ -29,9 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=256, help="sentences per spaCy batch")
     p.add_argument("--max-words", type=positive_int, default=None, help="lines with more words are bad input")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                   help="what to do with an empty, non-UTF-8 or over-long line (--max-words, or more characters "
-                        "than the parser takes: spaCy's nlp.max_length, 1,000,000 by default): stop there "
-                        "(default) or leave it out with a warning")
+                   help="what to do with an empty, non-UTF-8 or over-long line (--max-words, more than "
+                        f"{MAX_LINE_CHARS:,} characters, or more than the parser takes: spaCy's nlp.max_length) "
+                        "or one holding a control character: stop there (default) or leave it out with a warning")
     p.set_defaults(func=run)
 
 
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     output_file(args.output, "-o")
     check_apart({"-o": args.output}, {"input": args.input})
     report = SkipReport()
-    lines = read_lines(args.input, on_error=args.on_error, max_words=args.max_words, report=report)
+    lines = read_lines(args.input, on_error=args.on_error, max_words=args.max_words, report=report,
+                       words_option="--max-words")
     if len(report):
         print(report.summary(args.input), file=sys.stderr)
     if not lines:  # nothing to parse: an empty CoNLL-U file would look like a parse of nothing

@@ -9,7 +9,7 @@ from synattn.cli.options import positive_int
 from synattn.cli.paths import check_apart, input_file, output_file
 from synattn.errors import InputError, UsageError
 from synattn.trees.conllu_io import read_conllu_with_report
-from synattn.trees.relations import check_label_clips
+from synattn.trees.relations import MAX_DISTANCE, MAX_TRAVERSAL, check_label_clips
 from synattn.trees.stats import treebank_statistics
 
 
@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("conllu", help="CoNLL-U file")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                    help="what to do with a malformed sentence (default: stop with file and line)")
-    p.add_argument("--max-distance", type=positive_int, default=8, help="tree-distance label clip")
-    p.add_argument("--max-traversal", type=positive_int, default=4, help="traversal label clip")
+    p.add_argument("--max-distance", type=positive_int, default=MAX_DISTANCE, help="tree-distance label clip")
+    p.add_argument("--max-traversal", type=positive_int, default=MAX_TRAVERSAL, help="traversal label clip")
     p.add_argument("--plot", help="also write label histograms to this PNG")
     p.set_defaults(func=run)
 

@@ -28,12 +28,12 @@ from synattn.cli.paths import check_apart, input_file, output_folder
 from synattn.config_io import ConfigFileError, read_yaml, without_known_keys
 from synattn.errors import ConfigError
 from synattn.evaluate.translation import translation_metrics
-from synattn.experiment import ExperimentConfig
 from synattn.folders import check_own_folder
 from synattn.locks import FolderLock
 from synattn.runs import RUN
 from synattn.train import resolve_checkpoint
 from synattn.train.distributed import check_device
+from synattn.train.experiment import ExperimentConfig
 from synattn.train.experiment_run import TrainingInterrupted, train_experiment
 
 

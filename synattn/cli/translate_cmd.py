@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from synattn.cli.checks import add_max_len_argument, check_lengths, check_vocabulary, require_model
+from synattn.cli.checks import BAD_LINES, add_max_len_argument, check_lengths, check_vocabulary, require_model
 from synattn.cli.common import (
     add_pretokenized_argument,
     add_run_arguments,
@@ -58,8 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write the target's tokens separated by spaces, as the model makes them (default: "
                         "text, spaced as the dataset's training text: docs/data.md, Detokenization)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                   help="empty, non-UTF-8 or too long (--max-len) input lines: stop (default) or leave them "
-                        "out (an empty output line each)")
+                   help=f"{BAD_LINES}: stop (default) or leave them out (an empty output line each)")
     add_max_len_argument(p)
     p.set_defaults(func=run)
 
@@ -84,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = split_sentences(data, args.split)
     else:
         sentences = text_sentences(data, args.input, translator.needs_trees, args.on_error,
-                                   pretokenized=args.pretokenized or None)
+                                   pretokenized=args.pretokenized or None, max_len=args.max_len)
         if not sentences.total:  # as synattn parse: an empty output would look like a translation of nothing
             raise InputError("no sentences to translate (the input is empty)", args.input or "<stdin>")
     check_lengths(sentences, args.max_len, args.on_error, args.input or f"{data}/{args.split}")

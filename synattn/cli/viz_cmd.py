@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         sentences = split_sentences(data, args.split, [args.index])
     else:
         sentences = text_sentences(data, args.input, reads_trees or args.parse, line=args.index,
-                                   pretokenized=args.pretokenized or None)
+                                   pretokenized=args.pretokenized or None, max_len=args.max_len)
     check_lengths(sentences, args.max_len, None, args.input or f"{data}/{args.split}")
     example = sentences.examples[0]
     out_dir = Path(args.output)

@@ -51,7 +51,7 @@ class VersePair:
 
 def _require(module: str, install: str):
     try:
-        return importlib.import_module(module)
+        return importlib.import_module(module)  # lazy, by name: an optional extra, said what to install
     except ImportError as err:  # the package is an optional extra
         raise MissingDependencyError(f"the '{module}' package", install) from err
 

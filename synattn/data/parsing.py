@@ -9,7 +9,6 @@ gives a tree with k root words (all hanging from the artificial ROOT, as in docs
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -51,7 +50,7 @@ def load_pipeline(model: str = DEFAULT_MODEL, allow_split: bool = False):
         MissingDependencyError: spaCy or the model is not installed (the message says what to install).
     """
     try:
-        spacy = importlib.import_module("spacy")
+        import spacy
         from spacy.language import Language
     except ImportError as err:
         raise MissingDependencyError("spaCy", "spacy") from err

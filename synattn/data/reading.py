@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
-from synattn.data.text import SkipReport, check_text_file, read_lines
+from synattn.data.text import SkipReport, check_text_file, count_lines, read_lines
 from synattn.errors import DataError, UsageError
 from synattn.trees.conllu_io import read_conllu
 from synattn.trees.dependency import DependencyTree
@@ -144,6 +144,13 @@ def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
                     raise DataError("expected 'source<TAB>target' with two non-empty columns", prefix, number)
                 bad.append((number, "not two tab-separated columns"))
                 continue
+            longest = max(len(p.split()) for p in parts)
+            if longest > cfg.max_words:
+                cause = f"a column has {longest:,} words, more than --max-words {cfg.max_words}"
+                if cfg.on_error == "raise":
+                    raise DataError(cause + " (use --on-error skip to leave such lines out)", prefix, number)
+                bad.append((number, cause))
+                continue
             src.append((number, " ".join(parts[0].split())))
             tgt.append((number, " ".join(parts[1].split())))
         reports[0].skipped.extend(bad)
@@ -151,16 +158,17 @@ def _read_parallel(cfg: PrepareConfig, prefix: str) -> dict[str, Side]:
     else:
         paths = (f"{prefix}.{cfg.src_lang}", f"{prefix}.{cfg.tgt_lang}")
         if cfg.monolingual:
-            rows = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0])
+            rows = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0],
+                              words_option="--max-words")
             return {"src": Side([t for _, t in rows], [n for n, _ in rows], paths[0])}
         for path in paths:
             check_text_file(path)  # before counting lines: a binary file is no parallel text
-        counts = [sum(1 for _ in open(p, "rb")) for p in paths]
+        counts = [count_lines(p) for p in paths]
         if counts[0] != counts[1]:
             raise DataError(f"parallel files differ in length: {counts[0]} lines here, {counts[1]} in "
                             f"{paths[1]}", paths[0], min(counts) + 1)
-        src = read_lines(paths[0], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[0])
-        tgt = read_lines(paths[1], on_error=cfg.on_error, max_words=cfg.max_words, report=reports[1])
+        src, tgt = (read_lines(path, on_error=cfg.on_error, max_words=cfg.max_words, report=report,
+                               words_option="--max-words") for path, report in zip(paths, reports))
     for path, report in zip(paths, reports):
         if len(report):
             logger.warning(report.summary(path))

@@ -22,7 +22,7 @@ from synattn.data.batching import PreparedDataset
 from synattn.data.encoding import encode_sentence
 from synattn.data.prepared import PreparedData
 from synattn.data.subwords import pieces_by_word
-from synattn.data.text import SkipReport, read_lines
+from synattn.data.text import SkipReport, count_lines, read_lines
 from synattn.errors import InputError
 
 if TYPE_CHECKING:
@@ -75,14 +75,18 @@ class Sentences:
 
     @classmethod
     def from_text(cls, data: Path, path: str, needs_trees: bool, on_error: str = "raise",
-                  line: int | None = None, pretokenized: bool | None = None) -> Sentences:
+                  line: int | None = None, pretokenized: bool | None = None,
+                  max_len: int | None = None) -> Sentences:
         """Sentences of a text file (all lines, or the 0-based ``line`` alone), parsed when
         ``needs_trees`` with the spaCy pipeline the dataset was prepared with. With
         ``pretokenized`` the words are the whitespace-separated tokens (kept by the parser);
         without, raw text is tokenised by the parser, as ``prepare`` does; None (default): as the
         dataset's source words were made (:meth:`PreparedData.word_tokenizer`), so that
         ``servants.`` is the two words ``servants .`` wherever the training text had them so.
-        Lines left out (``on_error="skip"``) are in ``skipped``."""
+        Every line is checked before any parser or tokenizer sees it
+        (:func:`synattn.data.text.line_problem`: characters, control characters and, with
+        ``max_len`` (the ``--max-len`` in pieces), at most that many words, each word being one
+        piece or more). Lines left out (``on_error="skip"``) are in ``skipped``."""
         prepared = PreparedData(data)
         manifest, labels = prepared.manifest, prepared.labels
         sp = prepared.tokenizer("src")
@@ -91,7 +95,8 @@ class Sentences:
             pretokenized = word_tokenizer is None
         report = SkipReport()
         # one chosen line: the others may be anything (an empty line elsewhere is not its problem)
-        lines = read_lines(path, on_error="skip" if line is not None else on_error, report=report)
+        lines = read_lines(path, on_error="skip" if line is not None else on_error, report=report,
+                           max_words=max_len, words_option="--max-len")
         if line is not None:
             lines = [(number, text) for number, text in lines if number == line + 1]
             cause = dict(report.skipped).get(line + 1)
@@ -112,8 +117,6 @@ class Sentences:
 
             words = tokenize([text for _, text in lines], word_tokenizer or manifest["config"]["src_model"])
         examples = [encode_sentence("src", w, sp, labels, tree) for w, tree in zip(words, trees)]
-        with open(path, "rb") as f:
-            total = sum(1 for _ in f)
-        sentences = cls(examples, words, [number for number, _ in lines], total)
+        sentences = cls(examples, words, [number for number, _ in lines], count_lines(path))
         sentences.skipped = report if line is None else SkipReport()
         return sentences

@@ -24,10 +24,10 @@ from synattn.errors import InputError, SynattnError, UsageError
 from synattn.evaluate.attachment import tree_predictions, word_arc_scores, word_predictions
 from synattn.evaluate.result import Evaluation
 from synattn.evaluate.translation import perplexity, translation_scores
-from synattn.experiment import ExperimentConfig
 from synattn.models import PretrainedModel
 from synattn.progress import progress
 from synattn.train.checkpoint import CHECKPOINTS, SNAPSHOTS, WEIGHTS, check_no_nan, list_checkpoints, resolve_checkpoint
+from synattn.train.experiment import ExperimentConfig
 from synattn.train.kinds import task_for
 from synattn.train.libraries import library_of_checkpoint, library_of_section
 from synattn.trees.metrics import attachment_scores

@@ -32,7 +32,7 @@ from synattn.errors import InputError
 from synattn.syntax.fields import IGNORE_INDEX, TreeBatch, build_field, is_field, syntax_field, syntax_fields
 from synattn.syntax.request import SyntaxRequest
 from synattn.trees.dependency import DependencyTree
-from synattn.trees.relations import head_targets
+from synattn.trees.relations import MAX_DISTANCE, MAX_TRAVERSAL, head_targets
 from synattn.trees.subword import project_to_subwords
 
 OUTSIDE, UNKNOWN = "<outside>", "<unk>"
@@ -119,8 +119,8 @@ class SyntaxEncoder:
             ``setting="max_depth"``: ``max_depth=6``; :class:`~synattn.syntax.request.SyntaxRequest`).
     """
 
-    def __init__(self, fields: Sequence[str] = ("head_targets",), max_distance: int = 8,
-                 max_traversal: int = 4, pos_vocab: Sequence[str] | None = None,
+    def __init__(self, fields: Sequence[str] = ("head_targets",), max_distance: int = MAX_DISTANCE,
+                 max_traversal: int = MAX_TRAVERSAL, pos_vocab: Sequence[str] | None = None,
                  deprel_vocab: Sequence[str] | None = None, **settings: int):
         unknown = [f for f in fields if not is_field(f)]
         if unknown:

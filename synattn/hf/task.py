@@ -25,7 +25,7 @@ perplexity, each supervised head's word-level UAS against the split's trees and 
 agreement with the subword tree (:func:`synattn.evaluate.hf_model.evaluate_hf`).
 
 The core calls this module through the hooks it registers (:mod:`synattn.train.libraries`):
-``ExperimentConfig`` and ``build_model`` (synattn/experiment.py), ``task_for`` (synattn/train/kinds.py),
+``ExperimentConfig`` and ``build_model`` (synattn/train/experiment.py), ``task_for`` (synattn/train/kinds.py),
 ``load_run`` (synattn/evaluate/runner.py); ``evaluate_run`` evaluates with synattn/evaluate/hf_model.py.
 """
 

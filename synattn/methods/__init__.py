@@ -36,8 +36,12 @@ BUILT_IN = ("relations", "specialized", "supervised", "constituent", "bird_eye",
             "syntactic")
 """The built-in method modules, in the order of their settings in ``StackConfig``."""
 
+# by name, not `from synattn.methods import ...`: each import registers its method, and the order of
+# BUILT_IN (the order of the settings in StackConfig) is the point, which sorted imports would lose
 for _name in BUILT_IN:
     importlib.import_module(f"{__name__}.{_name}")
+# discovery: any other module of this package is a method (one file, docs/adding_a_method.md), whose
+# name this file does not know
 for _module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     if _module.name not in BUILT_IN and _module.name != "base" and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")

@@ -16,6 +16,9 @@ from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
 from synattn.methods.base import Method, Site, register
 
+CONSTITUENT_DIAGONAL = 1.0
+"""The default of ``constituent_diagonal`` (C_ii: the paper's empty product), defined once."""
+
 
 @dataclass
 class ConstituentConfig:
@@ -29,7 +32,7 @@ class ConstituentConfig:
     """
 
     constituent: bool = False
-    constituent_diagonal: float = 1.0
+    constituent_diagonal: float = CONSTITUENT_DIAGONAL
 
 
 @register
@@ -54,7 +57,7 @@ class Constituent(Method):
     def validate(self, model: Any, side: str, stack: Any) -> None:
         if not 0.0 <= stack.constituent_diagonal <= 1.0:
             raise ConfigError(f"{side}.constituent_diagonal={stack.constituent_diagonal} must lie in [0, 1]")
-        if stack.constituent_diagonal != 1.0 and not stack.constituent:
+        if stack.constituent_diagonal != CONSTITUENT_DIAGONAL and not stack.constituent:
             raise ConfigError(f"{side}.constituent_diagonal={stack.constituent_diagonal}, but "
                               f"{side}.constituent is off")
 

@@ -25,6 +25,8 @@ CROSS_ATTENTION = ("segmentation", "sigmoid", "segments")
 """Structured encoder-decoder attention (docs/methods.md §5): the chain CRF, its sigmoid baseline,
 or the semi-Markov CRF over labelled segments."""
 
+MAX_SEGMENT = 4
+"""The default of ``cross_attention_max_segment`` (the longest segment, in source pieces), defined once."""
 
 
 @dataclass
@@ -43,7 +45,7 @@ class CrossAttentionConfig:
 
     cross_attention: str | None = None
     cross_attention_normalize: bool = False
-    cross_attention_max_segment: int = 4
+    cross_attention_max_segment: int = MAX_SEGMENT
     cross_attention_layers: list[int] | None = None
 
 

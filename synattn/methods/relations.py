@@ -20,13 +20,16 @@ from synattn.attention import RelativePositions, TreeRelations
 from synattn.attention.feature import AttentionFeature
 from synattn.errors import ConfigError
 from synattn.methods.base import HFAlias, Method, Site, check_layer, register
-from synattn.trees.relations import check_label_clips, distance_vocab, traversal_vocab
+from synattn.trees.relations import MAX_DISTANCE, MAX_TRAVERSAL, check_label_clips, distance_vocab, traversal_vocab
 
 RELATIONS = ("sequential", "tree_distance", "traversal")
 """Relation kinds of relative attention: Shaw positions, tree distance, tree traversal."""
 
 FIELDS = {"tree_distance": "tree_dist", "traversal": "traversal"}
 """The syntax field each tree relation reads."""
+
+MAX_RELATIVE_POSITION = 16
+"""The default of ``max_relative_position`` (Shaw's clipping distance k), defined once."""
 
 
 def relation_labels(field: str, max_distance: int, max_traversal: int) -> int:
@@ -52,9 +55,9 @@ class RelationsConfig:
 
     relations: list[str] = field(default_factory=list)
     relation_layers: list[int] | None = None
-    max_relative_position: int = 16
-    max_distance: int = 8
-    max_traversal: int = 4
+    max_relative_position: int = MAX_RELATIVE_POSITION
+    max_distance: int = MAX_DISTANCE
+    max_traversal: int = MAX_TRAVERSAL
     relative_values: bool = True
 
 

@@ -8,9 +8,11 @@ are ALiBi's geometric sequence ``m_h = 2^(−8 (h + 1) / H)`` (for H not a power
 the power of two below H, then every other slope of twice that power). No parameters; with
 ``scale: 0`` the layer is plain attention. Choice we made: the slopes are fixed, as in ALiBi.
 
-Settings (``max_distance`` is the stack's own, shared with ``relations``)::
+Settings (the clip ``max_distance`` is the stack's flat key, shared with ``relations``: see
+:class:`TreeDistanceBiasConfig`)::
 
     tree_distance_bias: {layers: null, scale: 1.0}    # layers null: every layer
+    max_distance: 8                                   # the stack's tree-distance clip (the default)
 """
 
 from __future__ import annotations
@@ -75,6 +77,14 @@ class TreeDistanceBias(AttentionFeature):
 @dataclass
 class TreeDistanceBiasConfig:
     """Settings of :class:`TreeDistanceBias`.
+
+    The clip is not one of these settings: the bias reads the stack's ``tree_dist`` labels, clipped
+    at the stack's flat ``max_distance`` (the setting of the ``tree_dist`` syntax field, declared
+    with :class:`~synattn.methods.relations.RelationsConfig`; default
+    :data:`~synattn.trees.relations.MAX_DISTANCE`, 8). A batch carries one ``tree_dist`` per side,
+    so the bias and the ``tree_distance`` relations of a stack share that clip; a clip of its own
+    would need a second field. In a Hugging Face model the clip is the ``max_distance`` of a
+    ``relations`` entry reading ``tree_dist``, else the default.
 
     Attributes:
         layers: the layers that get the bias (None: every layer).

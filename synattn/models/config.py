@@ -31,13 +31,15 @@ from synattn.errors import ConfigError
 from synattn.limits import check_memory
 from synattn.methods import methods
 from synattn.methods.bird_eye import BIRD_EYE, BirdEyeConfig
-from synattn.methods.cross_attention import CROSS_ATTENTION
-from synattn.methods.relations import RELATIONS
+from synattn.methods.constituent import CONSTITUENT_DIAGONAL
+from synattn.methods.cross_attention import CROSS_ATTENTION, MAX_SEGMENT
+from synattn.methods.relations import MAX_RELATIVE_POSITION, RELATIONS
 from synattn.methods.specialized import SpecializedHeadsConfig
 from synattn.methods.supervised import SupervisedHeadConfig
 from synattn.methods.syntactic import SyntacticAttentionConfig
 from synattn.methods.tree_distance_bias import TreeDistanceBiasConfig
 from synattn.models.config_checks import StackChecks
+from synattn.trees.relations import MAX_DISTANCE, MAX_TRAVERSAL
 
 __all__ = ["BIRD_EYE", "CROSS_ATTENTION", "RELATIONS", "BirdEyeConfig", "EncoderDecoderConfig",
            "LanguageModelConfig", "MaskedLMConfig", "ModelConfig", "SpecializedHeadsConfig", "StackConfig",
@@ -82,20 +84,20 @@ class StackConfig:
     # relations (synattn/methods/relations.py)
     relations: list[str] = field(default_factory=list)
     relation_layers: list[int] | None = None
-    max_relative_position: int = 16
-    max_distance: int = 8
-    max_traversal: int = 4
+    max_relative_position: int = MAX_RELATIVE_POSITION
+    max_distance: int = MAX_DISTANCE
+    max_traversal: int = MAX_TRAVERSAL
     relative_values: bool = True
     specialized_heads: SpecializedHeadsConfig | None = None
     supervised_head: SupervisedHeadConfig | None = None
     # constituent (synattn/methods/constituent.py)
     constituent: bool = False
-    constituent_diagonal: float = 1.0
+    constituent_diagonal: float = CONSTITUENT_DIAGONAL
     bird_eye: BirdEyeConfig | None = None
     # cross_attention (synattn/methods/cross_attention.py)
     cross_attention: str | None = None
     cross_attention_normalize: bool = False
-    cross_attention_max_segment: int = 4
+    cross_attention_max_segment: int = MAX_SEGMENT
     cross_attention_layers: list[int] | None = None
     syntactic_attention: SyntacticAttentionConfig | None = None
     tree_distance_bias: TreeDistanceBiasConfig | None = None

@@ -56,7 +56,7 @@ def train_run(study: Study, ctx: Context, arm: Arm, seed: int, budget: Budget) -
     (:func:`~synattn.train.experiment_run.train_experiment`); returns its run directory. Without
     ``ctx.progress``, no progress bar and no console lines (the run's ``log.jsonl`` has them)."""
     from synattn.evaluate.translation import translation_metrics
-    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment import ExperimentConfig
     from synattn.train.experiment_run import train_experiment
 
     run = run_dir_of(ctx, arm, seed)
@@ -166,7 +166,7 @@ def check_configs(study: Study, ctx: Context, arms: list[Arm], budget: Budget) -
     own checks let through), before anything is prepared: the model section as it reads without the
     dataset, and the training settings."""
     from synattn.errors import ConfigError
-    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment import ExperimentConfig
 
     for arm in arms:
         if not arm.trained:
@@ -210,7 +210,7 @@ def _model_of(experiment: dict) -> Any:
     """The model an experiment dict trains, as its config reads it (defaults filled in), so that two
     spellings of one model compare equal; the section as written where it does not read."""
     from synattn.errors import SynattnError
-    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment import ExperimentConfig
 
     try:
         config = ExperimentConfig.from_dict(experiment).model_without_data()

@@ -85,5 +85,6 @@ def __getattr__(name: str):
     if name in _old_paths.MOVED:
         import importlib
 
+        # lazy and by name: an old path is loaded only when used, its new module read from MOVED
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -59,6 +59,7 @@ class _Merged(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         for source in self._sources:
+            # lazy: the new modules are named in MOVED and loaded only when an old name is used
             module = importlib.import_module(source)
             if hasattr(module, name):
                 return getattr(module, name)
@@ -66,6 +67,7 @@ class _Merged(types.ModuleType):
                              f"{', '.join(self._sources)})")
 
     def __dir__(self):
+        # by name: the new modules of an old one are read from MOVED (loaded on first use)
         return sorted({n for s in self._sources for n in dir(importlib.import_module(s))
                        if not n.startswith("_")})
 
@@ -84,7 +86,8 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         sources = tuple(f"{PACKAGE}.{m}" for m in MOVED[module.__name__.rpartition(".")[2]])
-        # the import system returns whatever sys.modules holds under the old name afterwards
+        # the import system returns whatever sys.modules holds under the old name afterwards; the new
+        # module is known only by its name in MOVED, so it is imported by name here
         sys.modules[module.__name__] = (importlib.import_module(sources[0]) if len(sources) == 1
                                         else _Merged(module.__name__, sources))
 

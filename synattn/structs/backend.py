@@ -86,6 +86,7 @@ def kernels(name: str):
     """The compiled-kernel module ``synattn.structs.<name>`` (e.g. ``"_eisner_kernels"``),
     imported on first use: ``import synattn`` never needs numba, and the kernels' modules are
     only loaded on the compiled path."""
+    # lazy: the kernel modules import numba, which only the compiled path may need
     return importlib.import_module(f"{__package__}.{name}")
 
 

@@ -52,7 +52,14 @@ import torch
 from torch import Tensor
 
 from synattn.errors import DataError
-from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, distance_vocab, traversal_vocab
+from synattn.trees.relations import (
+    MAX_DISTANCE,
+    MAX_TRAVERSAL,
+    batch_relation_labels,
+    batch_syntax_hints,
+    distance_vocab,
+    traversal_vocab,
+)
 
 IGNORE_INDEX = -100
 """Value of position-valued fields (``head_targets``, ``hints``) where a position has none."""
@@ -306,12 +313,12 @@ def _hints(trees: TreeBatch) -> np.ndarray:
 # special tokens one more label, "outside" (index len(vocab), after <far>)
 register_field(SyntaxField(
     "tree_dist", "pair", lambda request: len(distance_vocab(request.max_distance)) - 1,
-    lambda trees: _relation_labels(trees)[0], setting="max_distance", default=8,
+    lambda trees: _relation_labels(trees)[0], setting="max_distance", default=MAX_DISTANCE,
     outside=lambda request: len(distance_vocab(request.max_distance)),
     doc="tree-distance labels (docs/methods.md §1)"))
 register_field(SyntaxField(
     "traversal", "pair", lambda request: len(traversal_vocab(request.max_traversal)) - 1,
-    lambda trees: _relation_labels(trees)[1], setting="max_traversal", default=4,
+    lambda trees: _relation_labels(trees)[1], setting="max_traversal", default=MAX_TRAVERSAL,
     outside=lambda request: len(traversal_vocab(request.max_traversal)),
     doc="tree-traversal labels (docs/methods.md §1)"))
 register_field(SyntaxField("pos", "token", 0, _labels("upos"), doc="POS-tag ids (docs/methods.md §1)"))

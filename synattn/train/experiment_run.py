@@ -9,7 +9,7 @@ dataset is still the run's own), builds the model with ``train.seed``, and train
 :class:`TrainedRun`, and an interrupted run raises :class:`TrainingInterrupted`.
 
 Example:
-    >>> from synattn.experiment import ExperimentConfig  # doctest: +SKIP
+    >>> from synattn.train.experiment import ExperimentConfig  # doctest: +SKIP
     >>> exp = ExperimentConfig.from_yaml("configs/baseline.yaml", ["train.max_epochs=1"])  # doctest: +SKIP
     >>> train_experiment(exp, "runs/base", resume=True).result.stopped_by  # doctest: +SKIP
     'max_epochs'
@@ -29,10 +29,10 @@ from torch import nn
 from synattn.data.batching import PreparedDataset
 from synattn.data.validate import check_dataset, check_split
 from synattn.errors import ConfigError
-from synattn.experiment import ExperimentConfig, build_model
 from synattn.locks import FolderLock
 from synattn.runs import check_dataset as check_run_dataset, check_run_links, run_vocab, save_run_vocab
 from synattn.train.checkpoint import resolve_checkpoint
+from synattn.train.experiment import ExperimentConfig, build_model
 from synattn.train.kinds import task_for
 from synattn.train.run_log import read_log
 from synattn.train.trainer import Trainer, TrainResult

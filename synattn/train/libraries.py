@@ -95,6 +95,7 @@ def library(name: str) -> ModelLibrary:
     if name not in _REGISTERED:
         entry = LIBRARIES[name]
         try:
+            # lazy: the library (transformers) is optional and heavy, loaded by the entry's name on first use
             importlib.import_module(entry.module)
         except ImportError:
             raise ConfigError(f"model.{name} needs the {name} package (pip install '{entry.install}')") from None

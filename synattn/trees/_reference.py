@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from synattn.trees.relations import FAR, traversal_vocab
+from synattn.trees.relations import FAR, MAX_DISTANCE, MAX_TRAVERSAL, traversal_vocab
 
 
 def _bfs_parents(heads: list[int], source: int) -> list[int]:
@@ -68,8 +68,8 @@ def reference_relations(heads: list[int] | np.ndarray) -> tuple[np.ndarray, list
     return dist, paths
 
 
-def reference_labels(heads: list[int] | np.ndarray, max_distance: int = 8,
-                     max_traversal: int = 4) -> tuple[np.ndarray, np.ndarray]:
+def reference_labels(heads: list[int] | np.ndarray, max_distance: int = MAX_DISTANCE,
+                     max_traversal: int = MAX_TRAVERSAL) -> tuple[np.ndarray, np.ndarray]:
     """Distance and traversal labels ``[n, n]`` of one sentence from :func:`reference_relations`."""
     index = {label: k for k, label in enumerate(traversal_vocab(max_traversal))}
     dist, paths = reference_relations(heads)

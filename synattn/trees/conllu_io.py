@@ -30,6 +30,7 @@ from conllu.exceptions import ParseException
 from conllu.parser import parse_comment_line, parse_id_value, parse_int_value
 
 from synattn.errors import InputError, TreebankError
+from synattn.limits import MAX_LINE_CHARS, control_cause
 from synattn.trees.dependency import DependencyTree, head_problem
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,11 @@ def _parse_sentence(block: list[str], first_line: int, number: int, path: str,
     for line_number, line in enumerate(block, start=first_line):
         line = line.removesuffix("\r")
         if check_bytes and (cause := bad_byte_cause(line)) is not None:
+            raise fail(cause, line_number)
+        if len(line) > MAX_LINE_CHARS:
+            raise fail(f"line has {len(line):,} characters, more than the limit of {MAX_LINE_CHARS:,} characters",
+                       line_number)
+        if (cause := control_cause(line)) is not None:
             raise fail(cause, line_number)
         if "\r" in line:
             raise fail("carriage return inside a line", line_number)

@@ -60,11 +60,20 @@ from synattn.trees._ancestors import (
 FAR = "<far>"
 """The overflow label shared by every relation beyond the vocabulary (and by padding pairs)."""
 
+MAX_DISTANCE = 8
+"""The default tree-distance clip: the largest distance with its own label. The one definition of
+every ``max_distance`` default (these functions, the ``tree_dist`` syntax field, the ``relations``
+settings of a model config, the Hugging Face aligner, ``synattn stats``)."""
+
+MAX_TRAVERSAL = 4
+"""The default traversal clip: the longest traversal path (in characters) with its own label; the one
+definition of every ``max_traversal`` default."""
+
 # ----------------------------------------------------------------------------------------------
 # tree distance
 
 
-def distance_vocab(max_distance: int = 8) -> list[str]:
+def distance_vocab(max_distance: int = MAX_DISTANCE) -> list[str]:
     """Labels of the tree distance: ``"0"`` .. ``str(max_distance)``, then ``"<far>"``.
 
     Label index k < max_distance + 1 means distance k; index max_distance + 1 is the overflow
@@ -136,7 +145,7 @@ def tree_distance(heads: Any) -> Any:
     return _from_numpy(batch_tree_distance(heads_np[None])[0], device)
 
 
-def batch_distance_labels(heads: Any, lengths: Any = None, max_distance: int = 8) -> Any:
+def batch_distance_labels(heads: Any, lengths: Any = None, max_distance: int = MAX_DISTANCE) -> Any:
     """Tree distance labels (indices into :func:`distance_vocab`) of a padded batch.
 
     Args:
@@ -151,7 +160,7 @@ def batch_distance_labels(heads: Any, lengths: Any = None, max_distance: int = 8
     return batch_relation_labels(heads, lengths, max_distance=max_distance)[0]
 
 
-def distance_labels(heads: Any, max_distance: int = 8) -> Any:
+def distance_labels(heads: Any, max_distance: int = MAX_DISTANCE) -> Any:
     """Tree distance labels of one sentence: ``[n, n]`` indices into :func:`distance_vocab`."""
     heads_np, device = _to_numpy(heads)
     return _from_numpy(batch_distance_labels(heads_np[None], None, max_distance)[0], device)
@@ -161,7 +170,7 @@ def distance_labels(heads: Any, max_distance: int = 8) -> Any:
 # tree traversal
 
 
-def traversal_vocab(max_traversal: int = 4) -> list[str]:
+def traversal_vocab(max_traversal: int = MAX_TRAVERSAL) -> list[str]:
     """Labels of the tree traversal path, in a fixed order.
 
     Index 0 is ``""`` (self); then, for lengths 1..max_traversal: U^a D^b by decreasing a (leaving
@@ -206,8 +215,8 @@ def _label_tables(max_distance: int, max_traversal: int) -> tuple[int, np.ndarra
             traversal.astype(_label_dtype(len(vocab))))
 
 
-def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = 8,
-                          max_traversal: int = 4) -> tuple[Any, Any]:
+def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = MAX_DISTANCE,
+                          max_traversal: int = MAX_TRAVERSAL) -> tuple[Any, Any]:
     """Tree distance labels and tree traversal labels of a padded batch, sharing one tree climb.
 
     Args:
@@ -244,7 +253,7 @@ def batch_relation_labels(heads: Any, lengths: Any = None, max_distance: int = 8
             _from_numpy(traversal_table.take(code), device))
 
 
-def batch_traversal_labels(heads: Any, lengths: Any = None, max_traversal: int = 4) -> Any:
+def batch_traversal_labels(heads: Any, lengths: Any = None, max_traversal: int = MAX_TRAVERSAL) -> Any:
     """Tree traversal labels (indices into :func:`traversal_vocab`) of a padded batch.
 
     Args:
@@ -259,7 +268,7 @@ def batch_traversal_labels(heads: Any, lengths: Any = None, max_traversal: int =
     return batch_relation_labels(heads, lengths, max_traversal=max_traversal)[1]
 
 
-def traversal_labels(heads: Any, max_traversal: int = 4) -> Any:
+def traversal_labels(heads: Any, max_traversal: int = MAX_TRAVERSAL) -> Any:
     """Tree traversal labels of one sentence: ``[n, n]`` indices into :func:`traversal_vocab`."""
     heads_np, device = _to_numpy(heads)
     return _from_numpy(batch_traversal_labels(heads_np[None], None, max_traversal)[0], device)

@@ -16,7 +16,14 @@ import numpy as np
 
 from synattn.errors import InputError
 from synattn.trees.dependency import DependencyTree
-from synattn.trees.relations import batch_relation_labels, batch_syntax_hints, distance_vocab, traversal_vocab
+from synattn.trees.relations import (
+    MAX_DISTANCE,
+    MAX_TRAVERSAL,
+    batch_relation_labels,
+    batch_syntax_hints,
+    distance_vocab,
+    traversal_vocab,
+)
 
 
 def pad_heads(heads: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -105,8 +112,8 @@ def _longest(vocab: list[str]) -> int:
     return max(len(v) for v in vocab[:-1])
 
 
-def relation_statistics(heads: Sequence[np.ndarray], max_distance: int = 8, max_traversal: int = 4,
-                        chunk: int = 2048) -> RelationStats:
+def relation_statistics(heads: Sequence[np.ndarray], max_distance: int = MAX_DISTANCE,
+                        max_traversal: int = MAX_TRAVERSAL, chunk: int = 2048) -> RelationStats:
     """Histograms of tree-distance and traversal labels over all ordered word pairs, and hint stats.
 
     Args:
@@ -134,8 +141,8 @@ def relation_statistics(heads: Sequence[np.ndarray], max_distance: int = 8, max_
     return stats
 
 
-def treebank_statistics(trees: Sequence[DependencyTree], max_distance: int = 8,
-                        max_traversal: int = 4) -> TreebankStats:
+def treebank_statistics(trees: Sequence[DependencyTree], max_distance: int = MAX_DISTANCE,
+                        max_traversal: int = MAX_TRAVERSAL) -> TreebankStats:
     """Statistics of a treebank: lengths, roots, projectivity, labels, relation label histograms."""
     if not trees:
         raise InputError("no trees to summarise (the treebank is empty)")

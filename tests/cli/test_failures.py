@@ -252,9 +252,11 @@ CASES = [
     P(["translate", "--run", "T/mlm", "-i", "T/in.txt"], 2,
       "translate needs a model of kind EncoderDecoderTransformer", None,
       id="7-translate-masked-lm"),
-    P([*TRANSLATE, "-i", "B/long.txt", "-o", "B/out.txt"], 2, "B/long.txt:2: sentence has",
+    P([*TRANSLATE, "-i", "B/long.txt", "-o", "B/out.txt"], 2,
+      "B/long.txt:2: line has 399,999 characters, more than the limit of 100,000",
       _long_line(100_000), id="7-translate-100k-word-line"),
-    P(["parse", "B/long.txt"], 2, "B/long.txt:2: line has 1000004 characters, more than the parser's limit",
+    P(["parse", "B/long.txt"], 2,
+      "B/long.txt:2: line has 1,000,004 bytes, more than the limit of 100,000 characters",
       _file("long.txt", "dogs bark\n" + "ab c" * 250_001 + "\n"), id="7-parse-line-longer-than-spacy-takes",
       marks=SPACY),
     # 7. input paths: exit 2, "option: path: cause"

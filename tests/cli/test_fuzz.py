@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from synattn.cli.main import build_parser, main
 from synattn.data.prepare import PrepareConfig, prepare
-from synattn.experiment import EvalConfig
 from synattn.models.config import (
     EncoderDecoderConfig,
     SpecializedHeadsConfig,
@@ -31,6 +30,7 @@ from synattn.models.config import (
     SyntacticAttentionConfig,
 )
 from synattn.train import TrainConfig
+from synattn.train.experiment import EvalConfig
 from tests.helpers.cli import DAMAGE, EN, FR, FUZZ, FUZZ_CASES, FUZZ_SCALE, count_case, damage, digest, run_cli, sandbox
 
 COMMANDS = ("translate", "evaluate", "induce", "viz", "stats", "prepare")

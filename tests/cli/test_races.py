@@ -117,7 +117,7 @@ def test_a_train_is_refused_while_a_prepare_process_writes_the_dataset(text):
     """``synattn train`` (and the studies' training, :func:`train_experiment`) started while
     ``prepare --force`` rewrites the dataset stop naming it, and read nothing; once it is done the
     dataset is the new one."""
-    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment import ExperimentConfig
     from synattn.train.experiment_run import train_experiment
 
     paused, go = text / "paused", text / "go"

@@ -8,9 +8,9 @@ import yaml
 from synattn.cli.main import main
 from synattn.data.prepare import PrepareConfig, prepare
 from synattn.errors import ConfigError
-from synattn.experiment import ExperimentConfig, apply_override
 from synattn.models import EncoderDecoderTransformer
 from synattn.train import read_log, resolve_checkpoint
+from synattn.train.experiment import ExperimentConfig, apply_override
 from tests.helpers.cli import EN, FR
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from synattn.data.prepare import PrepareConfig, prepare
-from synattn.experiment import TASKS, ExperimentConfig
+from synattn.train.experiment import TASKS, ExperimentConfig
 from tests.helpers.paths import ROOT
 
 CONFIG_DIR = ROOT / "configs"

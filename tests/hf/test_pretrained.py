@@ -230,7 +230,7 @@ def test_train_fine_tunes_a_pretrained_model_in_its_own_pieces_and_resumes(data,
 
 
 def test_a_frozen_pretrained_model_trains_only_the_added_weights(data, tmp_path):
-    from synattn.experiment import ExperimentConfig, build_model
+    from synattn.train.experiment import ExperimentConfig, build_model
     from synattn.train.kinds import task_for
 
     exp = ExperimentConfig.from_dict(_experiment(data, pretrained_folder(tmp_path / "m"), mlm=False, freeze=True))
@@ -251,7 +251,7 @@ def test_a_frozen_pretrained_model_trains_only_the_added_weights(data, tmp_path)
 ])
 def test_mistakes_in_the_pretrained_keys_are_config_errors(data, tmp_path, model, message):
     from synattn.errors import ConfigError
-    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment import ExperimentConfig
 
     with pytest.raises(ConfigError, match=message):
         ExperimentConfig.from_dict(_experiment(data, pretrained_folder(tmp_path / "m"), **model)).check_data()
@@ -259,7 +259,7 @@ def test_mistakes_in_the_pretrained_keys_are_config_errors(data, tmp_path, model
 
 def test_without_the_masked_lm_loss_a_feature_must_have_a_loss(data, tmp_path):
     from synattn.errors import ConfigError
-    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment import ExperimentConfig
 
     exp = _experiment(data, pretrained_folder(tmp_path / "m"), mlm=False)
     exp["model"]["features"] = [{"feature": "relations", "relations": ["tree_distance"], "layers": [0]}]
@@ -269,7 +269,7 @@ def test_without_the_masked_lm_loss_a_feature_must_have_a_loss(data, tmp_path):
 
 def test_mlm_and_freeze_need_a_pretrained_model(data):
     from synattn.errors import ConfigError
-    from synattn.experiment import ExperimentConfig
+    from synattn.train.experiment import ExperimentConfig
 
     exp = {"task": "mlm", "data": str(data), "model": {"transformers": {"model_type": "bert", "hidden_size": 32,
            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}, "mlm": False}}
@@ -309,7 +309,7 @@ def test_features_off_are_minilm_bit_for_bit_and_a_round_trip_keeps_the_features
 
 
 def test_a_few_fine_tuning_steps_of_minilm_lower_the_supervised_heads_loss(data):
-    from synattn.experiment import ExperimentConfig, build_model
+    from synattn.train.experiment import ExperimentConfig, build_model
     from synattn.train.kinds import task_for
 
     real_minilm()

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from synattn.cli.main import main  # noqa: E402
 from synattn.errors import ConfigError  # noqa: E402
-from synattn.experiment import ExperimentConfig  # noqa: E402
+from synattn.train.experiment import ExperimentConfig  # noqa: E402
 from tests.helpers.hf_models import CONLLU  # noqa: E402
 
 BERT = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -9,12 +9,12 @@ import warnings
 
 import pytest
 
-from synattn.experiment import ExperimentConfig
 from synattn.hf import FEATURES
 from synattn.methods import Claim, Method, check_claims, method, methods, register, unregister
 from synattn.methods.relations import RelationsConfig
 from synattn.models import EncoderDecoderConfig, LanguageModelConfig, StackConfig
 from synattn.models.config import BirdEyeConfig, undeclared
+from synattn.train.experiment import ExperimentConfig
 from tests.helpers.claims import Claims
 from tests.helpers.paths import ROOT
 

@@ -1,6 +1,6 @@
 """The tree-distance bias, a method added through the method registry alone
 (synattn/methods/tree_distance_bias.py): ALiBi's slopes, the bias on a tree checked by hand, the
-config, the syntax request, training, cached decoding and Hugging Face models."""
+config, the syntax request and its clip, training, cached decoding and Hugging Face models."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from synattn.attention import MultiheadAttention, SyntaxInputs
 from synattn.data.batching import collate_examples
 from synattn.methods.tree_distance_bias import TreeDistanceBias, alibi_slopes
 from synattn.models import EncoderDecoderConfig, EncoderDecoderTransformer, MaskedLM, MaskedLMConfig
+from synattn.train.experiment import ExperimentConfig, model_config
 from synattn.train.tasks import MaskedLMTask, syntax_request_for
-from synattn.trees.relations import batch_relation_labels
+from synattn.trees.relations import MAX_DISTANCE, batch_relation_labels
 from tests.helpers.attention import random_heads
+from tests.helpers.paths import ROOT
 
 TINY = dict(d_model=16, heads=4, ffn_dim=32, dropout=0.0)
 VOCAB = 20
@@ -155,3 +157,35 @@ def test_hugging_face_models_get_it_from_the_registry():
     sh.attach(model, [{"feature": "tree_distance_bias", "side": "encoder"}])
     assert not torch.allclose(model(input_ids=ids, syntax_tree_dist=dist).last_hidden_state,
                               plain(input_ids=ids).last_hidden_state)
+
+
+@pytest.mark.parametrize("stack, clip", [
+    (dict(tree_distance_bias={}), MAX_DISTANCE),  # the default, as before the constant was shared
+    (dict(tree_distance_bias={}, max_distance=3), 3),  # the stack's clip, without relations
+    (dict(tree_distance_bias={}, relations=["tree_distance"], max_distance=5), 5),  # shared with them
+])
+def test_the_clip_is_the_stacks_max_distance(stack, clip):
+    """The bias has no clip of its own: its labels are the stack's tree_dist, clipped at the stack's
+    max_distance (docs/methods.md §1), so configs written before keep their labels."""
+    model = MaskedLM(MaskedLMConfig.from_dict(dict(TINY, vocab_size=VOCAB, encoder=dict(layers=1, **stack))))
+    request = syntax_request_for(model.config)
+    assert request.src == {"tree_dist"} and request.max_distance == clip
+    n = 12  # a chain: word k + 1 hangs from word k, so d(first word, word j) = j
+    batch = collate_examples([{"src_ids": np.full(n, 5, np.int32), "src_heads": np.arange(n)}], request)
+    first = batch.src_syntax.tree_dist[0, 0, :n]
+    assert first.tolist() == [min(j, clip + 1) for j in range(n)]
+    bias = model.encoder.layers[0].self_attn.features[-1]
+    assert isinstance(bias, TreeDistanceBias)
+
+
+def test_the_shipped_config_keeps_the_default_clip():
+    exp = ExperimentConfig.from_yaml(ROOT / "configs" / "tree_distance_bias.yaml")
+    config = model_config(exp, {"vocab_size": {"src": VOCAB, "tgt": VOCAB}}, {})
+    assert MAX_DISTANCE == 8 and syntax_request_for(config).max_distance == MAX_DISTANCE
+    assert config.encoder.max_distance == MAX_DISTANCE
+
+
+def test_the_clip_is_checked_without_the_relations():
+    with pytest.raises(ValueError, match=r"encoder\.max_distance=0 must be at least 1"):
+        EncoderDecoderConfig.from_dict(dict(TINY, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB,
+                                            encoder=dict(tree_distance_bias={}, max_distance=0)))

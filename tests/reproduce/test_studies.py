@@ -232,8 +232,8 @@ def test_a_toy_translation_study_decodes_short_hypotheses(tmp_path):
     that scoring does not take most of a toy study's minutes."""
     from types import SimpleNamespace
 
-    from synattn.experiment import EvalConfig
     from synattn.reproduce import Context
+    from synattn.train.experiment import EvalConfig
 
     for name in ("mt-syntax", "structured-attention"):
         toy = EvalConfig(**STUDIES[name].base_eval(Context(out=tmp_path, args=SimpleNamespace(), toy=True)))

@@ -9,7 +9,6 @@ import re
 import pytest
 
 from synattn.data.prepared import LABELS, MANIFEST, PreparedData
-from synattn.experiment import TASKS, ExperimentConfig
 from synattn.models import (
     EncoderDecoderConfig,
     EncoderDecoderTransformer,
@@ -20,6 +19,7 @@ from synattn.models import (
 )
 from synattn.syntax.request import SyntaxRequest
 from synattn.train import LanguageModelTask, MaskedLMTask, TranslationTask, task_for
+from synattn.train.experiment import TASKS, ExperimentConfig
 from synattn.train.kinds import TASK_KINDS, TaskKind, kind_of, register_task, task_kind
 from tests.helpers.paths import ROOT
 

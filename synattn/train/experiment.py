@@ -31,7 +31,7 @@ import yaml
 from synattn.config_io import ConfigFileError, StrictConfig, config_error, from_dict, parse_yaml, read_yaml
 from synattn.data.prepared import MANIFEST, PreparedData
 from synattn.errors import ConfigError, brief
-from synattn.train import TrainConfig
+from synattn.train.config import TrainConfig
 from synattn.train.kinds import TASK_KINDS, TaskKind
 from synattn.train.libraries import library_of_section
 

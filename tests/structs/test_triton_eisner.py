@@ -5,14 +5,13 @@ Triton's interpreter on CPU tensors (tests/conftest.py turns it on)."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 from synattn.structs import DependencyCRF, backend
 from synattn.structs.backend import use_backend
 from tests.helpers.trees import brute_force
+from tests.helpers.triton_launches import launches_and_ops
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() or backend.triton_interpreted()),
@@ -110,60 +109,13 @@ def test_triton_on_cpu_without_the_interpreter_is_refused(monkeypatch):
         DependencyCRF(torch.randn(1, 3, 3), torch.tensor([2])).log_partition
 
 
-@contextlib.contextmanager
-def count_launches():
-    """Counts Triton kernel launches and the PyTorch operators that would launch a device kernel
-    (everything but allocation, views and metadata), as a GPU would run them."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    free = {"empty", "empty_like", "empty_strided", "view", "_unsafe_view", "as_strided", "t", "detach",
-            "alias", "expand", "permute", "unsqueeze", "squeeze", "select", "slice", "transpose",
-            "lift_fresh", "_to_copy_noop", "is_nonzero", "item", "_local_scalar_dense", "size", "stride"}
-    counts = {"triton": 0, "torch": 0}
-    in_kernel = []  # (the interpreter's own tensor work is the kernel's, not a launch)
-
-    class Ops(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not in_kernel and func.overloadpacket.__name__ not in free:
-                counts["torch"] += 1
-            return func(*args, **(kwargs or {}))
-
-    from synattn.structs.triton_kernels import eisner
-
-    kernels = {name: getattr(eisner, name) for name in ("_inside", "_outside", "_backtrack")}
-
-    class Counted:
-        def __init__(self, kernel):
-            self.kernel = kernel
-
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                counts["triton"] += 1
-                in_kernel.append(True)
-                try:
-                    return self.kernel[grid](*args, **kwargs)
-                finally:
-                    in_kernel.pop()
-
-            return launch
-
-    for name, kernel in kernels.items():
-        setattr(eisner, name, Counted(kernel))
-    try:
-        with Ops():
-            yield counts
-    finally:
-        for name, kernel in kernels.items():
-            setattr(eisner, name, kernel)
-
-
 @pytest.mark.parametrize("n", [3, 9])
 def test_marginals_take_a_fixed_number_of_launches(n):
     """Eisner marginals in at most 10 launches whatever N (the PyTorch path grows with N)."""
     from synattn.structs.triton_kernels import eisner
 
     scores, lengths = batch(5, [n, 2], torch.float32)
-    with count_launches() as counts:
+    with launches_and_ops() as counts:
         eisner.marginals(scores, lengths, False)
     assert counts["triton"] == 2
     assert counts["triton"] + counts["torch"] <= 10, counts

@@ -6,14 +6,13 @@ interpreter on CPU tensors (tests/conftest.py turns it on)."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 from synattn.structs import Dependency2oCRF, backend
 from synattn.structs.backend import use_backend
 from tests.helpers.second_order import brute_force
+from tests.helpers.triton_launches import launches_and_ops
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() or backend.triton_interpreted()),
@@ -175,52 +174,6 @@ def test_routing():
             Dependency2oCRF(scores.cpu(), siblings.cpu(), lengths.cpu()).log_partition
 
 
-@contextlib.contextmanager
-def count_launches():
-    """Counts Triton kernel launches and the PyTorch operators that would launch a device kernel
-    (everything but allocation, views and metadata), as a GPU would run them."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from synattn.structs.triton_kernels import eisner2o
-
-    free = {"empty", "empty_like", "empty_strided", "view", "_unsafe_view", "as_strided", "t", "detach",
-            "alias", "expand", "permute", "unsqueeze", "squeeze", "select", "slice", "transpose",
-            "lift_fresh", "_to_copy_noop", "is_nonzero", "item", "_local_scalar_dense", "size", "stride"}
-    counts = {"triton": 0, "torch": 0}
-    in_kernel = []  # (the interpreter's own tensor work is the kernel's, not a launch)
-
-    class Ops(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not in_kernel and func.overloadpacket.__name__ not in free:
-                counts["torch"] += 1
-            return func(*args, **(kwargs or {}))
-
-    class Counted:
-        def __init__(self, kernel):
-            self.kernel = kernel
-
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                counts["triton"] += 1
-                in_kernel.append(True)
-                try:
-                    return self.kernel[grid](*args, **kwargs)
-                finally:
-                    in_kernel.pop()
-
-            return launch
-
-    kernels = {name: getattr(eisner2o, name) for name in ("_inside", "_outside", "_backtrack")}
-    for name, kernel in kernels.items():
-        setattr(eisner2o, name, Counted(kernel))
-    try:
-        with Ops():
-            yield counts
-    finally:
-        for name, kernel in kernels.items():
-            setattr(eisner2o, name, kernel)
-
-
 @pytest.mark.parametrize("n", [2, 5])
 def test_a_fixed_number_of_launches(n):
     """Both marginals in 2 kernel launches and the best tree in 2, whatever N (the PyTorch path
@@ -228,10 +181,10 @@ def test_a_fixed_number_of_launches(n):
     from synattn.structs.triton_kernels import eisner2o
 
     scores, siblings, lengths = batch(7, [n, 1], torch.float32)
-    with count_launches() as counts:
+    with launches_and_ops() as counts:
         eisner2o.marginals(scores, siblings, lengths, False)
     assert counts["triton"] == 2 and counts["torch"] <= 4, counts
     if n > 2:
-        with count_launches() as counts:
+        with launches_and_ops() as counts:
             eisner2o.best(scores, siblings, lengths, True)
         assert counts["triton"] == 2 and counts["torch"] <= 4, counts

@@ -164,6 +164,15 @@ def _zero_dead(x: torch.Tensor, log_z: torch.Tensor, lengths: torch.Tensor) -> t
     return torch.where(keep, x, 0.0)
 
 
+def marginals_vjp_by_autograd(scores: torch.Tensor, lengths: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``g^T d mu / d scores`` by autograd's double backward of the PyTorch inside pass, itself
+    differentiable (every backend's marginals' backward when a third derivative is asked for). On
+    ``scores`` itself, not a detached copy: the result must stay a function of the scores."""
+    inner = cky_inside(to_width_major(scores), lengths)[0]
+    (mu,) = torch.autograd.grad(inner.sum(), scores, create_graph=True)
+    return torch.autograd.grad(mu, scores, g, create_graph=True)[0]
+
+
 class CKYMarginals(torch.autograd.Function):
     """Span marginals; backward is the Hessian-vector product of ``log Z`` by forward-mode AD
     (``O(B·N²)`` memory), or autograd throughout when a third derivative is asked for."""
@@ -180,11 +189,7 @@ class CKYMarginals(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths, log_z = ctx.saved_tensors
         if torch.is_grad_enabled():  # a third derivative was asked for: autograd throughout
-            # (on ``scores`` itself, not a detached copy: the result must stay a function of the
-            # scores for the next derivative)
-            inner = cky_inside(to_width_major(scores), lengths)[0]
-            (mu,) = torch.autograd.grad(inner.sum(), scores, create_graph=True)
-            out = torch.autograd.grad(mu, scores, g, create_graph=True)[0]
+            out = marginals_vjp_by_autograd(scores, lengths, g)
         elif ctx.compiled:
             out = kernels("cky._kernels").marginals_jvp(scores, lengths, g)
         else:

@@ -225,6 +225,17 @@ def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: boo
     return log_z, torch.where(usable_arcs(lengths, grad.shape[-1]), grad, 0.0)
 
 
+def marginals_vjp_by_autograd(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                              g: torch.Tensor) -> torch.Tensor:
+    """``g^T d mu / d scores`` by autograd's double backward of the PyTorch inside pass, itself
+    differentiable (the backward of every backend's marginals when a third derivative is asked for).
+    On ``scores`` itself, not a detached copy: the result must stay a function of the scores."""
+    log_z = eisner_inside(to_width_major(scores), lengths, multiroot)[0]
+    (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
+    mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
+    return torch.autograd.grad(mu, scores, g, create_graph=True)[0]
+
+
 class EisnerMarginals(torch.autograd.Function):
     """Arc marginals; backward is the Hessian-vector product by forward-mode differentiation.
 
@@ -247,12 +258,7 @@ class EisnerMarginals(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths = ctx.saved_tensors
         if torch.is_grad_enabled():  # a third derivative was asked for: use autograd throughout
-            # (on ``scores`` itself, not a detached copy: the result must stay a function of
-            # the scores for the next derivative)
-            log_z = eisner_inside(to_width_major(scores), lengths, ctx.multiroot)[0]
-            (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
-            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
-            return torch.autograd.grad(mu, scores, g, create_graph=True)[0], None, None, None
+            return marginals_vjp_by_autograd(scores, lengths, ctx.multiroot, g), None, None, None
         if ctx.compiled:  # the same derivative, by inside-outside on dual numbers
             hg = kernels("dependency._eisner_kernels").marginals_jvp(scores, lengths, ctx.multiroot, g)
         else:

@@ -319,16 +319,25 @@ class _Marginals2o(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g, g_sib):
         scores, siblings, lengths = ctx.saved_tensors
-        graph = torch.is_grad_enabled()
-        with torch.enable_grad():
-            x = scores if graph and scores.requires_grad else scores.detach().requires_grad_()
-            y = siblings if graph and siblings.requires_grad else siblings.detach().requires_grad_()
-            log_z = eisner2o_inside(x, y, lengths, ctx.multiroot)
-            mu = torch.autograd.grad(log_z.sum(), (x, y), create_graph=True)
-            hx, hy = torch.autograd.grad(mu, (x, y), (g, g_sib), create_graph=graph, allow_unused=True)
-        hx = torch.zeros_like(scores) if hx is None else hx
-        hy = torch.zeros_like(siblings) if hy is None else hy
-        return hx, hy, None, None
+        return (*marginals_vjp_by_autograd(scores, siblings, lengths, ctx.multiroot, g, g_sib), None, None)
+
+
+def marginals_vjp_by_autograd(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
+                              multiroot: bool, g: torch.Tensor, g_sib: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vector-Jacobian product of the arc and sibling marginals with ``(g, g_sib)`` by
+    autograd's double backward of :func:`eisner2o_inside` (differentiable again when gradients are
+    enabled: a third derivative)."""
+    graph = torch.is_grad_enabled()
+    with torch.enable_grad():
+        x = scores if graph and scores.requires_grad else scores.detach().requires_grad_()
+        y = siblings if graph and siblings.requires_grad else siblings.detach().requires_grad_()
+        log_z = eisner2o_inside(x, y, lengths, multiroot)
+        mu = torch.autograd.grad(log_z.sum(), (x, y), create_graph=True)
+        hx, hy = torch.autograd.grad(mu, (x, y), (g, g_sib), create_graph=graph, allow_unused=True)
+    hx = torch.zeros_like(scores) if hx is None else hx
+    hy = torch.zeros_like(siblings) if hy is None else hy
+    return hx, hy
 
 
 class Dependency2oCRF(ArcCRF):

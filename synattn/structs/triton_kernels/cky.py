@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..cky.dp import CKYMarginals, _dead_to_inf, _zero_dead
+from ..cky.dp import _dead_to_inf, _zero_dead, marginals_vjp_by_autograd
 from .common import NEG_INF, gather_pair, lse_finish, signature, tile, tl_dtype
 
 BETA, BETA_T, SPLIT = (tl.constexpr(c) for c in range(3))  # inside chart channels
@@ -276,14 +276,13 @@ class Marginals(torch.autograd.Function):
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         log_z, mu = marginals(scores, lengths)
         ctx.save_for_backward(scores, lengths, log_z)
-        ctx.compiled = False  # (read by CKYMarginals.backward for a third derivative)
         return _zero_dead(mu, log_z, lengths)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         scores, lengths, log_z = ctx.saved_tensors
         if torch.is_grad_enabled():  # a third derivative: autograd through the PyTorch path
-            return CKYMarginals.backward(ctx, g)[:2]
+            return _zero_dead(marginals_vjp_by_autograd(scores, lengths, g), log_z, lengths), None
         d_mu = marginals(scores, lengths, direction=g)[2]
         return _zero_dead(d_mu, log_z, lengths), None
 

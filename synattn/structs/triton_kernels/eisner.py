@@ -382,9 +382,9 @@ class Marginals(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         scores, lengths = ctx.saved_tensors
         if torch.is_grad_enabled():  # a third derivative: autograd through the PyTorch path
-            from ..dependency.eisner import EisnerMarginals
+            from ..dependency.eisner import marginals_vjp_by_autograd
 
-            return EisnerMarginals.backward(ctx, g)[:3]
+            return marginals_vjp_by_autograd(scores, lengths, ctx.multiroot, g), None, None
         return marginals(scores, lengths, ctx.multiroot, direction=g)[2], None, None
 
 

@@ -467,9 +467,9 @@ class Marginals2o(torch.autograd.Function):
     def backward(ctx, g, g_sib):
         scores, siblings, lengths = ctx.saved_tensors
         if torch.is_grad_enabled():  # a third derivative: autograd's double backward of eisner2o_inside
-            from ..dependency.eisner2o import _Marginals2o
+            from ..dependency.eisner2o import marginals_vjp_by_autograd
 
-            return _Marginals2o.backward(ctx, g, g_sib)
+            return (*marginals_vjp_by_autograd(scores, siblings, lengths, ctx.multiroot, g, g_sib), None, None)
         _, _, _, h, h_sib = marginals(scores, siblings, lengths, ctx.multiroot, direction=(g, g_sib))
         return h, h_sib, None, None
 

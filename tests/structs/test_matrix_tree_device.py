@@ -85,3 +85,15 @@ def test_chosen_for_cuda_tensors_only():
         assert registry.choose("nonprojective", scores, lengths, False).name == "torch"
     crf = NonProjectiveDependencyCRF(scores, lengths)
     torch.testing.assert_close(crf.marginals.sum(1)[:, 1:4], torch.ones(1, 3, dtype=torch.float64))
+
+
+def test_a_third_derivative_matches_the_cpu_path():
+    scores, lengths = inputs(3, [4, 2], 1.0)
+    torch_path = next(i for i in registry.implementations("nonprojective") if i.name == "torch")
+    outs = []
+    for impl in (DEVICE, torch_path):
+        x = scores.clone().requires_grad_()
+        mu = impl.marginals(x, lengths, False)
+        (g,) = torch.autograd.grad((mu ** 2).sum(), x, create_graph=True)
+        outs.append(torch.autograd.grad(g.sum(), x)[0])
+    torch.testing.assert_close(*outs, rtol=1e-8, atol=1e-8)

@@ -207,6 +207,17 @@ def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
     return _marginals(scores, lengths, multiroot, False, use_numba(scores, lengths))[0]
 
 
+def marginals_vjp_by_autograd(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
+                              g: torch.Tensor) -> torch.Tensor:
+    """``g^T d mu / d scores`` by autograd's double backward of the log-space elimination (exact at
+    any scale), itself differentiable: every path's marginals' backward when a third derivative is
+    asked for. On ``scores`` itself: the result must stay a function of the scores."""
+    log_z = _log_space_log_z(scores, lengths, multiroot)
+    (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
+    mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
+    return torch.autograd.grad(mu, scores, g.to(mu.dtype), create_graph=True)[0]
+
+
 class MatrixTreeMarginals(torch.autograd.Function):
     """Arc marginals; backward ``H g`` by forward-mode differentiation (``H``: Hessian of log Z),
     compiled or by PyTorch's forward-mode AD, whichever path ran the forward."""
@@ -226,12 +237,8 @@ class MatrixTreeMarginals(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         scores, lengths, log_space, swap = ctx.saved_tensors
-        if torch.is_grad_enabled():  # a third derivative is coming: autograd throughout, on
-            # ``scores`` itself, through the log-space elimination (exact at any scale)
-            log_z = _log_space_log_z(scores, lengths, ctx.multiroot)
-            (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
-            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
-            return torch.autograd.grad(mu, scores, g.to(mu.dtype), create_graph=True)[0], None, None, None
+        if torch.is_grad_enabled():  # a third derivative is coming: autograd throughout
+            return marginals_vjp_by_autograd(scores, lengths, ctx.multiroot, g), None, None, None
         if not ctx.compiled:  # the forward may have used LAPACK: route for the GTH tangent
             log_space, swap = _gth_route(scores, lengths, ctx.multiroot, log_space)
         swapped = bool((swap != 1).any())

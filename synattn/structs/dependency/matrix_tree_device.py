@@ -35,7 +35,7 @@ from ..backend import requested_backend
 from ..registry import Implementation, register
 from .arc_scores import usable_arcs
 from .matrix_tree_gth import _koo_gradient, _koo_matrix, _lapack_inverse, _scaled_arcs
-from .matrix_tree_log import _log_space_log_z, _wide_columns
+from .matrix_tree_log import _wide_columns
 
 
 def device_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool
@@ -100,13 +100,10 @@ class DeviceMarginals(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         scores, lengths, mu, ok, inverse = ctx.saved_tensors
-        from .matrix_tree import MatrixTreeMarginals
+        from .matrix_tree import MatrixTreeMarginals, marginals_vjp_by_autograd
 
         if torch.is_grad_enabled():  # a third derivative: autograd through the log-space elimination
-            log_z = _log_space_log_z(scores, lengths, ctx.multiroot)
-            (mu,) = torch.autograd.grad(log_z.sum(), scores, create_graph=True)
-            mu = torch.where(usable_arcs(lengths, mu.shape[-1]), mu, 0.0)
-            return torch.autograd.grad(mu, scores, g.to(mu.dtype), create_graph=True)[0], None, None
+            return marginals_vjp_by_autograd(scores, lengths, ctx.multiroot, g), None, None
         hv = closed_form_tangent(scores, lengths, ctx.multiroot, mu, inverse, g)
         if not bool(ok.all()):  # rows the forward recomputed: the robust path's backward
             redo = (~ok).nonzero().squeeze(1)

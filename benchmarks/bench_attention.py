@@ -53,18 +53,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from synattn.attention import (
-    MultiheadAttention,
-    RelativePositions,
-    SpecializedHeads,
-    SupervisedHead,
-    SyntaxInputs,
-    TreeRelations,
-)
-from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
-from synattn.attention.constituent import ConstituentAttention
+from synattn.attention import MultiheadAttention, SyntaxInputs
 from synattn.attention.span import SpanAttention
-from synattn.attention.structured import SegmentationAttention, SyntacticAttention
+from synattn.methods.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
+from synattn.methods.constituent import ConstituentAttention
+from synattn.methods.cross_attention import SegmentationAttention
+from synattn.methods.relations import RelativePositions, TreeRelations
+from synattn.methods.specialized import SpecializedHeads
+from synattn.methods.supervised import SupervisedHead
+from synattn.methods.syntactic import SyntacticAttention
 from synattn.structs.backend import use_backend
 from synattn.trees.relations import (
     batch_distance_labels,

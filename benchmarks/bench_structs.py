@@ -33,8 +33,9 @@ launches on CUDA — at growing ``N`` (``launches.py``; on the CPU the Triton ke
 Triton's interpreter, ``TRITON_INTERPRET=1`` is set for the table).
 
 The code is split over this folder: ``structs_cases.py`` (each library's functions on the same
-inputs), ``structs_common.py`` (paired timings, the table's line), ``structs_more.py`` (the
-``--only`` rows), ``harness.py`` (paired rounds, child processes), ``launches.py``.
+inputs), ``structs_common.py`` (paired timings, the table's line), ``structs_more.py`` and
+``structs_alignment.py`` (the ``--only`` rows), ``harness.py`` (paired rounds, child processes),
+``launches.py``.
 
 ``--device cuda`` puts every input on the GPU (the libraries run there; synattn's default backend
 is then its pure-PyTorch path) and synchronises the device before starting and before stopping
@@ -73,6 +74,7 @@ import threading
 import time
 
 import torch
+from structs_alignment import alignment_rows
 
 from synattn.structs.dependency.arc_scores import usable_arcs
 
@@ -83,7 +85,6 @@ from machine import load_average, machine_info, versions
 from structs_cases import chain_fns, span_fns, tree_fns
 from structs_common import QUICK_ROUNDS, ROUNDS, available_peers, max_diff, median_ms, probe, row
 from structs_more import (
-    alignment_rows,
     autoregressive_rows,
     cfg_rows,
     decoding_rows,

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "synattn"
@@ -304,3 +307,50 @@ def test_the_test_import_checker_sees_every_spelling(tmp_path):
     assert imports_of_test_modules(tmp_path / "tests") == [
         "tests/a/test_y.py:1: test_x", "tests/a/test_y.py:3: tests.a.test_x",
         "tests/b/test_z.py:1: tests.a.test_x", "tests/b/test_z.py:2: conftest"]
+
+
+# ------------------------------------------------------------------------------------------------
+# file size: no Python file over MAX_LINES lines (split a longer one along a seam of its own)
+
+MAX_LINES = 450
+SOURCE_FOLDERS = ("synattn", "benchmarks", "tests", "scripts", "examples")
+
+
+def python_files(root: Path, folders: tuple[str, ...] = SOURCE_FOLDERS) -> list[Path]:
+    """The ``.py`` files under ``folders`` of ``root`` that git tracks or would track (untracked
+    but not ignored); without git (an unpacked sdist), every ``.py`` file there."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
+                                 *folders], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(p for folder in folders for p in (root / folder).rglob("*.py")
+                      if "__pycache__" not in p.parts)
+    names = {name for name in listed.decode().split("\0") if name.endswith(".py")}
+    return sorted(root / name for name in names if (root / name).is_file())  # (not deleted ones)
+
+
+def long_files(root: Path, limit: int = MAX_LINES) -> list[str]:
+    """``path: lines`` for every file of :func:`python_files` longer than ``limit`` lines."""
+    counts = {path: len(path.read_bytes().splitlines()) for path in python_files(root)}
+    return [f"{path.relative_to(root)}: {n}" for path, n in counts.items() if n > limit]
+
+
+def test_no_python_file_is_over_the_line_limit():
+    found = long_files(ROOT)
+    assert not found, f"files over {MAX_LINES} lines (split each along a seam of its own):\n" + "\n".join(found)
+
+
+def test_the_line_limit_counts_tracked_and_untracked_files_not_ignored_ones(tmp_path):
+    """In a made-up git repository: a tracked and an untracked file over the limit are named, an
+    ignored one, a file at the limit and a file outside the folders are not."""
+    for name, lines in {"synattn/tracked.py": 6, "tests/new.py": 7, "tests/at_limit.py": 5,
+                        "tests/build/ignored.py": 9, "docs/other.py": 9, "tests/notes.txt": 9}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n" * lines)
+    (tmp_path / ".gitignore").write_text("build/\n")
+    try:
+        subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+        subprocess.run(["git", "add", "synattn/tracked.py"], cwd=tmp_path, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git is not available")
+    assert long_files(tmp_path, limit=5) == ["synattn/tracked.py: 6", "tests/new.py: 7"]

@@ -19,20 +19,14 @@ import numpy as np
 import pytest
 import torch
 
-from synattn.attention import (
-    BirdEyeReweighting,
-    ConstituentAttention,
-    MultiheadAttention,
-    RelativePositions,
-    SegmentationAttention,
-    SpanAttention,
-    SpecializedHeads,
-    SupervisedHead,
-    SyntacticAttention,
-    SyntaxGuidedPointer,
-    SyntaxInputs,
-    TreeRelations,
-)
+from synattn.attention import MultiheadAttention, SpanAttention, SyntaxInputs
+from synattn.methods.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
+from synattn.methods.constituent import ConstituentAttention
+from synattn.methods.cross_attention import SegmentationAttention
+from synattn.methods.relations import RelativePositions, TreeRelations
+from synattn.methods.specialized import SpecializedHeads
+from synattn.methods.supervised import SupervisedHead
+from synattn.methods.syntactic import SyntacticAttention
 from synattn.methods.tree_distance_bias import TreeDistanceBias
 from synattn.structs import DependencyCRF, LinearChainCRF, NonProjectiveDependencyCRF, TreeCRF
 from synattn.trees.relations import (

@@ -5,7 +5,7 @@ signature (``query, key, value, key_padding_mask, need_weights, attn_mask, avera
 is_causal``; ``batch_first``), so it can replace the attention of ``nn.TransformerEncoderLayer``,
 ``nn.TransformerDecoderLayer`` or someone else's model. Syntax inputs (tree-distance labels, POS
 tags, head targets, ...) do not travel through those models' call signatures: bind them for a
-forward pass with :func:`bind_syntax`::
+forward pass with :func:`bind_syntax` (``TreeRelations``: :mod:`synattn.methods.relations`)::
 
     layer = nn.TransformerEncoderLayer(16, 2, batch_first=True)
     layer.self_attn = SyntaxMultiheadAttention.from_torch(

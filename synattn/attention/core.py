@@ -245,13 +245,11 @@ def check_compatible(features: Sequence[AttentionFeature]) -> None:
     rule of :func:`synattn.attention.claims.find_conflict` on their ``claims()``.
 
     Example:
-        >>> from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
-        >>> check_compatible([BirdEyeReweighting(16, 4), SyntaxGuidedPointer()])
+        >>> from synattn.attention.span import SpanAttention
+        >>> check_compatible([SpanAttention(4, head=0), SpanAttention(4, head=0)])
         Traceback (most recent call last):
         ...
-        ValueError: BirdEyeReweighting and SyntaxGuidedPointer cannot share a layer: a layer has one
-        Bird-Eye attention (BET(SG) or BET(SF); BET(SF)'s diagonal-free mask would hide a hint equal
-        to the position itself)
+        ValueError: SpanAttention and SpanAttention cannot share a layer: both claim head 0
     """
     message = find_conflict([feature.claims() for feature in features])
     if message:

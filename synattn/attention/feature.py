@@ -118,6 +118,8 @@ class AttentionFeature(nn.Module):
         causal_only: True when the feature is defined for causal self-attention only.
         bidirectional_only: True when the feature is defined for bidirectional self-attention
             only (its call raises on a causal mask).
+        reads_hidden: True when the feature reads ``ctx.x``, the attention's input hidden states
+            (a Hugging Face site captures them only for such features).
     """
 
     needs_probs: bool = False
@@ -125,6 +127,7 @@ class AttentionFeature(nn.Module):
     cacheable: bool = True
     causal_only: bool = False
     bidirectional_only: bool = False
+    reads_hidden: bool = False
 
     def claims(self) -> list[Claim]:
         """What the feature takes of its layer (default: :meth:`claim` with no heads or slot)."""

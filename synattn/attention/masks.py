@@ -106,3 +106,19 @@ def bidirectional_keys(ctx: AttentionContext, who: str) -> Tensor | None:
     if not ctx.is_self or ctx.query_start != 0 or ctx.query_length != ctx.key_length:
         raise ValueError(f"{who} works in bidirectional self-attention over a whole sequence only")
     return padding_keys(ctx.allowed, who)
+
+
+def suffix_lengths(keys: Tensor | None, batch_size: int, key_length: int, who: str) -> Tensor:
+    """Sequence lengths ``[batch_size]`` from the valid keys ``[batch_size | 1, m]`` (None: all).
+
+    Raises:
+        ValueError: the padding is not a suffix of every sequence.
+    """
+    if keys is None:
+        return torch.full((batch_size,), key_length, dtype=torch.long)
+    keys = keys.expand(batch_size, key_length)  # [B, m]
+    lengths = keys.sum(-1)  # [B]
+    suffix = torch.arange(key_length, device=keys.device)[None, :] < lengths[:, None]
+    if not torch.equal(keys, suffix):
+        raise ValueError(f"{who} needs the padding at the end of each sequence")
+    return lengths

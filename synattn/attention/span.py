@@ -27,8 +27,7 @@ from torch import Tensor, nn
 
 from synattn.attention.claims import Claim
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.masks import bidirectional_keys, upcast
-from synattn.attention.structured import suffix_lengths
+from synattn.attention.masks import bidirectional_keys, suffix_lengths, upcast
 from synattn.structs import TreeCRF
 
 

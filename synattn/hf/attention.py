@@ -33,11 +33,11 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from synattn.attention.bird_eye import BirdEyeReweighting
 from synattn.attention.core import attend_features, check_compatible
 from synattn.attention.feature import AttentionContext, AttentionExtras, AttentionFeature
 from synattn.attention.masks import attention_mask as build_mask
 from synattn.hf.features import Site
+from synattn.methods.bird_eye import BirdEyeReweighting
 from synattn.syntax.inputs import SyntaxInputs
 
 IMPLEMENTATION = "synattn"

@@ -16,37 +16,111 @@ goes into (``"encoder"``: the bidirectional self-attention of an encoder or enco
 encoder-decoder; ``"cross"``: the decoder's attention to the encoder) and ``layers`` which of its
 layers (default: all).
 
-:data:`FEATURES` is the one table from a feature name to how it is built
-(:class:`synattn.methods.HFFeature`); it is generated from the method registry, so a method added
-there works here without further code. Older feature names (``tree_relations``, ``pointer``, ...)
-are read with a ``FutureWarning`` naming the entry as it is written now (:data:`ALIASES`).
+:data:`FEATURES` is the one table from a feature name to how it is built (:class:`HFFeature`);
+it is generated from the method registry and each method's adapter (:mod:`synattn.hf.methods`),
+so a method added there works here without further code. Older feature names
+(``tree_relations``, ``pointer``, ...) are read with a ``FutureWarning`` naming the entry as it is
+written now (:data:`ALIASES`).
 """
 
 from __future__ import annotations
 
+import typing
 import warnings
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
+from synattn.attention.feature import AttentionFeature
+from synattn.config_io import check_fields, check_type, from_dict
 from synattn.errors import ConfigError, UsageError, brief
+from synattn.hf.methods import HFAdapter, HFAlias, adapter
 from synattn.limits import check_memory
-from synattn.methods import SIDES, HFAlias, HFFeature, Site, methods
+from synattn.methods import SIDES, Site, methods
 from synattn.methods.relations import relation_labels
 
-__all__ = ["ALIASES", "FEATURES", "SIDES", "FeatureKind", "HFFeature", "Site", "check_spec", "normalize_specs",
-           "relation_labels", "spec_options"]
+__all__ = ["ALIASES", "FEATURES", "SIDES", "FeatureKind", "HFAlias", "HFFeature", "Site", "check_spec",
+           "normalize_specs", "relation_labels", "spec_options"]
+
+
+@dataclass(frozen=True)
+class HFFeature:
+    """A method inside Hugging Face models (:data:`FEATURES` holds one per method).
+
+    An entry's options are its adapter's (:meth:`HFAdapter.options`: the fields of the method's
+    settings dataclass, with their defaults, and the adapter's extras): :meth:`settings` checks
+    them against the dataclass's types, :meth:`check` with the method's own ``validate``, and
+    :meth:`build` builds them with :meth:`HFAdapter.build`. Errors are :class:`ConfigError` naming
+    the option (``supervised_head.head=7 is out of range for heads=4``).
+    """
+
+    adapter: HFAdapter
+
+    @property
+    def method(self) -> Any:
+        """The method's spec (:class:`synattn.methods.Method`)."""
+        return self.adapter.method
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The sides an entry may go into."""
+        return self.adapter.sides or self.method.sides
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The options of an entry and their defaults."""
+        return {o.name: o.default_value() for o in self.adapter.options()}
+
+    def settings(self, options: dict[str, Any], layer: int = 0) -> Any:
+        """The method's settings (an instance of its ``config``) from an entry's ``options``, for
+        layer ``layer``; checks the types of the settings and the extras."""
+        config, adapter = self.method.config, self.adapter
+        assert config is not None  # (an HF feature is a method with settings)
+        hints = typing.get_type_hints(config)
+        data = {k: v for k, v in options.items() if k in hints}
+        for key in set(adapter.layer_keys) & set(hints):
+            data[key] = layer if hints[key] is int else None
+        settings: Any = from_dict(config, {**data, **adapter.fixed})
+        check_fields(settings)
+        for option in adapter.extras:
+            value = options.get(option.name, option.default_value())
+            check_type(option.type, value, option.name)
+            if option.minimum is not None and value is not None and value < option.minimum:
+                raise ConfigError(f"{option.name}={brief(value)} must be >= {option.minimum}")
+        return settings
+
+    def check(self, options: dict[str, Any], side: str, heads: int, layers: int, layer: int) -> None:
+        """Raises :class:`ConfigError` when the entry's ``options`` are wrong at layer ``layer`` of a
+        side with ``layers`` layers of ``heads`` heads: types, then the method's own validate."""
+        stack = self.adapter.stack(self.settings(options, layer), layers)
+        if not self.method.active(stack):
+            first = self.adapter.options()[0].name
+            raise ConfigError(f"{first}={brief(options.get(first))} leaves {self.method.name} off; "
+                              f"set {first}")
+        model = SimpleNamespace(heads=heads, num_pos_tags=1, num_deprels=1, model_type="Hugging Face model",
+                                has_cross_attention=lambda s: s == "cross")
+        self.method.validate(model, side, stack)
+
+    def build(self, site: Site, options: dict[str, Any], shared: dict[str, Any]) -> list[AttentionFeature]:
+        """The features of the entry at ``site`` (``shared``: a dict kept for one model and side)."""
+        extras = {o.name: options.get(o.name, o.default_value()) for o in self.adapter.extras}
+        return self.adapter.build(site, self.settings(options, site.layer), extras, shared)
+
+    def reads(self, options: dict[str, Any]) -> frozenset[str]:
+        """The syntax fields an entry with these options reads from a batch."""
+        return frozenset(self.method.reads(self.adapter.stack(self.settings(options), 1)))
 
 
 FeatureKind = HFFeature
-"""How one feature is built (:class:`synattn.methods.HFFeature`): its options and their defaults,
-the sides it may go into, its checks (the method's own ``validate``), its builder and the syntax
-fields it reads."""
+"""How one feature is built (:class:`HFFeature`): its options and their defaults, the sides it may
+go into, its checks (the method's own ``validate``), its builder and the syntax fields it reads."""
 
 FEATURES: dict[str, FeatureKind] = {
-    name: entry for method in methods() for name, entry in method.hf_features().items()}
-"""Every registered method's Hugging Face entry (``synattn.methods.Method.hf_features``)."""
+    method.name: HFFeature(adapter(method)) for method in methods() if method.config is not None}
+"""Every registered method with settings, under its name, built through its adapter."""
 
 ALIASES: dict[str, tuple[str, HFAlias]] = {
-    old: (method.name, alias) for method in methods() for old, alias in method.hf_aliases.items()}
+    old: (method.name, alias) for method in methods() for old, alias in adapter(method).aliases.items()}
 """Older feature names: old name -> (the method's name, how an entry is rewritten)."""
 
 

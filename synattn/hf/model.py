@@ -27,10 +27,10 @@ import torch
 from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
-from synattn.attention.constituent import ConstituentAttention, recorded_links
 from synattn.hf.attention import IMPLEMENTATION, SITE_ATTRIBUTE, SiteAttention, SynattnCall
 from synattn.hf.features import FEATURES, SIDES, check_spec, normalize_specs, spec_options
 from synattn.hf.sites import find_sites
+from synattn.methods.constituent import ConstituentAttention, recorded_links
 from synattn.syntax.fields import is_field, syntax_fields
 from synattn.syntax.inputs import SyntaxInputs
 
@@ -144,8 +144,7 @@ def attach(model: HFModel, features: list[dict[str, Any]]) -> SynattnModule:
         kinds = [FEATURES[spec["feature"]] for _, spec in chosen[(side, layer)]]
         built = [feature for kind, (_, spec) in zip(kinds, chosen[(side, layer)])
                  for feature in kind.build(site, spec_options(spec), shared[side])]
-        runner = SiteAttention(site, built, any(kind.reads_hidden(spec_options(spec))
-                                                for kind, (_, spec) in zip(kinds, chosen[(side, layer)])))
+        runner = SiteAttention(site, built, any(feature.reads_hidden for feature in built))
         if parameter is not None and parameter.device.type != "meta":
             runner.to(device=parameter.device, dtype=parameter.dtype)
         holder.add_module(site.key, runner)

@@ -18,8 +18,6 @@ import pkgutil
 from synattn.methods.base import (
     SIDES,
     Claim,
-    HFAlias,
-    HFFeature,
     Method,
     Option,
     Site,
@@ -60,5 +58,5 @@ def method(name: str) -> Method:
     raise KeyError(f"no method {name!r}; registered: {', '.join(m.name for m in registered())}")
 
 
-__all__ = ["BUILT_IN", "SIDES", "Claim", "HFAlias", "HFFeature", "Method", "Option", "Site", "check_claims",
+__all__ = ["BUILT_IN", "SIDES", "Claim", "Method", "Option", "Site", "check_claims",
            "check_head", "check_layer", "check_layers", "method", "methods", "register", "unregister"]

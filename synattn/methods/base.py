@@ -13,12 +13,13 @@ A spec declares
   (:meth:`Method.claims`: heads, a slot, a direction; :class:`synattn.attention.claims.Claim`): two
   methods claiming one head of one layer cannot be combined; the rule is written once, in
   :func:`synattn.attention.claims.conflict`, which attention modules apply to their features too;
-- how it **builds** its attention features for one layer (:meth:`Method.layer_features`,
-  :meth:`Method.cross_features`), and for Hugging Face models (:meth:`Method.hf_features`,
-  generated from :attr:`Method.config` and :meth:`Method.feature` unless a method writes its own).
+- how it **builds** its attention features for one layer (:meth:`Method.feature`,
+  :meth:`Method.layer_features`, :meth:`Method.cross_features`).
 
-Model configs (``synattn.models.config``), the syntax request, model building
-(``synattn.models.features``) and ``synattn.hf.FEATURES`` iterate :func:`methods`.
+That is what a native model needs. Model configs (``synattn.models.config``), the syntax request
+and model building (``synattn.models.features``) iterate :func:`methods`; so does
+``synattn.hf.FEATURES``, which adds what a Hugging Face model needs besides (extra options, older
+names, builders of their own) in one adapter per method, ``synattn/hf/methods.py``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ import dataclasses
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from synattn.attention.claims import Claim, find_conflict
 from synattn.attention.feature import AttentionFeature
-from synattn.config_io import check_fields, check_type, from_dict
 from synattn.errors import ConfigError, brief
 
 SIDES = ("encoder", "decoder", "cross")
@@ -67,7 +66,7 @@ class Site:
 
 @dataclass(frozen=True)
 class Option:
-    """One field a method adds to ``StackConfig`` (or a Hugging Face entry): name, type annotation,
+    """One field a method adds to ``StackConfig`` (or to a Hugging Face entry): name, type annotation,
     default (or factory), and the least value of a size (None: no bound)."""
 
     name: str
@@ -81,29 +80,6 @@ class Option:
         return self.factory() if self.factory is not None else self.default
 
 
-@dataclass(frozen=True)
-class HFAlias:
-    """An older name of a method's Hugging Face feature, still read (with a ``FutureWarning``).
-
-    ``options``: what the old name implied (``{"relations": ["sequential"]}``); ``renames``: old
-    option -> new option, or -> ``(new option, function of the old value)``.
-    """
-
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    renames: dict[str, str | tuple[str, Callable[[Any], Any]]] = dataclasses.field(default_factory=dict)
-
-    def upgrade(self, spec: dict[str, Any], feature: str) -> dict[str, Any]:
-        """The entry ``spec`` of the old name as an entry of ``feature``."""
-        out = {"feature": feature, **self.options}
-        for key, value in spec.items():
-            rename = self.renames.get(key, key)
-            if isinstance(rename, tuple):
-                out[rename[0]] = rename[1](value)
-            elif key != "feature":
-                out[rename] = value
-        return out
-
-
 class Method:
     """One attention method: its settings, inputs, placement, checks and builders.
 
@@ -113,7 +89,7 @@ class Method:
     :meth:`feature`.
 
     Class attributes:
-        name: the method's key in a stack config (and its Hugging Face feature name).
+        name: the method's key in a stack config (and its feature name in ``synattn.hf``).
         config: the dataclass of its settings, the one place its options are declared (names,
             types, defaults); None: the method writes its own :meth:`options`.
         flat: the fields of :attr:`config` are keys of the stack itself (``relations: [...]``,
@@ -121,13 +97,6 @@ class Method:
         sides: where it may go (:data:`SIDES`).
         order: its place among a layer's features (0 first; see ``synattn.models.features``).
         fields_read: the syntax fields it reads when on.
-        reads_hidden: its feature reads the attention's input hidden states (Hugging Face sites
-            then capture them; see :meth:`hf_reads_hidden`).
-        hf_sides: the sides it may go into in a Hugging Face model (None: :attr:`sides`).
-        hf_layer_keys: the settings that a Hugging Face entry's ``layers`` replaces.
-        hf_extras: options of a Hugging Face entry besides the settings (``num_labels``, ...).
-        hf_fixed: settings every Hugging Face entry has (``constituent: true``), not options.
-        hf_aliases: older Hugging Face feature names of the method (:class:`HFAlias`).
     """
 
     name: ClassVar[str]
@@ -136,12 +105,6 @@ class Method:
     sides: ClassVar[tuple[str, ...]] = ("encoder", "decoder")
     order: ClassVar[float] = 50.0
     fields_read: ClassVar[frozenset[str]] = frozenset()
-    reads_hidden: ClassVar[bool] = False
-    hf_sides: ClassVar[tuple[str, ...] | None] = None
-    hf_layer_keys: ClassVar[tuple[str, ...]] = ("layer", "layers")
-    hf_extras: ClassVar[tuple[Option, ...]] = ()
-    hf_fixed: ClassVar[dict[str, Any]] = {}
-    hf_aliases: ClassVar[dict[str, HFAlias]] = {}
 
     # ---------------------------------------------------------------- settings
     def options(self) -> list[Option]:
@@ -224,106 +187,6 @@ class Method:
     def cross_features(self, model: Any, stack: Any, site: Site) -> list[AttentionFeature]:
         """The cross-attention features of one decoder layer."""
         return []
-
-    # ---------------------------------------------------------------- Hugging Face models
-    def hf_options(self) -> list[Option]:
-        """The options of a Hugging Face entry (``synattn.hf.features``): the fields of
-        :attr:`config` but :attr:`hf_layer_keys`, then :attr:`hf_extras`."""
-        if self.config is None:
-            return list(self.hf_extras)
-        hints = typing.get_type_hints(self.config)
-        skip = set(self.hf_layer_keys) | set(self.hf_fixed)
-        return [Option(f.name, hints[f.name], f.default, None if f.default_factory is _MISSING else f.default_factory)
-                for f in dataclasses.fields(self.config) if f.name not in skip] + list(self.hf_extras)
-
-    def hf_stack(self, settings: Any, layers: int) -> Any:
-        """A stand-in stack of ``layers`` layers with this method's ``settings`` (an instance of
-        :attr:`config`), for :meth:`active`, :meth:`reads` and :meth:`validate`."""
-        if self.flat:
-            return SimpleNamespace(layers=layers, **{f.name: getattr(settings, f.name)
-                                                     for f in dataclasses.fields(settings)})
-        return SimpleNamespace(layers=layers, **{self.name: settings})
-
-    def hf_reads_hidden(self, settings: Any) -> bool:
-        """Whether the feature built from ``settings`` reads the hidden states (default :attr:`reads_hidden`)."""
-        return self.reads_hidden
-
-    def hf_build(self, site: Site, settings: Any, extras: dict[str, Any], shared: dict[str, Any]
-                 ) -> list[AttentionFeature]:
-        """The features of one Hugging Face attention (default: :meth:`feature`); ``extras``: the
-        values of :attr:`hf_extras`; ``shared``: a dict kept while one model and side are built."""
-        return [self.feature(site, settings)]
-
-    def hf_features(self) -> dict[str, HFFeature]:
-        """Its entry of ``synattn.hf.FEATURES``: one, named :attr:`name` (none without a config)."""
-        return {} if self.config is None else {self.name: HFFeature(self)}
-
-
-@dataclass(frozen=True)
-class HFFeature:
-    """A method inside Hugging Face models (``synattn.hf.FEATURES`` holds one per method).
-
-    An entry's options are the method's own (:meth:`Method.hf_options`: the fields of its settings
-    dataclass, with their defaults, and its :attr:`Method.hf_extras`): :meth:`settings` checks them
-    against the dataclass's types, :meth:`check` with the method's own :meth:`Method.validate`, and
-    :meth:`build` builds them with :meth:`Method.hf_build`. Errors are :class:`ConfigError` naming
-    the option (``supervised_head.head=7 is out of range for heads=4``).
-    """
-
-    method: Method
-
-    @property
-    def sides(self) -> tuple[str, ...]:
-        """The sides an entry may go into."""
-        return self.method.hf_sides or self.method.sides
-
-    @property
-    def defaults(self) -> dict[str, Any]:
-        """The options of an entry and their defaults."""
-        return {o.name: o.default_value() for o in self.method.hf_options()}
-
-    def settings(self, options: dict[str, Any], layer: int = 0) -> Any:
-        """The method's settings (an instance of ``Method.config``) from an entry's ``options``, for
-        layer ``layer``; checks the types of the settings and the extras."""
-        method = self.method
-        assert method.config is not None  # (an HF feature is a method with settings)
-        hints = typing.get_type_hints(method.config)
-        data = {k: v for k, v in options.items() if k in hints}
-        for key in set(method.hf_layer_keys) & set(hints):
-            data[key] = layer if hints[key] is int else None
-        settings: Any = from_dict(method.config, {**data, **method.hf_fixed})
-        check_fields(settings)
-        for option in method.hf_extras:
-            value = options.get(option.name, option.default_value())
-            check_type(option.type, value, option.name)
-            if option.minimum is not None and value is not None and value < option.minimum:
-                raise ConfigError(f"{option.name}={brief(value)} must be >= {option.minimum}")
-        return settings
-
-    def check(self, options: dict[str, Any], side: str, heads: int, layers: int, layer: int) -> None:
-        """Raises :class:`ConfigError` when the entry's ``options`` are wrong at layer ``layer`` of a
-        side with ``layers`` layers of ``heads`` heads: types, then the method's own validate."""
-        stack = self.method.hf_stack(self.settings(options, layer), layers)
-        if not self.method.active(stack):
-            first = self.method.hf_options()[0].name
-            raise ConfigError(f"{first}={brief(options.get(first))} leaves {self.method.name} off; "
-                              f"set {first}")
-        model = SimpleNamespace(heads=heads, num_pos_tags=1, num_deprels=1, model_type="Hugging Face model",
-                                has_cross_attention=lambda s: s == "cross")
-        self.method.validate(model, side, stack)
-
-    def build(self, site: Site, options: dict[str, Any], shared: dict[str, Any]) -> list[AttentionFeature]:
-        """The features of the entry at ``site`` (``shared``: a dict kept for one model and side)."""
-        extras = {o.name: options.get(o.name, o.default_value()) for o in self.method.hf_extras}
-        return self.method.hf_build(site, self.settings(options, site.layer), extras, shared)
-
-    def reads(self, options: dict[str, Any]) -> frozenset[str]:
-        """The syntax fields an entry with these options reads from a batch."""
-        return frozenset(self.method.reads(self.method.hf_stack(self.settings(options), 1)))
-
-    def reads_hidden(self, options: dict[str, Any]) -> bool:
-        """Whether the entry's features read the attention's input hidden states."""
-        return self.method.hf_reads_hidden(self.settings(options))
 
 
 _REGISTRY: dict[str, Method] = {}

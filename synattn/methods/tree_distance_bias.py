@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 
 from synattn.attention.feature import AttentionContext, AttentionFeature
-from synattn.attention.inputs import require_syntax
 from synattn.errors import ConfigError
 from synattn.methods.base import Method, Site, check_layer, register
+from synattn.syntax.inputs import require_syntax
 
 
 def alibi_slopes(heads: int) -> list[float]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from synattn.attention import SyntaxInputs, recorded_links
+from synattn.attention import SyntaxInputs
+from synattn.methods.constituent import recorded_links
 from synattn.models.config import ModelConfig, StackConfig
 from synattn.models.features import cross_features, layer_features
 from synattn.models.layer import TransformerLayer

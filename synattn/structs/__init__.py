@@ -38,21 +38,38 @@ dynamic program in float32 or float64 (also under autocast): as compiled numba k
 tensors, in pure PyTorch otherwise (:mod:`synattn.structs.backend`; same numbers).
 """
 
+from typing import TYPE_CHECKING
+
 from . import _old_paths
-from .alignment.crf import AlignmentCRF
-from .chain.crf import ChainMarginals, LinearChainCRF
-from .chain.semimarkov import SemiMarkovCRF
-from .cky.cfg import SentCFG
-from .cky.crf import CKYMarginals, TreeCRF
-from .cky.second_order_vi import ConstituencyLBP, ConstituencyMFVI
-from .constants import NEG
-from .dependency.eisner import DependencyCRF
-from .dependency.eisner2o import Dependency2oCRF
-from .dependency.matrix_tree import NonProjectiveDependencyCRF
-from .dependency.second_order_vi import DependencyLBP, DependencyMFVI
-from .dependency.semantic_vi import SemanticDependencyLBP, SemanticDependencyMFVI
-from .semirings.log_max import LogSemiring, MaxSemiring
-from .sequence.autoregressive import Autoregressive
+
+if TYPE_CHECKING:  # (loaded on first use: see __getattr__)
+    from .alignment.crf import AlignmentCRF
+    from .chain.crf import ChainMarginals, LinearChainCRF
+    from .chain.semimarkov import SemiMarkovCRF
+    from .cky.cfg import SentCFG
+    from .cky.crf import CKYMarginals, TreeCRF
+    from .cky.second_order_vi import ConstituencyLBP, ConstituencyMFVI
+    from .constants import NEG
+    from .dependency.eisner import DependencyCRF
+    from .dependency.eisner2o import Dependency2oCRF
+    from .dependency.matrix_tree import NonProjectiveDependencyCRF
+    from .dependency.second_order_vi import DependencyLBP, DependencyMFVI
+    from .dependency.semantic_vi import SemanticDependencyLBP, SemanticDependencyMFVI
+    from .semirings.log_max import LogSemiring, MaxSemiring
+    from .sequence.autoregressive import Autoregressive
+
+_HOMES = {
+    "AlignmentCRF": "alignment.crf", "ChainMarginals": "chain.crf", "LinearChainCRF": "chain.crf",
+    "SemiMarkovCRF": "chain.semimarkov", "SentCFG": "cky.cfg", "CKYMarginals": "cky.crf", "TreeCRF": "cky.crf",
+    "ConstituencyLBP": "cky.second_order_vi", "ConstituencyMFVI": "cky.second_order_vi", "NEG": "constants",
+    "DependencyCRF": "dependency.eisner", "Dependency2oCRF": "dependency.eisner2o",
+    "NonProjectiveDependencyCRF": "dependency.matrix_tree", "DependencyLBP": "dependency.second_order_vi",
+    "DependencyMFVI": "dependency.second_order_vi", "SemanticDependencyLBP": "dependency.semantic_vi",
+    "SemanticDependencyMFVI": "dependency.semantic_vi", "LogSemiring": "semirings.log_max",
+    "MaxSemiring": "semirings.log_max", "Autoregressive": "sequence.autoregressive",
+}
+"""Where each public name lives: ``from synattn.structs import DependencyCRF`` loads Eisner's modules
+only (PEP 562), not every structure's."""
 
 __all__ = [
     "AlignmentCRF",
@@ -81,10 +98,15 @@ _old_paths.install()
 
 
 def __getattr__(name: str):
-    """``synattn.structs.<old module name>`` as an attribute too (see :mod:`._old_paths`)."""
-    if name in _old_paths.MOVED:
-        import importlib
+    """A public class, loaded with its own modules on first use (:data:`_HOMES`), and
+    ``synattn.structs.<old module name>`` as an attribute too (see :mod:`._old_paths`)."""
+    import importlib
 
+    if name in _HOMES:  # lazy and by name: each class's module is read from _HOMES
+        value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+        globals()[name] = value
+        return value
+    if name in _old_paths.MOVED:
         # lazy and by name: an old path is loaded only when used, its new module read from MOVED
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,9 @@ backward (the Hessian of ``log Z``), so their derivatives are exact to the order
 support.
 
 A class mixes in :class:`StructDistribution` and provides ``log_partition [B]``,
-``score(structure) [B]`` and :meth:`StructDistribution._parts`.
+``score(structure) [B]`` and :meth:`StructDistribution._parts`; one whose ``log Z`` and best
+structure come from one exact pass each mixes in :class:`ExactCRF`, which derives
+``log_partition``, ``feasible``, ``max`` and ``argmax`` from them.
 
 Conventions: masked parts (scores ``<= NEG``, e.g. ``-inf``) have ``θ = NEG`` and marginal 0;
 they are left out of the inner products (``NEG · 0`` would still be 0, but their gradient would
@@ -29,6 +31,7 @@ and divergences are clamped at 0 (they can come out at ``-1e-16``-ish by roundin
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,6 +41,7 @@ from synattn.limits import check_memory
 from .arguments import count as whole_count
 from .constants import NEG
 from .kbest import lawler
+from .scores import fp32_inside, impossible_as_inf
 
 
 def _inner(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -127,6 +131,22 @@ class PeerNames:
         return marginals(self, GumbelCRFSemiring(temperature), create_graph=True)
 
 
+class LabelledByShape:
+    """Mixin of the classes whose scores may carry a trailing label dimension (dependency arcs
+    ``[B, n+1, n+1, R]``, spans ``[B, N, N, NT]``): 4-d scores make the instance one of the
+    class's labelled version, which :meth:`_labelled_version` names (a subclass of the class)."""
+
+    def __new__(cls, scores=None, *args, **kwargs):
+        if isinstance(scores, torch.Tensor) and scores.dim() == 4 and not hasattr(cls, "_base"):
+            cls = cls._labelled_version()
+        return super().__new__(cls)
+
+    @classmethod
+    def _labelled_version(cls) -> type:
+        """The labelled subclass of ``cls`` (labelled ones carry ``_base``, the unlabelled class)."""
+        raise NotImplementedError
+
+
 class StructDistribution(PeerNames):
     """Mixin: ``log_prob``, ``entropy``, ``cross_entropy`` and ``kl`` from exponential-family
     identities (see the module docstring)."""
@@ -191,6 +211,64 @@ class StructDistribution(PeerNames):
             raise ValueError(f"{type(self).__name__}: cross_entropy/kl need the same multiroot")
         if not torch.equal(self.lengths, other.lengths):
             raise ValueError(f"{type(self).__name__}: cross_entropy/kl need the same lengths")
+
+
+class ExactCRF(StructDistribution):
+    """Mixin: what a CRF derives from its two exact passes (as torch-struct's distributions derive
+    every quantity from one semiring sum): ``log_partition``, ``feasible``, ``max`` and ``argmax``.
+
+    The class gives ``masked`` (whether some usable part is masked: only then can a batch
+    element have no structure), ``_log_partition()`` (``[B]`` ``log Z`` as its dynamic program
+    returns it, at most :data:`~synattn.structs.constants.IMPOSSIBLE` where masks leave no
+    structure), ``_best`` (the max-semiring pass: the best score ``[B]`` and the best structure
+    in the pass's own form) and ``_decoded`` (that form as the structure ``[B, n]``).
+    """
+
+    masked: bool
+
+    if TYPE_CHECKING:  # (a cached_property of the class)
+        @property
+        def _best(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def _log_partition(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _decoded(self, best: torch.Tensor) -> torch.Tensor:
+        """The best structure ``[B, n]`` from the second member of ``_best`` (default: itself)."""
+        return best
+
+    @cached_property
+    @fp32_inside
+    def log_partition(self) -> torch.Tensor:
+        """``[B]`` log-sum of the scores of all structures; differentiable. ``-inf`` (with a zero
+        gradient) where masks leave no structure."""
+        log_z = self._log_partition()
+        if not self.masked:
+            return log_z
+        return impossible_as_inf(log_z)
+
+    @property
+    def feasible(self) -> torch.Tensor:
+        """``[B]`` bool: some structure avoids every masked part."""
+        return self.log_partition.detach() > -float("inf")
+
+    def _feasible_only(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, ...]`` with the batch elements that have no structure set to 0."""
+        if not self.masked:
+            return x
+        return torch.where(self.feasible.view(-1, *[1] * (x.dim() - 1)), x, x.new_zeros(()))
+
+    @property
+    def max(self) -> torch.Tensor:
+        """``[B]`` score of the best structure (not differentiable); ``-inf`` if masks leave none."""
+        return impossible_as_inf(self._best[0])
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """``[B, n]`` the best structure (first best on ties), ``-1`` padding, and all ``-1``
+        where masks leave no structure."""
+        none = (self.max == -float("inf")).unsqueeze(-1)
+        return self._decoded(self._best[1]).masked_fill(none, -1)
 
 
 class Decoding:

@@ -1,14 +1,22 @@
-"""Plain reference implementations: one log-partition per structure, written to be read.
+"""Plain reference implementations: each structure's recursion written once, to be read.
 
-Each function computes ``log Z`` of one structure with the textbook recursion, every recursion
-written as a comment right above the line that computes it, vectorised over the batch only (a
-Python loop over spans or positions; no chart layout tricks, no explicit outside pass). The
-marginals are the gradient of ``log Z`` (:func:`marginals_by_autograd`), the identity
-``μ = ∂ log Z / ∂ θ`` of exponential families (Wainwright and Jordan 2008, §3).
+Each dynamic program is one short function over a semiring ``sr`` (Goodman 1999): every
+recursion is written as a comment right above the line that computes it, with ``⊕``/``⊗``
+taken from the semiring (:class:`~synattn.structs.semirings.log_max.Semiring`: ``sr.sum``,
+``sr.mul``, ``sr.sum_product``) and the batch vectorised (a Python loop over spans or positions;
+no chart layout tricks, no explicit outside pass). Values are ``[S, B, ...]`` tensors with a
+leading semiring dimension.
+
+- Under :class:`~synattn.structs.semirings.log_max.LogSemiring` a program is the **reference**
+  ``log Z`` of its structure (``*_log_partition`` below, on plain ``[B, ...]`` scores); the
+  marginals are its gradient (:func:`marginals_by_autograd`), the identity
+  ``μ = ∂ log Z / ∂ θ`` of exponential families (Wainwright and Jordan 2008, §3).
+- Under any other semiring (max, k-max, entropy, samples, a user's) the same function is what
+  :mod:`synattn.structs.semirings.programs` runs (``crf.run(semiring)``).
 
 The public classes (:class:`~synattn.structs.LinearChainCRF`,
 :class:`~synattn.structs.DependencyCRF`, :class:`~synattn.structs.NonProjectiveDependencyCRF`,
-:class:`~synattn.structs.TreeCRF`) run faster *accelerations* of these functions (explicit
+:class:`~synattn.structs.TreeCRF`, ...) run faster *accelerations* of these functions (explicit
 outside passes, compiled kernels, a numerically robust elimination) registered with the same
 signature in :mod:`synattn.structs.registry`; the tests check every acceleration against the
 reference, and the reference against brute-force enumeration. ``use_backend("reference")``
@@ -28,90 +36,96 @@ from collections.abc import Callable
 import torch
 
 from .constants import NEG
+from .semirings.log_max import LogSemiring, Semiring
 
-__all__ = ["cky_log_partition", "eisner_log_partition", "linear_chain_log_partition",
-           "marginals_by_autograd", "matrix_tree_log_partition", "semi_markov_log_partition"]
+__all__ = ["chain", "cky", "cky_log_partition", "eisner", "eisner2o", "eisner2o_log_partition",
+           "eisner_log_partition", "linear_chain_log_partition", "marginals_by_autograd",
+           "matrix_tree_log_partition", "semi_markov", "semi_markov_log_partition"]
 
-
-def _lse(terms: list[torch.Tensor]) -> torch.Tensor:
-    """``⊕`` of the log semiring: ``log Σ_k exp(t_k)`` over a list of ``[B]`` tensors."""
-    return torch.logsumexp(torch.stack(terms), 0)
+SR = type[Semiring]
 
 
 def _at_length(chart: dict, lengths: torch.Tensor, first: int) -> torch.Tensor:
-    """``[B]``: ``chart[0, lengths[b] - 1 + first]`` of each sentence ``b``."""
-    ends = range(first, first + int(lengths.max()))
-    return torch.stack([chart[0, j] for j in ends], 1).gather(1, (lengths - 1)[:, None]).squeeze(1)
+    """``[S, B]``: ``chart[0, lengths[b] - 1 + first]`` of each sentence ``b``."""
+    ends = range(first, first + (int(lengths.max()) if lengths.numel() else 1))  # (1: B = 0)
+    stacked = torch.stack([chart[0, j] for j in ends], -1)  # [S, B, J]
+    index = (lengths - 1).view(1, -1, 1).expand(stacked.shape[0], -1, 1)
+    return stacked.gather(-1, index).squeeze(-1)
+
+
+def _split(sr: SR, left: list[torch.Tensor], right: list[torch.Tensor]) -> torch.Tensor:
+    """``⊕_r left[r] ⊗ right[r]`` over ``[S, B]`` values."""
+    return sr.sum_product(torch.stack(left, -1), torch.stack(right, -1))
 
 
 # ---------------------------------------------------------------------------------------------
 # Linear chain: the forward algorithm (Lafferty et al. 2001; Rabiner 1989, eqs. 19-21).
 # ---------------------------------------------------------------------------------------------
 
-def linear_chain_log_partition(unary: torch.Tensor, edge: torch.Tensor,
-                               lengths: torch.Tensor) -> torch.Tensor:
-    """``[B]`` ``log Σ_y exp(Σ_i u_i(y_i) + Σ_i e_i(y_i, y_{i+1}))`` over labellings ``y``.
+def chain(sr: SR, unary: torch.Tensor, edge: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[S, B]`` ``⊕_y ⊗_i u_i(y_i) ⊗ e_i(y_i, y_{i+1})`` over labellings ``y``.
 
     Args:
-        unary: ``[B, n, C]`` label scores ``u_i(c)``.
-        edge: ``[B, n-1, C, C]`` transition scores ``e_i(p, c)`` of ``y_i = p`` → ``y_{i+1} = c``.
+        unary: ``[S, B, n, C]`` label values ``u_i(c)``.
+        edge: ``[S, B, n-1, C, C]`` transition values ``e_i(p, c)`` of ``y_i = p`` → ``y_{i+1} = c``.
         lengths: ``[B]`` chain lengths in ``1..n``; later positions are ignored.
     """
-    B, n, C = unary.shape
-    valid = torch.arange(n, device=unary.device) < lengths[:, None]  # [B, n]
-    unary = torch.where(valid[:, :, None], unary, 0.0)
-    edge = torch.where(valid[:, 1:, None, None], edge, 0.0)
+    n = unary.shape[2]
+    valid = torch.arange(n, device=lengths.device) < lengths[:, None]  # [B, n]
     # alpha_0(c) = u_0(c)
-    alpha = unary[:, 0]
+    alpha = unary[:, :, 0]
     for i in range(1, n):
-        # alpha_i(c) = ⊕_p alpha_{i-1}(p) ⊗ e_{i-1}(p, c) ⊗ u_i(c)
-        step = torch.logsumexp(alpha[:, :, None] + edge[:, i - 1], 1) + unary[:, i]
+        # alpha_i(c) = (⊕_p alpha_{i-1}(p) ⊗ e_{i-1}(p, c)) ⊗ u_i(c)
+        step = sr.mul(sr.sum_product(alpha.unsqueeze(-2), edge[:, :, i - 1].transpose(-1, -2)),
+                      unary[:, :, i])
         # (a chain that has ended keeps its last alpha)
         alpha = torch.where(valid[:, i, None], step, alpha)
-    # log Z = ⊕_c alpha_{n-1}(c)
-    return torch.logsumexp(alpha, 1)
+    # Z = ⊕_c alpha_{n-1}(c)
+    return sr.sum(alpha, -1)
 
 
 # ---------------------------------------------------------------------------------------------
 # Semi-Markov (segmental) chain: the forward algorithm over segment ends (Sarawagi and Cohen 2004).
 # ---------------------------------------------------------------------------------------------
 
-def semi_markov_log_partition(edge: torch.Tensor, lengths: torch.Tensor,
-                              init: torch.Tensor | None = None) -> torch.Tensor:
-    """``[B]`` log-sum of the scores of all labelled segmentations.
+def semi_markov(sr: SR, edge: torch.Tensor, lengths: torch.Tensor,
+                init: torch.Tensor | None = None) -> torch.Tensor:
+    """``[S, B]`` the semiring sum over all labelled segmentations.
 
     Args:
-        edge: ``[B, n-1, K, C, C]``; ``edge[b, s, k, p, c]`` scores a segment of ``k`` positions
-            (``1 <= k < K``; ``k = 0`` is unused) after position ``s``, i.e. covering
+        edge: ``[S, B, n-1, K, C, C]``; ``edge[:, b, s, k, p, c]`` values a segment of ``k``
+            positions (``1 <= k < K``; ``k = 0`` is unused) after position ``s``, i.e. covering
             ``s+1..s+k``, labelled ``c``, whose predecessor (the previous segment, or position 0's
             own label when ``s = 0``) is labelled ``p``.
         lengths: ``[B]`` positions per sequence in ``1..n``; later positions are ignored.
-        init: ``[B, C]`` scores of position 0's label; default 0 (:data:`NEG` excludes a label).
+        init: ``[S, B, C]`` values of position 0's label; default ``one`` (free).
     """
-    B, m, K, C, _ = edge.shape
-    # alpha_0(c) = init(c): the label of position 0 (0, free, unless restricted)
-    alpha = [edge.new_zeros(B, C) if init is None else init]
+    S, B, m, K, C, _ = edge.shape
+    # alpha_0(c) = init(c): the label of position 0
+    alpha = [sr.ones(edge.new_zeros(S, B, C)) if init is None else init]  # [S, B, C]
     for t in range(1, m + 1):
         # alpha_t(c) = ⊕_{1<=k<K, k<=t} ⊕_p alpha_{t-k}(p) ⊗ edge(t-k, k, p, c):
         # the last segment ends at t, has k positions and label c
-        alpha.append(_lse([torch.logsumexp(alpha[t - k][:, :, None] + edge[:, t - k, k], 1)
-                           for k in range(1, min(K - 1, t) + 1)]))
-    # log Z = ⊕_c alpha_{L-1}(c): a segment ends at the last position
-    last = torch.stack(alpha, 1).gather(1, (lengths - 1)[:, None, None].expand(B, 1, C))
-    # (n = 1: log Z = log C, linked to the empty edge so that it stays differentiable)
-    return torch.logsumexp(last[:, 0], 1) + (0.0 * edge.sum((1, 2, 3, 4)) if m == 0 else 0.0)
+        ks = range(1, min(K - 1, t) + 1)
+        prev = torch.cat([alpha[t - k] for k in ks], -1)  # [S, B, k*p]
+        terms = torch.cat([edge[:, :, t - k, k] for k in ks], -2)  # [S, B, k*p, C]
+        alpha.append(sr.sum_product(prev.unsqueeze(-2), terms.transpose(-1, -2)))
+    # Z = ⊕_c alpha_{L-1}(c): a segment ends at the last position
+    chart = torch.stack(alpha, 2)  # [S, B, n, C]
+    last = chart.gather(2, (lengths - 1).view(1, B, 1, 1).expand(S, B, 1, C)).squeeze(2)
+    # (n = 1: no segment; the value is linked to the empty edge so that it stays differentiable)
+    return sr.sum(last, -1) + (0.0 * edge.sum((2, 3, 4, 5)) if m == 0 else 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
 # Projective dependency trees: Eisner's algorithm (Eisner 1996; Eisner and Satta 1999).
 # ---------------------------------------------------------------------------------------------
 
-def eisner_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
-                         multiroot: bool = True) -> torch.Tensor:
-    """``[B]`` log-sum of the scores of all projective trees.
+def eisner(sr: SR, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool = True) -> torch.Tensor:
+    """``[S, B]`` the semiring sum over all projective trees.
 
     Args:
-        scores: ``[B, N+1, N+1]`` arc scores ``s(h → d) = scores[b, h, d]``, ROOT = 0.
+        scores: ``[S, B, N+1, N+1]`` arc values ``s(h → d) = scores[:, b, h, d]``, ROOT = 0.
         lengths: ``[B]`` word counts in ``1..N``.
         multiroot: if False, ROOT has exactly one child.
 
@@ -120,31 +134,149 @@ def eisner_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
     added), headed at the left end (``R``, arcs point right, ``→``) or at the right end (``L``,
     ``←``). ``S(i, j)`` is the split sum that two incomplete spans share.
     """
-    B, L, _ = scores.shape
-    zero = scores.new_zeros(B)
-    # C→(i, i) = C←(i, i) = 0: a word alone is a complete span with no dependents
-    CR = {(i, i): zero for i in range(L)}
-    CL = {(i, i): zero for i in range(L)}
+    L = scores.shape[-1]
+    # C→(i, i) = C←(i, i) = one: a word alone is a complete span with no dependents
+    one = sr.ones(scores[:, :, 0, 0])
+    CR = {(i, i): one for i in range(L)}
+    CL = dict(CR)
     IR, IL = {}, {}
     for w in range(1, L):
         for i in range(L - w):
             j = i + w
             # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
-            S = _lse([CR[i, r] + CL[r + 1, j] for r in range(i, j)])
+            S = _split(sr, [CR[i, r] for r in range(i, j)], [CL[r + 1, j] for r in range(i, j)])
             # I→(i, j) = s(i → j) ⊗ S(i, j)
-            IR[i, j] = scores[:, i, j] + S
+            IR[i, j] = sr.mul(scores[:, :, i, j], S)
             # I←(i, j) = s(j → i) ⊗ S(i, j)
-            IL[i, j] = scores[:, j, i] + S
+            IL[i, j] = sr.mul(scores[:, :, j, i], S)
             # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j)
-            CR[i, j] = _lse([IR[i, r] + CR[r, j] for r in range(i + 1, j + 1)])
+            CR[i, j] = _split(sr, [IR[i, r] for r in range(i + 1, j + 1)],
+                              [CR[r, j] for r in range(i + 1, j + 1)])
             # C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
-            CL[i, j] = _lse([CL[i, r] + IL[r, j] for r in range(i, j)])
+            CL[i, j] = _split(sr, [CL[i, r] for r in range(i, j)], [IL[r, j] for r in range(i, j)])
             if i == 0 and not multiroot:
                 # one root: ROOT's complete span C→(0, j) may only end at the last word, so
                 # that I→(0, r) is used once, at the top (as in supar)
-                CR[0, j] = torch.where(lengths == j, CR[0, j], NEG)
-    # log Z = C→(0, n): ROOT heads the whole sentence
+                CR[0, j] = sr.mask(CR[0, j], lengths == j)
+    # Z = C→(0, n): ROOT heads the whole sentence
     return _at_length(CR, lengths, 1)
+
+
+def eisner2o(sr: SR, scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
+             multiroot: bool = True) -> torch.Tensor:
+    """``[S, B]`` the semiring sum over projective trees of arc and adjacent-sibling values
+    (second-order Eisner: McDonald and Pereira 2006; Zhang et al. 2020).
+
+    Args:
+        scores: ``[S, B, N+1, N+1]`` arc values ``s[h, d]``, ROOT = 0.
+        siblings: ``[S, B, N+1, N+1, N+1]`` values ``sib[h, s, m]`` of ``s`` and ``m`` adjacent
+            dependents of ``h`` on the same side, ``s`` nearer to ``h``
+            (:mod:`synattn.structs.dependency.eisner2o`).
+        lengths, multiroot: as :func:`eisner` (with one root, ROOT's child has no sibling).
+
+    The spans of :func:`eisner` and a *sibling* item ``S(i, j)``: two adjacent siblings' inner
+    halves meet; an incomplete span's first term is the head's nearest dependent.
+    """
+    L = scores.shape[-1]
+    one = sr.ones(scores[:, :, 0, 0])
+    CR = {(i, i): one for i in range(L)}
+    CL = dict(CR)
+    IR: dict[tuple[int, int], torch.Tensor] = {}
+    IL: dict[tuple[int, int], torch.Tensor] = {}
+    SB: dict[tuple[int, int], torch.Tensor] = {}
+
+    def total(terms: list[torch.Tensor]) -> torch.Tensor:
+        return sr.sum(torch.stack(terms, -1), -1)
+
+    for w in range(1, L):
+        for i in range(L - w):
+            j = i + w
+            # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
+            SB[i, j] = _split(sr, [CR[i, r] for r in range(i, j)], [CL[r + 1, j] for r in range(i, j)])
+            # I→(i, j) = s[i, j] ⊗ (C←(i+1, j) ⊕ ⊕_{i<r<j} I→(i, r) ⊗ S(r, j) ⊗ sib[i, r, j])
+            inner = range(i + 1, j) if i > 0 or multiroot else range(0)  # (one root: no siblings)
+            right = [sr.mul(sr.mul(IR[i, r], SB[r, j]), siblings[:, :, i, r, j]) for r in inner]
+            IR[i, j] = sr.mul(scores[:, :, i, j], total([CL[i + 1, j], *right]))
+            # I←(i, j) = s[j, i] ⊗ (C→(i, j-1) ⊕ ⊕_{i<r<j} I←(r, j) ⊗ S(i, r) ⊗ sib[j, r, i])
+            left = [sr.mul(sr.mul(IL[r, j], SB[i, r]), siblings[:, :, j, r, i]) for r in range(i + 1, j)]
+            IL[i, j] = sr.mul(scores[:, :, j, i], total([CR[i, j - 1], *left]))
+            # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j)
+            CR[i, j] = _split(sr, [IR[i, r] for r in range(i + 1, j + 1)],
+                              [CR[r, j] for r in range(i + 1, j + 1)])
+            # C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
+            CL[i, j] = _split(sr, [CL[i, r] for r in range(i, j)], [IL[r, j] for r in range(i, j)])
+    # Z = C→(0, n)
+    return _at_length(CR, lengths, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary constituency trees over spans: CKY (Kasami 1965; Younger 1967) with span scores as in
+# Stern et al. (2017) and Kim et al. (2019).
+# ---------------------------------------------------------------------------------------------
+
+def cky(sr: SR, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[S, B]`` the semiring sum over all binary bracketings.
+
+    Args:
+        scores: ``[S, B, N, N]`` span values, ``scores[:, b, i, j]`` for words ``i..j`` inclusive
+            (``i <= j``); a tree's value is the product over its ``2n - 1`` spans.
+        lengths: ``[B]`` word counts in ``1..N``.
+    """
+    N = scores.shape[-1]
+    # beta(i, i) = s(i, i): a one-word span
+    beta = {(i, i): scores[:, :, i, i] for i in range(N)}
+    for w in range(1, N):
+        for i in range(N - w):
+            j = i + w
+            # beta(i, j) = s(i, j) ⊗ ⊕_{i<=k<j} beta(i, k) ⊗ beta(k+1, j)
+            inner = _split(sr, [beta[i, k] for k in range(i, j)], [beta[k + 1, j] for k in range(i, j)])
+            beta[i, j] = sr.mul(scores[:, :, i, j], inner)
+    # Z = beta(0, n-1)
+    return _at_length(beta, lengths, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference log-partition of each structure: its program under the log semiring.
+# ---------------------------------------------------------------------------------------------
+
+def _log(program: Callable[..., torch.Tensor], potentials: list[torch.Tensor], *extra) -> torch.Tensor:
+    """``[B]`` ``program`` under :class:`LogSemiring` on log-potentials ``[B, ...]``."""
+    return program(LogSemiring, *(LogSemiring.convert(p) for p in potentials), *extra).squeeze(0)
+
+
+def linear_chain_log_partition(unary: torch.Tensor, edge: torch.Tensor,
+                               lengths: torch.Tensor) -> torch.Tensor:
+    """``[B]`` ``log Σ_y exp(Σ_i u_i(y_i) + Σ_i e_i(y_i, y_{i+1}))``: :func:`chain` on
+    ``unary [B, n, C]`` and ``edge [B, n-1, C, C]`` (``[p, c]``)."""
+    return _log(chain, [unary, edge], lengths)
+
+
+def semi_markov_log_partition(edge: torch.Tensor, lengths: torch.Tensor,
+                              init: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B]`` log-sum of the scores of all labelled segmentations: :func:`semi_markov` on
+    ``edge [B, n-1, K, C, C]`` and ``init [B, C]`` (default 0; :data:`NEG` excludes a label)."""
+    values = LogSemiring.convert(edge), None if init is None else LogSemiring.convert(init)
+    return semi_markov(LogSemiring, values[0], lengths, values[1]).squeeze(0)
+
+
+def eisner_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
+                         multiroot: bool = True) -> torch.Tensor:
+    """``[B]`` log-sum of the scores of all projective trees: :func:`eisner` on arc scores
+    ``[B, N+1, N+1]``."""
+    return _log(eisner, [scores], lengths, multiroot)
+
+
+def eisner2o_log_partition(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
+                           multiroot: bool = True) -> torch.Tensor:
+    """``[B]`` log-sum over projective trees of arc + adjacent-sibling scores: :func:`eisner2o`
+    on ``scores [B, N+1, N+1]`` and ``siblings [B, N+1, N+1, N+1]``."""
+    return _log(eisner2o, [scores, siblings], lengths, multiroot)
+
+
+def cky_log_partition(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``[B]`` log-sum of the scores of all binary bracketings: :func:`cky` on span scores
+    ``[B, N, N]``."""
+    return _log(cky, [scores], lengths)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,31 +312,6 @@ def matrix_tree_log_partition(scores: torch.Tensor, lengths: torch.Tensor,
     lap = torch.where(pad[:, :, None] | pad[:, None, :], eye, lap)
     # log Z = n·m + log det L
     return lengths * m + torch.linalg.slogdet(lap).logabsdet
-
-
-# ---------------------------------------------------------------------------------------------
-# Binary constituency trees over spans: CKY (Kasami 1965; Younger 1967) in the log semiring,
-# with span scores as in Stern et al. (2017) and Kim et al. (2019).
-# ---------------------------------------------------------------------------------------------
-
-def cky_log_partition(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``[B]`` log-sum of the scores of all binary bracketings.
-
-    Args:
-        scores: ``[B, N, N]`` span scores, ``scores[b, i, j]`` for words ``i..j`` inclusive
-            (``i <= j``); a tree's score is the sum over its ``2n - 1`` spans.
-        lengths: ``[B]`` word counts in ``1..N``.
-    """
-    B, N, _ = scores.shape
-    # beta(i, i) = s(i, i): a one-word span
-    beta = {(i, i): scores[:, i, i] for i in range(N)}
-    for w in range(1, N):
-        for i in range(N - w):
-            j = i + w
-            # beta(i, j) = s(i, j) ⊗ ⊕_{i<=k<j} beta(i, k) ⊗ beta(k+1, j)
-            beta[i, j] = scores[:, i, j] + _lse([beta[i, k] + beta[k + 1, j] for k in range(i, j)])
-    # log Z = beta(0, n-1)
-    return _at_length(beta, lengths, 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,16 +1,24 @@
 """AdamW with a warm-up schedule: inverse square root (Vaswani et al. 2017, §5.3), or a cosine or
-linear decay to the end of the run's budget (Loshchilov & Hutter 2017), in updates or in minutes."""
+linear decay to the end of the run's budget (Loshchilov & Hutter 2017), in updates or in minutes;
+and the step of one update (the accumulated gradients scaled, clipped, checked, applied)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from synattn.data.batching import token_batches
+from synattn.errors import RunFailure
 from synattn.train.config import TrainConfig
+
+
+class NonFiniteGradient(RunFailure, FloatingPointError):
+    """The gradients of an update are not finite (the run diverged, or its weights are damaged)."""
 
 
 def inverse_sqrt_factor(step: int, warmup_updates: int) -> float:
@@ -82,3 +90,47 @@ def build_optimizer(model: nn.Module, config: TrainConfig,
     schedule, floor = config.schedule, config.min_lr_ratio
     return optimizer, LambdaLR(optimizer, lambda done: decay_factor(done + 1, warmup, progress(done), schedule,
                                                                    floor))
+
+
+def budget_progress(config: TrainConfig, lengths: np.ndarray, processes: int,
+                    seconds: Callable[[], float]) -> Callable[[int], float] | None:
+    """The fraction of the budget used after ``done`` updates, for the decaying schedules: in
+    updates (``max_steps``: None, :func:`build_optimizer`'s default), else in training minutes
+    (``seconds()``: the training time so far), else in epochs of the data whose sentences have
+    ``lengths`` (``processes``: how many share each update)."""
+    c = config
+    if c.schedule == "inverse_sqrt" or c.max_steps is not None:
+        return None
+    if c.max_minutes is not None:
+        minutes = c.max_minutes
+        return lambda done: seconds() / (60.0 * minutes)
+    per_epoch = math.ceil(len(token_batches(lengths, c.max_tokens, seed=c.seed, epoch=1,
+                                            max_sentences=c.max_sentences))
+                          / (processes * c.update_freq))
+    epochs = c.max_epochs
+    assert epochs is not None  # (TrainConfig.check: at least one budget is set)
+    return lambda done: done / (per_epoch * epochs)
+
+
+def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LambdaLR, scale: float,
+                   clip_norm: float, update: int) -> tuple[float, float]:
+    """Multiplies the accumulated gradients by ``scale``, clips their norm at ``clip_norm`` (0: no
+    clipping), then steps the optimizer and its schedule.
+
+    Returns:
+        The gradient norm before clipping and the learning rate of the step.
+
+    Raises:
+        NonFiniteGradient: the norm is not finite (``update``: the update's number, for the message).
+    """
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if grads:
+        torch._foreach_mul_(grads, scale)
+    clip = clip_norm if clip_norm > 0 else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], clip))
+    if not math.isfinite(grad_norm):
+        raise NonFiniteGradient(f"the gradient norm is {grad_norm} at update {update} (lower lr, or set clip_norm)")
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.step()
+    scheduler.step()
+    return grad_norm, lr

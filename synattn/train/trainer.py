@@ -23,7 +23,8 @@ The pieces around the loop live beside it: the per-batch seeds, the resume check
 checkpoint errors in :mod:`synattn.train.resume`, the validation loss in
 :mod:`synattn.train.validation`, the interval records and the progress bar in
 :mod:`synattn.train.progress`, Ctrl-C and SIGTERM (a checkpoint of the update under way, then
-the stop) in :mod:`synattn.train.signals`.
+the stop) in :mod:`synattn.train.signals`, the schedule's measure of the budget and the step that
+ends an update (gradients scaled, clipped, checked, applied) in :mod:`synattn.train.optim`.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from synattn.train.checkpoint import (
 )
 from synattn.train.config import TrainConfig
 from synattn.train.distributed import init_distributed
-from synattn.train.optim import build_optimizer
+from synattn.train.optim import budget_progress, build_optimizer, optimizer_step
 from synattn.train.progress import TrainInterval, progress_bar
 from synattn.train.resume import (
     STATE_FORMAT,
@@ -79,10 +80,6 @@ from synattn.train.validation import improves, validation_sums
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "config.yaml"
-
-
-class NonFiniteGradient(RunFailure, FloatingPointError):
-    """The gradients of an update are not finite (the run diverged, or its weights are damaged)."""
 
 
 @dataclass
@@ -150,27 +147,12 @@ class Trainer:
             raise InputError("the training data is empty", str(getattr(train_data, "folder", "<train data>")))
         self.elapsed = 0.0  # training seconds over every resumed part of the run
         self._started: float | None = None
-        self.optimizer, self.scheduler = build_optimizer(self.model, config, self._budget_progress())
+        progress = budget_progress(config, self.lengths, self.dist.world_size, self._training_seconds)
+        self.optimizer, self.scheduler = build_optimizer(self.model, config, progress)
         self.step, self.epoch, self.batches_done = 0, 1, 0
         self.best_valid_loss: float | None = None
         self._best_step = self._saved_step = -1
         self._log: RunLog | None = None
-
-    def _budget_progress(self) -> Callable[[int], float] | None:
-        """The fraction of the budget used after ``done`` updates, for the decaying schedules:
-        in updates (``max_steps``), else in training minutes, else in epochs of this data."""
-        c = self.config
-        if c.schedule == "inverse_sqrt" or c.max_steps is not None:
-            return None
-        if c.max_minutes is not None:
-            minutes = c.max_minutes
-            return lambda done: self._training_seconds() / (60.0 * minutes)
-        per_epoch = math.ceil(len(token_batches(self.lengths, c.max_tokens, seed=c.seed, epoch=1,
-                                                max_sentences=c.max_sentences))
-                              / (self.dist.world_size * c.update_freq))
-        epochs = c.max_epochs
-        assert epochs is not None  # (TrainConfig.check: at least one budget is set)
-        return lambda done: done / (per_epoch * epochs)
 
     def _training_seconds(self) -> float:
         """Training wall time so far, over every resumed part of the run (up to this moment)."""
@@ -258,18 +240,10 @@ class Trainer:
         names = sorted(sums)
         local = dict(zip(names, torch.stack([sums[k] for k in names]).tolist() if names else []))  # one sync
         sample_size = self.dist.sum([local.get("sample_size", 0.0)])[0]
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        if grads:  # DDP averaged the processes' sums: undo, then divide by the update's sample size
-            torch._foreach_mul_(grads, self.dist.world_size / max(sample_size, 1.0))
-        clip = self.config.clip_norm if self.config.clip_norm > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.grad is not None], clip))
-        if not math.isfinite(grad_norm):
-            raise NonFiniteGradient(f"the gradient norm is {grad_norm} at update {self.step + 1} "
-                                     f"(lower lr, or set clip_norm)")
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.scheduler.step()
+        # DDP averaged the processes' sums: undo, then divide by the update's sample size
+        grad_norm, lr = optimizer_step(self.model, self.optimizer, self.scheduler,
+                                       self.dist.world_size / max(sample_size, 1.0), self.config.clip_norm,
+                                       self.step + 1)
         self.step += 1
         return {**local, "grad_norm": grad_norm, "lr": lr}
 

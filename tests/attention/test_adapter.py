@@ -5,8 +5,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch import nn
 
-from synattn.attention import MultiheadAttention, SyntaxInputs, TreeRelations
+from synattn.attention import MultiheadAttention, SyntaxInputs
 from synattn.attention.adapter import SyntaxMultiheadAttention, bind_syntax
+from synattn.methods.relations import TreeRelations
 from synattn.trees.relations import batch_relation_labels
 
 

@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from synattn.attention import (
-    BirdEyeReweighting,
-    Claim,
-    ConstituentAttention,
-    MultiheadAttention,
-    RelativePositions,
-    SegmentationAttention,
-    SpanAttention,
-    SpecializedHeads,
-    SupervisedHead,
-    SyntacticAttention,
-    SyntaxGuidedPointer,
-    check_compatible,
-    find_conflict,
-)
+from synattn.attention import Claim, MultiheadAttention, SpanAttention, check_compatible, find_conflict
 from synattn.attention.claims import conflict
 from synattn.errors import ConfigError
 from synattn.methods import check_claims
+from synattn.methods.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer
+from synattn.methods.constituent import ConstituentAttention
+from synattn.methods.cross_attention import SegmentationAttention
+from synattn.methods.relations import RelativePositions
+from synattn.methods.specialized import SpecializedHeads
+from synattn.methods.supervised import SupervisedHead
+from synattn.methods.syntactic import SyntacticAttention
 from synattn.models import EncoderDecoderConfig, StackConfig
 from tests.helpers.claims import Claims
 

@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from synattn.attention import (
-    KVCache,
-    MultiheadAttention,
-    RelativePositions,
-    SpecializedHeads,
-    SupervisedHead,
-    SyntaxInputs,
-    TreeRelations,
-    attention_mask,
-)
+from synattn.attention import KVCache, MultiheadAttention, SyntaxInputs, attention_mask
+from synattn.methods.relations import RelativePositions, TreeRelations
+from synattn.methods.specialized import SpecializedHeads
+from synattn.methods.supervised import SupervisedHead
 from tests.helpers.attention import dense_allowed, naive_attention
 
 D, H = 16, 4

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from synattn.attention import MultiheadAttention, SpanAttention, SyntacticAttention
+from synattn.attention import MultiheadAttention, SpanAttention
 from synattn.attention.core import check_compatible
 from synattn.attention.span import span_weights
+from synattn.methods.syntactic import SyntacticAttention
 from tests.helpers.spans import bracketings
 from tests.helpers.structured import assert_bidirectional_self_attention_only
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from synattn.attention import BirdEyeReweighting, SegmentationAttention, SyntaxInputs
+from synattn.attention import SyntaxInputs
 from synattn.generate import beam_search, greedy_search
+from synattn.methods.bird_eye import BirdEyeReweighting
+from synattn.methods.cross_attention import SegmentationAttention
 from synattn.models import (
     EncoderDecoderConfig,
     EncoderDecoderTransformer,

@@ -7,8 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from synattn.attention.constituent import ConstituentAttention
 from synattn.attention.core import MultiheadAttention
+from synattn.methods.constituent import ConstituentAttention
 
 D, H = 8, 2
 

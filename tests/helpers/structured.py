@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from synattn.attention.cache import KVCache
 from synattn.attention.core import MultiheadAttention
-from synattn.attention.segments import SpanSegmentationAttention
-from synattn.attention.structured import SegmentationAttention, SyntacticAttention
+from synattn.methods.cross_attention import SegmentationAttention, SpanSegmentationAttention
+from synattn.methods.syntactic import SyntacticAttention
 
 D, H = 8, 2
 

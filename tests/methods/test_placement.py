@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from synattn.attention import SegmentationAttention, SupervisedHead, SyntaxGuidedPointer, SyntaxInputs
+from synattn.attention import SyntaxInputs
+from synattn.methods.bird_eye import SyntaxGuidedPointer
+from synattn.methods.cross_attention import SegmentationAttention
+from synattn.methods.supervised import SupervisedHead
 from synattn.models import EncoderDecoderConfig, LanguageModelConfig, TransformerLM
 from tests.helpers.models import TINY, VOCAB, tiny_mt
 
@@ -89,7 +92,7 @@ def test_bet_sg_on_listed_blocks_only_adds_their_pointer_loss():
 
 
 def test_bet_sf_on_listed_blocks():
-    from synattn.attention import BirdEyeReweighting
+    from synattn.methods.bird_eye import BirdEyeReweighting
 
     model = _lm(bird_eye=dict(variant="sf", layers=[0]))
     assert [len(f) for f in _features(model, BirdEyeReweighting)] == [1, 0, 0]

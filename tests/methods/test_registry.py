@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 from synattn.hf import FEATURES
+from synattn.hf.methods import HFAdapter, adapter
 from synattn.methods import Claim, Method, check_claims, method, methods, register, unregister
 from synattn.methods.relations import RelationsConfig
 from synattn.models import EncoderDecoderConfig, LanguageModelConfig, StackConfig
@@ -75,9 +76,21 @@ def test_hugging_face_features_come_from_the_registry():
     assert FEATURES["constituent"].defaults == {"constituent_diagonal": 1.0}
     for m in methods():
         settings = {f.name for f in dataclasses.fields(m.config)} if m.config else set()
-        extras = {o.name for o in m.hf_extras}
+        hf = adapter(m)
+        extras = {o.name for o in hf.extras}
         assert set(FEATURES.get(m.name, FEATURES["relations"]).defaults if m.config else ()) == \
-            (settings - set(m.hf_layer_keys) - set(m.hf_fixed)) | extras
+            (settings - set(hf.layer_keys) - set(hf.fixed)) | extras
+
+
+def test_the_spec_holds_what_a_native_model_needs_and_hf_the_rest():
+    """No member of a method's spec is for Hugging Face models only: those are its adapter's
+    (synattn/hf/methods.py); a method without an adapter of its own gets the default one, built by
+    the spec's ``feature``."""
+    for m in methods():
+        assert not [name for name in dir(type(m)) if name.startswith("hf") or name == "reads_hidden"], m.name
+    assert type(adapter(method("tree_distance_bias"))) is HFAdapter
+    assert type(adapter(method("supervised_head"))) is not HFAdapter
+    assert FEATURES["specialized_heads"].sides == ("encoder", "decoder") != method("specialized_heads").sides
 
 
 def test_a_name_is_registered_once():

@@ -7,8 +7,11 @@ import json
 import pytest
 import torch
 
-from synattn.attention import RelativePositions, SpecializedHeads, SupervisedHead, SyntaxInputs, TreeRelations
+from synattn.attention import SyntaxInputs
 from synattn.errors import InputError
+from synattn.methods.relations import RelativePositions, TreeRelations
+from synattn.methods.specialized import SpecializedHeads
+from synattn.methods.supervised import SupervisedHead
 from synattn.models import (
     EncoderDecoderConfig,
     EncoderDecoderTransformer,

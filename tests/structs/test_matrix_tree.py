@@ -252,9 +252,10 @@ def test_compiled_equals_gth_at_extreme_scales(compiled, multiroot):
 
 def test_dispatch(monkeypatch):
     """CPU tensors take the compiled kernels under ``numba`` and ``auto``, never under ``torch``."""
-    kernels = pytest.importorskip("synattn.structs.dependency._matrix_tree_kernels")
+    forward = pytest.importorskip("synattn.structs.dependency._matrix_tree_kernels")
+    tangent = pytest.importorskip("synattn.structs.dependency._matrix_tree_tangent_kernels")
     calls = []
-    for name in ("gth_forward", "gth_tangent", "closed_form_tangent"):
+    for kernels, name in ((forward, "gth_forward"), (tangent, "gth_tangent"), (tangent, "closed_form_tangent")):
         kernel = getattr(kernels, name)
         monkeypatch.setattr(kernels, name,
                             lambda *args, _k=kernel, _n=name: calls.append(_n) or _k(*args))

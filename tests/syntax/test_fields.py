@@ -300,16 +300,6 @@ def test_a_method_with_its_own_field_trains_end_to_end():
     assert torch.equal(batch.src_syntax.depth, depth)  # a batch built while it was registered keeps it
 
 
-def test_the_old_attention_paths_give_the_same_registry():
-    """Methods written against synattn.attention.fields / .inputs keep working: one registry."""
-    import synattn.attention.fields as old_fields
-    import synattn.attention.inputs as old_inputs
-    import synattn.syntax as syntax
-
-    assert old_fields.register_field is syntax.register_field and old_fields.syntax_fields is syntax.syntax_fields
-    assert old_inputs.SyntaxInputs is syntax.SyntaxInputs and old_inputs.require_syntax is syntax.require_syntax
-
-
 def test_a_request_holds_the_settings_its_fields_declare():
     """SyntaxRequest's settings are the mapping the fields declare (name and default), readable as
     attributes as before; a setting is declared with one default, and a default without a

@@ -37,7 +37,7 @@ from .. import reference, registry
 from ..arguments import flag, length_tensor, score_tensor
 from ..backend import kernels, serial_if_small, use_numba, use_triton
 from ..constants import NEG
-from ..distribution import Decoding, StructDistribution, check_count
+from ..distribution import Decoding, ExactCRF, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, lengths_mask, mask_impossible
 from .dp import (
     PROMOTE_ABOVE,
@@ -60,7 +60,7 @@ __all__ = ["ChainLogPartition", "ChainMarginals", "LinearChainCRF", "chain_log_p
 # The distribution.
 # ---------------------------------------------------------------------------------------------
 
-class LinearChainCRF(StructDistribution, Decoding):
+class LinearChainCRF(ExactCRF, Decoding):
     """A batch of linear-chain CRFs with per-sentence lengths.
 
     Besides ``log_partition``, ``marginals``, ``edge_marginals``, ``max``, ``argmax`` and
@@ -173,18 +173,10 @@ class LinearChainCRF(StructDistribution, Decoding):
         unary = emission[torch.where(valid, observations, 0).long()]  # [B, n, C]
         return cls(unary=unary, transition=transition, lengths=lengths, start=init)
 
-    @property
-    def feasible(self) -> torch.Tensor:
-        """``[batch_size]`` bool: the chain has a labelling that avoids every masked part."""
-        return self.log_partition.detach() > -float("inf")
-
     def _valid(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, ...]`` (work dtype) in the potentials' dtype, zero for chains without a valid
         labelling."""
-        x = x.to(self.unary.dtype)
-        if not self.masked:
-            return x
-        return torch.where(self.feasible.view(-1, *[1] * (x.dim() - 1)), x, x.new_zeros(()))
+        return self._feasible_only(x.to(self.unary.dtype))
 
     @cached_property
     @fp32_inside
@@ -193,16 +185,9 @@ class LinearChainCRF(StructDistribution, Decoding):
         :attr:`edge_marginals` (:func:`_prepared`)."""
         return _prepared(self.unary, self.edge, self.mask, use_numba(self.unary, self.edge))
 
-    @cached_property
-    @fp32_inside
-    def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all labellings; ``-inf`` (with a zero
-        gradient) for a chain whose masks leave no labelling."""
+    def _log_partition(self) -> torch.Tensor:
         log_z = registry.log_partition("linear_chain", self.unary, self.edge, self.lengths, self.scan)
-        log_z = log_z.to(self.unary.dtype)
-        if not self.masked:
-            return log_z
-        return impossible_as_inf(log_z)
+        return log_z.to(self.unary.dtype)
 
     @cached_property
     @fp32_inside
@@ -234,7 +219,7 @@ class LinearChainCRF(StructDistribution, Decoding):
 
     @cached_property
     @fp32_inside
-    def _viterbi(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _best(self) -> tuple[torch.Tensor, torch.Tensor]:
         compiled = use_numba(self.unary, self.edge)
         with torch.no_grad():
             if use_triton(self.unary, self.edge):
@@ -245,18 +230,9 @@ class LinearChainCRF(StructDistribution, Decoding):
                 return kernels("chain._kernels").viterbi(u0.t(), _batch_first(T), self.mask)
             return viterbi(u0, T)
 
-    @property
-    def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best labelling (not differentiable); ``-inf`` if none."""
-        best = self._viterbi[0]
-        return impossible_as_inf(best)
-
-    @property
-    def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` best labelling (Viterbi), ``-1`` past each length and for a
-        chain without a valid labelling."""
-        none = (self.max == -float("inf")).unsqueeze(-1)
-        return self._viterbi[1].masked_fill(~self.mask | none, -1)
+    def _decoded(self, best: torch.Tensor) -> torch.Tensor:
+        """The Viterbi labels ``[batch_size, n]`` with ``-1`` past each length."""
+        return best.masked_fill(~self.mask, -1)
 
     # --- constraints, sampling, k-best (the helpers live in decoding.py) -----------------------
 

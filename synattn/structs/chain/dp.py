@@ -17,6 +17,9 @@ PROMOTE_ABOVE = 100.0
 """On the PyTorch path, float32 potentials above this magnitude run in float64 inside: the log-space
 sums of long chains (``n × |potential|``) lose too many bits in float32."""
 
+RESCALE_EVERY = 32
+"""The sequential log-partition shifts its forward vector back to 0 every this many positions."""
+
 SCAN_MAX_LABELS = 4
 """Label sets up to this size use the parallel prefix scan (its work grows like ``C**3 log N``)."""
 
@@ -138,10 +141,19 @@ def chain_log_partition(u0: torch.Tensor, T: torch.Tensor, scan: bool | None = N
     if scan is None:
         scan = T.shape[0] <= SCAN_MAX_LABELS
     if not scan:
-        alpha = u0
+        # alpha is shifted back to a maximum of 0 every RESCALE_EVERY steps and the shifts summed
+        # in float64: a float32 alpha of magnitude n × |potential| rounds every step (at N = 200,000
+        # and 8 labels the unshifted sum drifted by 7e-5 of log Z from the compiled kernel's)
+        alpha, shifts = u0, []
         for i in range(T.shape[2]):
             alpha = logsumexp(alpha.unsqueeze(1) + T[:, :, i], 0)
-        return logsumexp(alpha, 0)
+            if i % RESCALE_EVERY == RESCALE_EVERY - 1:
+                alpha, top = _normalised(alpha, 0)
+                shifts.append(top[0])
+        log_z = logsumexp(alpha, 0)
+        if not shifts:
+            return log_z
+        return (log_z.double() + torch.stack(shifts).double().sum(0)).to(log_z.dtype)
     while T.shape[2] > 1:
         if T.shape[2] % 2:
             T = torch.cat((T[:, :, :-2], _log_matmul(T[:, :, -2:-1], T[:, :, -1:])), 2)

@@ -8,7 +8,6 @@ propagation (:mod:`~synattn.structs.cky.second_order_vi`).
 ``synattn.structs.cky`` was the tree CRF's module itself: its names are still read here.
 """
 
-from . import labelled_spans  # noqa: F401  (gives TreeCRF its labelled version)
 from .cfg import SentCFG
 from .crf import CKYMarginals, TreeCRF, chart_to_spans, check_span_scores, sample_trees, spans_to_chart
 from .second_order_vi import ConstituencyLBP, ConstituencyMFVI

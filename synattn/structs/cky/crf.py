@@ -34,16 +34,14 @@ inside the kernel (:mod:`synattn.structs.triton_kernels.cky`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cached_property
-from typing import ClassVar
 
 import torch
 
 from .. import registry
 from ..backend import kernels, use_numba, use_triton
 from ..constants import NEG
-from ..distribution import PeerNames, check_count
+from ..distribution import LabelledByShape, PeerNames, check_count
 from ..scores import fp32_inside
 from ..semirings.log_max import MaxSemiring
 from .dp import (
@@ -57,12 +55,13 @@ from .dp import (
     span_mask,
     to_width_major,
 )
+from .labelled_spans import labelled_class
 
 __all__ = ["DEAD", "CKYMarginals", "TreeCRF", "chart_to_spans", "check_span_scores",
            "cky_inside", "cky_marginals", "sample_trees", "span_mask", "spans_to_chart"]
 
 
-class TreeCRF(PeerNames):
+class TreeCRF(LabelledByShape, PeerNames):
     """Binary constituency trees (unlabelled bracketings) with span scores, by CKY.
 
     Args:
@@ -84,17 +83,13 @@ class TreeCRF(PeerNames):
     ``sample``.
     """
 
-    labelled_class: ClassVar[Callable[[type], type] | None] = None
-    """``class -> its labelled version``: :func:`~synattn.structs.cky.labelled_spans.labelled_class`,
-    set when that module is imported (the package imports it)."""
+    scores: torch.Tensor
+    lengths: torch.Tensor
 
-    def __new__(cls, scores=None, *args, **kwargs):
-        # labelled span scores [B, N, N, NT]: the labelled version of the class
-        if isinstance(scores, torch.Tensor) and scores.dim() == 4 and not hasattr(cls, "_base"):
-            labelled = TreeCRF.labelled_class
-            assert labelled is not None, "synattn.structs.cky.labelled_spans sets it on import"
-            cls = labelled(cls)
-        return super().__new__(cls)
+    @classmethod
+    def _labelled_version(cls) -> type:
+        base: type = cls
+        return labelled_class(base)
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None):
         self.scores, self.lengths = check_span_scores(scores, lengths)

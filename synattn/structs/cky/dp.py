@@ -15,7 +15,7 @@ from ..backend import kernels, serial_if_small, use_numba
 from ..constants import IMPOSSIBLE, NEG
 from ..forward_mode import forward_derivative
 from ..scores import check_scores, float_dtype
-from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
+from ..semirings.log_max import LogSemiring, MaxSemiring
 
 DEAD = IMPOSSIBLE
 """A ``log Z`` below this means every tree uses a forbidden span: no valid structure."""
@@ -92,7 +92,7 @@ def check_span_scores(scores: torch.Tensor,
 # PyTorch path: inside and outside passes.
 # ---------------------------------------------------------------------------------------------
 
-def cky_inside(sd: torch.Tensor, lengths: torch.Tensor, semiring: Semiring = LogSemiring
+def cky_inside(sd: torch.Tensor, lengths: torch.Tensor, semiring: type[LogSemiring] = LogSemiring
                ) -> tuple[torch.Tensor, torch.Tensor, list]:
     """Inside pass over width-major scores ``sd [N, N, B]`` (autograd and forward-mode AD work).
 
@@ -116,7 +116,7 @@ def cky_inside(sd: torch.Tensor, lengths: torch.Tensor, semiring: Semiring = Log
 
 
 def cky_outside(sd: torch.Tensor, lengths: torch.Tensor, K: torch.Tensor, sums: list,
-                semiring: Semiring = LogSemiring) -> torch.Tensor:
+                semiring: type[LogSemiring] = LogSemiring) -> torch.Tensor:
     """Adjoint of :func:`cky_inside`: ``d log_z / d sd`` ``[N, N, B]`` (width-major span
     marginals with the log semiring, the best tree's spans as 0/1 with the max semiring)."""
     N, _, batch = sd.shape
@@ -138,7 +138,7 @@ def _step_elements(N: int, batch: int) -> int:
     return (N // 2) ** 2 * batch
 
 
-def cky_marginals(scores: torch.Tensor, lengths: torch.Tensor, semiring: Semiring = LogSemiring,
+def cky_marginals(scores: torch.Tensor, lengths: torch.Tensor, semiring: type[LogSemiring] = LogSemiring,
                   compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``log_z [B]`` and ``d log_z / d scores [B, N, N]`` for checked scores (inside + outside).
 

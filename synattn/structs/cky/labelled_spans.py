@@ -42,10 +42,11 @@ from ..constants import NEG
 from ..distribution import StructDistribution, _gumbel_argmax, check_count
 from ..scores import check_range, check_scores, float_dtype, fp32_inside, mask_impossible, mask_limit
 from ..semirings import programs
-from .crf import TreeCRF
 from .dp import _dead_to_inf, check_lengths, span_mask
 
 if TYPE_CHECKING:  # the mixin sits in front of TreeCRF (see labelled_class)
+    from .crf import TreeCRF
+
     _Mixed = TreeCRF
 else:
     _Mixed = object
@@ -264,6 +265,3 @@ def labelled_class(base: type) -> type:
                 {"_base": base, "__module__": base.__module__, "__qualname__": base.__qualname__,
                  "__doc__": f"{base.__name__} over labelled spans (see "
                             f":mod:`synattn.structs.cky.labelled_spans`)."})
-
-
-TreeCRF.labelled_class = staticmethod(labelled_class)  # (crf.py does not import this module)

@@ -9,17 +9,17 @@ marginals use the same layout. A tree is given as ``heads [batch_size, n]``: the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cached_property
-from typing import ClassVar, Literal, overload
+from typing import Literal, overload
 
 import torch
 
 from .. import registry
 from ..arguments import flag, length_tensor, score_tensor
 from ..constants import NEG
-from ..distribution import Decoding, StructDistribution, check_count
+from ..distribution import Decoding, ExactCRF, LabelledByShape, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
+from .labelled_arcs import labelled_class
 
 
 @overload
@@ -102,11 +102,12 @@ def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return heads.masked_fill(torch.arange(n, device=heads.device) >= lengths[:, None], -1)
 
 
-class ArcCRF(StructDistribution, Decoding):
+class ArcCRF(LabelledByShape, ExactCRF, Decoding):
     """What the dependency CRFs share: validated arc scores, ``log_partition`` and ``marginals``
     by the implementation :mod:`synattn.structs.registry` chooses for the subclass's
-    ``structure``, ``score``, and (from :class:`~synattn.structs.distribution.StructDistribution`)
-    ``log_prob``, ``entropy``, ``cross_entropy`` and ``kl``.
+    ``structure``, ``score``, ``max`` and ``argmax`` from the subclass's best tree ``_best``
+    (:class:`~synattn.structs.distribution.ExactCRF`), and ``log_prob``, ``entropy``,
+    ``cross_entropy`` and ``kl``.
 
     Args:
         scores: ``[batch_size, n+1, n+1]`` arc log-scores, ``scores[b, h, d]`` for head ``h`` →
@@ -121,17 +122,14 @@ class ArcCRF(StructDistribution, Decoding):
     """The name under which :mod:`synattn.structs.registry` keeps the reference and the
     accelerations of ``log_partition(scores, lengths, multiroot)`` and ``marginals(...)``."""
 
-    labelled_class: ClassVar[Callable[[type], type] | None] = None
-    """``base class -> its labelled version``: :func:`~synattn.structs.dependency.labelled_arcs.
-    labelled_class`, set when that module is imported (the package imports it)."""
+    @classmethod
+    def _labelled_version(cls) -> type:
+        base: type = cls
+        return labelled_class(base)
 
-    def __new__(cls, scores=None, *args, **kwargs):
-        # labelled scores [B, n+1, n+1, R]: the labelled version of the class
-        if isinstance(scores, torch.Tensor) and scores.dim() == 4 and not hasattr(cls, "_base"):
-            labelled = ArcCRF.labelled_class
-            assert labelled is not None, "synattn.structs.dependency.labelled_arcs sets it on import"
-            cls = labelled(cls)
-        return super().__new__(cls)
+    def _usable(self) -> torch.Tensor:
+        """``[batch_size, n+1, n+1]`` True for the arcs some tree can use (:func:`usable_arcs`)."""
+        return usable_arcs(self.lengths, self.scores.shape[-1])
 
     def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None,
                  multiroot: bool = True):
@@ -139,30 +137,20 @@ class ArcCRF(StructDistribution, Decoding):
         self.scores, self.lengths, self.masked = check_arc_scores(scores, lengths, True)
         """Whether some usable arc is masked (``<= NEG``): only then can a sentence have no tree."""
 
-    @cached_property
-    @fp32_inside
-    def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all trees; differentiable. ``-inf`` (with a
-        zero gradient) for a sentence whose masks leave no tree."""
-        log_z = registry.log_partition(self.structure, self.scores, self.lengths, self.multiroot)
-        if not self.masked:
-            return log_z
-        return impossible_as_inf(log_z)
+    def _log_partition(self) -> torch.Tensor:
+        return registry.log_partition(self.structure, self.scores, self.lengths, self.multiroot)
 
     @cached_property
     @fp32_inside
     def marginals(self) -> torch.Tensor:
         """``[batch_size, n+1, n+1]`` arc marginals ``p(h -> d)``; differentiable. All 0 for a
         sentence whose masks leave no tree."""
-        mu = registry.marginals(self.structure, self.scores, self.lengths, self.multiroot)
-        if not self.masked:
-            return mu
-        return torch.where(self.feasible[:, None, None], mu, mu.new_zeros(()))
+        return self._feasible_only(registry.marginals(self.structure, self.scores, self.lengths,
+                                                      self.multiroot))
 
-    @property
-    def feasible(self) -> torch.Tensor:
-        """``[batch_size]`` bool: the sentence has at least one tree that avoids masked arcs."""
-        return self.log_partition.detach() > -float("inf")
+    def _decoded(self, best: torch.Tensor) -> torch.Tensor:
+        """Heads ``[batch_size, n]`` (``-1`` padding) of the best tree's 0/1 arcs."""
+        return heads_from_arcs(best, self.lengths)
 
     def _parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(self.scores, self.marginals)]

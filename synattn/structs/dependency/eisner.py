@@ -56,8 +56,8 @@ from ..constants import NEG
 from ..distribution import check_count
 from ..forward_mode import forward_derivative
 from ..registry import Implementation, numba_applies, register, triton_applies
-from ..scores import fp32_inside, impossible_as_inf
-from ..semirings.log_max import LogSemiring, MaxSemiring, Semiring
+from ..scores import fp32_inside
+from ..semirings.log_max import LogSemiring, MaxSemiring
 from .arc_scores import ArcCRF, heads_from_arcs, usable_arcs
 
 # (chart, channel) of each item in K (names in the module docstring): K[0] is B (by span end),
@@ -119,7 +119,7 @@ def from_width_major(sd: torch.Tensor) -> torch.Tensor:
 
 
 def eisner_inside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                  semiring: Semiring = LogSemiring) -> tuple[torch.Tensor, torch.Tensor, list]:
+                  semiring: type[LogSemiring] = LogSemiring) -> tuple[torch.Tensor, torch.Tensor, list]:
     """Inside pass of Eisner's algorithm (works under autograd and forward-mode AD).
 
     Args:
@@ -157,7 +157,7 @@ def eisner_inside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
 
 
 def eisner_outside(sd: torch.Tensor, lengths: torch.Tensor, multiroot: bool, K: torch.Tensor,
-                   sums: list[torch.Tensor], semiring: Semiring = LogSemiring) -> torch.Tensor:
+                   sums: list[torch.Tensor], semiring: type[LogSemiring] = LogSemiring) -> torch.Tensor:
     """Outside pass: the adjoint of :func:`eisner_inside` for ``d log_z / d scores``.
 
     Args:
@@ -207,7 +207,7 @@ def root_span_mask(n: int, dead: torch.Tensor) -> torch.Tensor:
 
 
 def eisner_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                     semiring: Semiring = LogSemiring,
+                     semiring: type[LogSemiring] = LogSemiring,
                      compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``log_z [B]`` and ``d log_z / d scores [B, N+1, N+1]`` by inside + explicit outside.
 
@@ -318,7 +318,7 @@ register("projective", Implementation(
     applies=triton_applies), before="torch")
 
 
-def _sampled_semiring(generator: torch.Generator | None) -> Semiring:
+def _sampled_semiring(generator: torch.Generator | None) -> type[LogSemiring]:
     """The log semiring whose ``backward_`` routes all of the adjoint to one term drawn with
     probability ``exp(t_k - sum)`` (Gumbel-max) instead of spreading it: the outside pass then
     expands a tree top-down, each span into a sampled split, exactly as the inside chart weighs
@@ -397,17 +397,3 @@ class DependencyCRF(ArcCRF):
                 return kernels("triton_kernels.eisner").best_tree(self.scores, self.lengths, self.multiroot)
             return eisner_marginals(self.scores, self.lengths, self.multiroot, MaxSemiring,
                                     compiled=use_numba(self.scores))
-
-    @property
-    def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best projective tree (not differentiable); ``-inf`` if
-        masks leave none."""
-        best = self._best[0]
-        return impossible_as_inf(best)
-
-    @property
-    def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` heads of words ``1..n`` in the best projective tree; ``-1`` padding,
-        and all ``-1`` for a sentence whose masks leave no tree."""
-        heads = heads_from_arcs(self._best[1], self.lengths)
-        return heads.masked_fill((self.max == -float("inf")).unsqueeze(-1), -1)

@@ -30,18 +30,18 @@ inner halves meet):
 and ``log Z = C→(0, n)`` (the first term of each ``I`` is the head's nearest dependent, whose
 inner complete span is empty). ``O(n³)`` time and ``O(n²)`` chart per sentence.
 
-:func:`eisner2o_reference` is the recursion written plainly (a Python loop over spans;
-``use_backend("reference")``). On CPU tensors the class runs compiled kernels
-(:mod:`synattn.structs.dependency._eisner2o_kernels`: inside pass, explicit outside pass for the arc and
-sibling marginals, the max semiring for the best tree, a top-down walk per sample); on CUDA tensors
-Triton kernels for ``log Z``, both marginals, their backward and the best tree
+The recursion written plainly (a Python loop over spans, for any semiring) is
+:func:`synattn.structs.reference.eisner2o` (``use_backend("reference")``, and every semiring but
+log and max). On CPU tensors the class runs compiled kernels
+(:mod:`synattn.structs.dependency._eisner2o_kernels`: inside pass, explicit outside pass for the
+arc and sibling marginals, the max semiring for the best tree, a top-down walk per sample); on
+CUDA tensors Triton kernels for ``log Z``, both marginals, their backward and the best tree
 (:mod:`synattn.structs.triton_kernels.eisner2o`, a few launches a call); elsewhere
-(``use_backend("torch")``, and sampling on CUDA) :func:`eisner2o_inside`, the same recursion
-vectorised over the spans of one width and the batch (one Python step per width, gathers by index from charts
-``[5, N+1, N+1, B]``), whose marginals are autograd's gradient of ``log Z``, whose best tree is the
-gradient of the max-semiring pass and whose samples the gradient of the sampled-semiring pass
-(:func:`eisner2o_sample`). Under any other semiring the class runs the generic program
-:func:`synattn.structs.semirings.programs.eisner2o`. The marginals are differentiable on both
+(``use_backend("torch")``, and sampling on CUDA) :func:`eisner2o_inside`
+(:mod:`synattn.structs.dependency.eisner2o_inside`), the same recursion vectorised over the spans
+of one width and the batch, whose marginals are autograd's gradient of ``log Z``, whose best tree
+is the gradient of the max-semiring pass and whose samples the gradient of the sampled-semiring
+pass (:func:`eisner2o_sample`). The marginals are differentiable on both
 paths; their backward (the Hessian of ``log Z`` times a direction) is autograd's double backward
 of :func:`eisner2o_inside`, except under Triton (the same kernels on dual numbers).
 """
@@ -53,16 +53,24 @@ from functools import cached_property
 import torch
 
 from ..arguments import score_tensor
-from ..backend import kernels, requested_backend, use_numba, use_triton
-from ..constants import NEG
+from ..backend import kernels, use_numba, use_triton
 from ..distribution import check_count
 from ..scores import check_scores, fp32_inside, impossible_as_inf, mask_impossible
-from .arc_scores import ArcCRF, heads_from_arcs, tree_score
+from .arc_scores import ArcCRF, tree_score
 from .eisner import DependencyCRF
+from .eisner2o_inside import (
+    _gradients,
+    _LogPartition2o,
+    _Marginals2o,
+    eisner2o_inside,
+    eisner2o_log_partition,
+    eisner2o_sample,
+    marginals_vjp_by_autograd,
+)
 
-# channels of the chart [5, L, L, B]: chart[c, i, j] for the span (i, j), i <= j
-CR, CL, IR, IL, SIB = range(5)
-
+__all__ = ["Dependency2oCRF", "check_sibling_scores", "eisner2o_inside", "eisner2o_log_partition",
+           "eisner2o_sample", "marginals_vjp_by_autograd", "sibling_parts", "siblings_score",
+           "usable_siblings"]
 
 def usable_siblings(lengths: torch.Tensor, L: int) -> torch.Tensor:
     """``[B, L, L, L]`` True for the sibling parts ``(h, s, m)`` some tree can use: ``h, s, m <=
@@ -128,216 +136,6 @@ def siblings_score(siblings: torch.Tensor, heads: torch.Tensor, lengths: torch.T
     m = torch.arange(1, n + 1, device=heads.device).expand(batch, n)
     part = siblings[b, heads.clamp_min(0), inner, m]  # [B, n]
     return torch.where(has, part, part.new_zeros(())).sum(1)
-
-
-# ---------------------------------------------------------------------------------------------
-# The plain recursion (use_backend("reference")).
-# ---------------------------------------------------------------------------------------------
-
-def eisner2o_reference(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
-                       multiroot: bool = True) -> torch.Tensor:
-    """``[B]`` log-sum over projective trees of arc + adjacent-sibling scores (module docstring)."""
-    B, L, _ = scores.shape
-    lse = lambda terms: torch.logsumexp(torch.stack(terms), 0)  # noqa: E731
-    zero = scores.new_zeros(B)
-    CRc = {(i, i): zero for i in range(L)}
-    CLc = {(i, i): zero for i in range(L)}
-    IRc: dict[tuple[int, int], torch.Tensor] = {}
-    ILc: dict[tuple[int, int], torch.Tensor] = {}
-    S: dict[tuple[int, int], torch.Tensor] = {}
-    for w in range(1, L):
-        for i in range(L - w):
-            j = i + w
-            # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
-            S[i, j] = lse([CRc[i, r] + CLc[r + 1, j] for r in range(i, j)])
-            # I→(i, j) = s[i, j] ⊗ (C←(i+1, j) ⊕ ⊕_{i<r<j} I→(i, r) ⊗ S(r, j) ⊗ sib[i, r, j])
-            right = [CLc[i + 1, j]]
-            if i > 0 or multiroot:  # with one root, ROOT's only child has no sibling
-                right += [IRc[i, r] + S[r, j] + siblings[:, i, r, j] for r in range(i + 1, j)]
-            IRc[i, j] = scores[:, i, j] + lse(right)
-            # I←(i, j) = s[j, i] ⊗ (C→(i, j-1) ⊕ ⊕_{i<r<j} I←(r, j) ⊗ S(i, r) ⊗ sib[j, r, i])
-            left = [CRc[i, j - 1]] + [ILc[r, j] + S[i, r] + siblings[:, j, r, i] for r in range(i + 1, j)]
-            ILc[i, j] = scores[:, j, i] + lse(left)
-            # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j);  C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
-            CRc[i, j] = lse([IRc[i, r] + CRc[r, j] for r in range(i + 1, j + 1)])
-            CLc[i, j] = lse([CLc[i, r] + ILc[r, j] for r in range(i, j)])
-    # log Z = C→(0, n)
-    return torch.stack([CRc[0, int(n)][b] for b, n in enumerate(lengths)])
-
-
-# ---------------------------------------------------------------------------------------------
-# The vectorised inside pass.
-# ---------------------------------------------------------------------------------------------
-
-class _SampledLogSumExp(torch.autograd.Function):
-    """Log-sum-exp over ``dim`` whose backward sends all of its adjoint to one term drawn with its
-    posterior weight (Gumbel-max with ``generator``): the sampled semiring's ``⊕`` (Goodman 1999),
-    so that the gradient of ``log Z`` is one exact sample's arcs."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, dim: int, generator: torch.Generator | None) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        ctx.dim, ctx.generator = dim, generator
-        return torch.logsumexp(x, dim)
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor):
-        (x,) = ctx.saved_tensors
-        u = torch.rand(x.shape, generator=ctx.generator, dtype=x.dtype, device=x.device)
-        pick = (x - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(ctx.dim, keepdim=True)
-        return torch.zeros_like(x).scatter_(ctx.dim, pick, g.unsqueeze(ctx.dim)), None, None
-
-
-def eisner2o_inside(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
-                    multiroot: bool = True, viterbi: bool = False, sampled: bool = False,
-                    generator: torch.Generator | None = None) -> torch.Tensor:
-    """``[B]`` ``log Z`` (or the best tree's score with ``viterbi``) of the recursion in the module
-    docstring, differentiable by autograd (also twice); with ``sampled``, its gradient is a
-    sample's arcs instead of the marginals (:class:`_SampledLogSumExp`, draws from ``generator``).
-
-    Args:
-        scores: ``[B, L, L]`` checked arc scores ``[b, h, d]`` (``L = n+1``).
-        siblings: ``[B, L, L, L]`` checked sibling scores ``[b, h, s, m]``.
-        lengths: ``[B]`` word counts in ``1..n``.
-        multiroot: several words may attach to ROOT.
-        viterbi: the max semiring instead of log-sum-exp.
-        sampled, generator: the sampled log-sum-exp instead (see above).
-    """
-
-    def _semiring_sum(x: torch.Tensor, dim: int, viterbi: bool) -> torch.Tensor:
-        if sampled:
-            return _SampledLogSumExp.apply(x, dim, generator)
-        return x.max(dim).values if viterbi else torch.logsumexp(x, dim)
-
-    B, L, _ = scores.shape
-    dev = scores.device
-    arc = scores.permute(1, 2, 0)  # [L(h), L(d), B]
-    sib = siblings.permute(1, 2, 3, 0)  # [L(h), L(s), L(m), B]
-    chart = torch.full((5, L, L, B), NEG, dtype=scores.dtype, device=dev)
-    diag = torch.arange(L, device=dev)
-    chart[CR, diag, diag] = 0.0
-    chart[CL, diag, diag] = 0.0
-    for w in range(1, L):
-        n = L - w
-        i = torch.arange(n, device=dev)  # span starts
-        j = i + w
-        I, J = i[:, None], j[:, None]  # noqa: E741 (the span ends i, j as columns) [n, 1]
-        t = torch.arange(w, device=dev)[None, :]  # [1, w] split offsets
-        # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
-        s_ij = _semiring_sum(chart[CR, I, I + t] + chart[CL, I + t + 1, J], 1, viterbi)  # [n, B]
-        r = (I + t)[:, 1:]  # [n, w-1] inner siblings i < r < j
-        # I→(i, j): nearest child (C←(i+1, j)) or I→(i, r) ⊗ S(r, j) ⊗ sib[i, r, j]
-        inner_r = chart[IR, I, r] + chart[SIB, r, J] + sib[I, r, J]  # [n, w-1, B]
-        if not multiroot and w > 1:
-            inner_r[0] = NEG  # ROOT's only child has no sibling
-        right = torch.cat([chart[CL, i + 1, j].unsqueeze(1), inner_r], 1)
-        ir = arc[i, j] + _semiring_sum(right, 1, viterbi)
-        # I←(i, j): nearest child (C→(i, j-1)) or I←(r, j) ⊗ S(i, r) ⊗ sib[j, r, i]
-        inner_l = chart[IL, r, J] + chart[SIB, I, r] + sib[J, r, I]
-        left = torch.cat([chart[CR, i, j - 1].unsqueeze(1), inner_l], 1)
-        il = arc[j, i] + _semiring_sum(left, 1, viterbi)
-        chart[SIB, i, j] = s_ij
-        chart[IR, i, j] = ir
-        chart[IL, i, j] = il
-        # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j);  C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
-        cr = _semiring_sum(chart[IR, I, I + t + 1] + chart[CR, I + t + 1, J], 1, viterbi)
-        cl = _semiring_sum(chart[CL, I, I + t] + chart[IL, I + t, J], 1, viterbi)
-        chart[CR, i, j] = cr
-        chart[CL, i, j] = cl
-    return chart[CR, 0, lengths, torch.arange(B, device=dev)]
-
-
-def eisner2o_sample(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
-                    multiroot: bool, count: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """``[count, B, n]`` heads (``-1`` padding) of exact samples, top-down from the inside chart:
-    the gradient of one :func:`eisner2o_inside` pass over ``count`` copies of the batch under the
-    sampled ``⊕`` (float64; the PyTorch path of ``Dependency2oCRF.sample``)."""
-    B = scores.shape[0]
-    with torch.enable_grad():
-        x = scores.detach().double().repeat(count, 1, 1).requires_grad_()
-        y = siblings.detach().double().repeat(count, 1, 1, 1)
-        log_z = eisner2o_inside(x, y, lengths.repeat(count), multiroot, sampled=True, generator=generator)
-        (arcs,) = torch.autograd.grad(log_z.sum(), x)
-    return heads_from_arcs(arcs, lengths.repeat(count)).view(count, B, scores.shape[-1] - 1)
-
-
-def eisner2o_log_partition(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
-                           multiroot: bool = True) -> torch.Tensor:
-    """``[B]`` ``log Z``: :func:`eisner2o_reference` under ``use_backend("reference")``, else
-    :func:`eisner2o_inside`."""
-    if requested_backend() == "reference":
-        return eisner2o_reference(scores, siblings, lengths, multiroot)
-    return eisner2o_inside(scores, siblings, lengths, multiroot)
-
-
-def _gradients(fn, scores: torch.Tensor, siblings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``fn(scores, siblings) [B]`` and its gradients with respect to both, differentiable when
-    gradients are enabled and either input requires them."""
-    graph = torch.is_grad_enabled() and (scores.requires_grad or siblings.requires_grad)
-    with torch.enable_grad():
-        x = scores if scores.requires_grad and graph else scores.detach().requires_grad_()
-        y = siblings if siblings.requires_grad and graph else siblings.detach().requires_grad_()
-        value = fn(x, y)
-        gx, gy = torch.autograd.grad(value.sum(), (x, y), create_graph=graph, allow_unused=True)
-    gx = torch.zeros_like(scores) if gx is None else gx
-    gy = torch.zeros_like(siblings) if gy is None else gy
-    return value if graph else value.detach(), gx, gy
-
-
-class _LogPartition2o(torch.autograd.Function):
-    """``log Z`` by the compiled kernels; backward: their marginals (explicit outside pass), or
-    :class:`_Marginals2o` when a second derivative is being built."""
-
-    @staticmethod
-    def forward(ctx, scores, siblings, lengths, multiroot):
-        ctx.multiroot = multiroot
-        if not any(ctx.needs_input_grad[:2]):
-            return kernels("dependency._eisner2o_kernels").log_partition(scores, siblings, lengths, multiroot)
-        log_z, mu, mu_sib = kernels("dependency._eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)
-        ctx.save_for_backward(scores, siblings, lengths, mu, mu_sib)
-        return log_z
-
-    @staticmethod
-    def backward(ctx, g):
-        scores, siblings, lengths, mu, mu_sib = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            mu, mu_sib = _Marginals2o.apply(scores, siblings, lengths, ctx.multiroot)
-        return mu * g[:, None, None], mu_sib * g[:, None, None, None], None, None
-
-
-class _Marginals2o(torch.autograd.Function):
-    """Arc and sibling marginals by the compiled inside-outside pass; their backward (the Hessian
-    of ``log Z`` times the incoming gradients) by autograd's double backward of
-    :func:`eisner2o_inside` (PyTorch path)."""
-
-    @staticmethod
-    def forward(ctx, scores, siblings, lengths, multiroot):
-        ctx.multiroot = multiroot
-        ctx.save_for_backward(scores, siblings, lengths)
-        return kernels("dependency._eisner2o_kernels").marginals(scores, siblings, lengths, multiroot)[1:]
-
-    @staticmethod
-    def backward(ctx, g, g_sib):
-        scores, siblings, lengths = ctx.saved_tensors
-        return (*marginals_vjp_by_autograd(scores, siblings, lengths, ctx.multiroot, g, g_sib), None, None)
-
-
-def marginals_vjp_by_autograd(scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
-                              multiroot: bool, g: torch.Tensor, g_sib: torch.Tensor
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The vector-Jacobian product of the arc and sibling marginals with ``(g, g_sib)`` by
-    autograd's double backward of :func:`eisner2o_inside` (differentiable again when gradients are
-    enabled: a third derivative)."""
-    graph = torch.is_grad_enabled()
-    with torch.enable_grad():
-        x = scores if graph and scores.requires_grad else scores.detach().requires_grad_()
-        y = siblings if graph and siblings.requires_grad else siblings.detach().requires_grad_()
-        log_z = eisner2o_inside(x, y, lengths, multiroot)
-        mu = torch.autograd.grad(log_z.sum(), (x, y), create_graph=True)
-        hx, hy = torch.autograd.grad(mu, (x, y), (g, g_sib), create_graph=graph, allow_unused=True)
-    hx = torch.zeros_like(scores) if hx is None else hx
-    hy = torch.zeros_like(siblings) if hy is None else hy
-    return hx, hy
 
 
 class Dependency2oCRF(ArcCRF):
@@ -438,26 +236,12 @@ class Dependency2oCRF(ArcCRF):
             return _Marginals2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
         return self._inside[1:]
 
-    @cached_property
-    def log_partition(self) -> torch.Tensor:
-        """``[batch_size]`` log-sum of the scores of all trees; differentiable. ``-inf`` (with a
-        zero gradient) for a sentence whose masks leave no tree."""
+    def _log_partition(self) -> torch.Tensor:
         if (triton := self._triton) is not None:
-            log_z = triton.LogPartition2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
-        elif self._compiled:
-            with torch.autocast("cpu", enabled=False):
-                log_z = _LogPartition2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
-        else:
-            log_z = self._inside[0]
-        if not self.masked:
-            return log_z
-        return impossible_as_inf(log_z)
-
-    def _feasible_only(self, mu: torch.Tensor) -> torch.Tensor:
-        if not self.masked:
-            return mu
-        keep = self.feasible.view(-1, *[1] * (mu.dim() - 1))
-        return torch.where(keep, mu, mu.new_zeros(()))
+            return triton.LogPartition2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
+        if self._compiled:
+            return _LogPartition2o.apply(self.scores, self.siblings, self.lengths, self.multiroot)
+        return self._inside[0]
 
     @cached_property
     def marginals(self) -> torch.Tensor:
@@ -485,20 +269,6 @@ class Dependency2oCRF(ArcCRF):
                                                                     self.multiroot)
             fn = lambda s, sib: eisner2o_inside(s, sib, self.lengths, self.multiroot, viterbi=True)  # noqa: E731
             return _gradients(fn, self.scores, self.siblings)[:2]
-
-    @property
-    def max(self) -> torch.Tensor:
-        """``[batch_size]`` score of the best projective tree (not differentiable); ``-inf`` if
-        masks leave none."""
-        best = self._best[0]
-        return impossible_as_inf(best)
-
-    @property
-    def argmax(self) -> torch.Tensor:
-        """``[batch_size, n]`` heads of the best projective tree; ``-1`` padding, and all ``-1``
-        for a sentence whose masks leave no tree."""
-        heads = heads_from_arcs(self._best[1], self.lengths)
-        return heads.masked_fill((self.max == -float("inf")).unsqueeze(-1), -1)
 
     def score(self, heads: torch.Tensor) -> torch.Tensor:
         """``[batch_size]`` arc + sibling score of trees given as heads ``[batch_size, n]``

@@ -18,7 +18,8 @@ the labels, ``-1`` past each length (``heads, labels = crf.argmax.unbind(-1)``);
 
 ``DependencyCRF`` and ``NonProjectiveDependencyCRF`` (any :class:`~synattn.structs.dependency.arc_scores.ArcCRF`)
 become labelled when given 4-d scores: the instance is then of the subclass
-:func:`labelled_class` makes, which mixes :class:`LabelledArcs` in front of the class.
+:func:`labelled_class` makes (``ArcCRF._labelled_version`` calls it), which mixes
+:class:`LabelledArcs` in front of the class.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from ..arguments import score_tensor
 from ..constants import NEG
 from ..distribution import _gumbel_argmax, check_count
 from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
-from .arc_scores import ArcCRF, usable_arcs
 
 if TYPE_CHECKING:  # the mixin sits in front of an ArcCRF subclass (see labelled_class)
+    from .arc_scores import ArcCRF
+
     _Mixed = ArcCRF
 else:
     _Mixed = object
@@ -58,7 +60,7 @@ class LabelledArcs(_Mixed):
         dead = (labelled <= NEG).all(-1)  # every label of the arc masked: the arc is masked
         reduced = torch.logsumexp(labelled, -1).masked_fill(dead, NEG)
         super().__init__(reduced, lengths, multiroot)  # validates lengths, NaN, scale
-        usable = usable_arcs(self.lengths, labelled.shape[1]).unsqueeze(-1)
+        usable = self._usable().unsqueeze(-1)
         self.labelled_scores = torch.where(usable, labelled, labelled.new_zeros(()))
         """``[B, n+1, n+1, R]`` labelled arc scores; masked labels ``NEG``, unusable entries 0."""
         self.masked = check_scores([(self.labelled_scores, usable)], labelled.shape[1] - 1,
@@ -242,6 +244,3 @@ def labelled_class(base: type) -> type:
                 {"_base": base, "__module__": base.__module__, "__qualname__": base.__qualname__,
                  "__doc__": f"{base.__name__} over labelled arcs (see "
                             f":mod:`synattn.structs.dependency.labelled_arcs`)."})
-
-
-ArcCRF.labelled_class = staticmethod(labelled_class)  # (arc_scores.py does not import this module)

@@ -35,9 +35,10 @@ vector-Jacobian product equals a Jacobian-vector product, computed by forward-mo
 differentiation of the GTH code.
 
 **Compiled kernels.** For CPU tensors with numba installed (see :mod:`synattn.structs.backend`),
-every sentence takes the GTH way in compiled code (:mod:`synattn.structs.dependency._matrix_tree_kernels`:
-whole sentences spread over threads, each at its own length): ``log Z``, the adjoint for the
-marginals, and for their backward the forward-mode derivative of both, written out. It needs no
+every sentence takes the GTH way in compiled code (:mod:`synattn.structs.dependency._matrix_tree_kernels`,
+the backward in :mod:`~synattn.structs.dependency._matrix_tree_tangent_kernels`: whole sentences
+spread over threads, each at its own length): ``log Z``, the adjoint for the marginals, and for
+their backward the forward-mode derivative of both, written out. It needs no
 certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding. The
 adjoint also determines the inverse ``X`` of Koo's matrix entry by entry, which the forward keeps
 for the backward: ``H v = v * mu - w * K(X P X)`` (``P`` Koo's matrix of the weights ``v * w``,
@@ -65,7 +66,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from ..backend import use_numba
+from ..backend import kernels, requested_backend, use_numba
 from ..constants import NEG
 from ..distribution import check_count
 from ..forward_mode import forward_derivative
@@ -328,6 +329,13 @@ register("nonprojective", Implementation(
     "torch",
     lambda s, lengths, multiroot: _MatrixTreeLogPartition.apply(s, lengths, multiroot, False),
     lambda s, lengths, multiroot: MatrixTreeMarginals.apply(s, lengths, multiroot, False)))
+# The GPU path (:mod:`synattn.structs.dependency.matrix_tree_device`, imported on first use) for
+# CUDA tensors, ahead of the PyTorch path.
+register("nonprojective", Implementation(
+    "device", lambda *args: kernels("dependency.matrix_tree_device").DeviceLogPartition.apply(*args),
+    lambda *args: kernels("dependency.matrix_tree_device").DeviceMarginals.apply(*args),
+    applies=lambda scores, lengths, multiroot: scores.device.type == "cuda"
+    and requested_backend() in ("auto", "torch", "triton")), before="torch")
 
 
 # ---------------------------------------------------------------------------------------------

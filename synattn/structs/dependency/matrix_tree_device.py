@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import torch
 
-from ..backend import requested_backend
-from ..registry import Implementation, register
 from .arc_scores import usable_arcs
 from .matrix_tree_gth import _koo_gradient, _koo_matrix, _lapack_inverse, _scaled_arcs
 from .matrix_tree_log import _wide_columns
@@ -113,12 +111,3 @@ class DeviceMarginals(torch.autograd.Function):
                 (h,) = torch.autograd.grad(m, x, g[redo].to(m.dtype))
             hv = hv.index_copy(0, redo, h.to(hv.dtype))
         return hv.to(scores.dtype), None, None
-
-
-def _on_device(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> bool:
-    """The ``device`` acceleration applies to CUDA tensors (``auto``, ``torch`` or ``triton``)."""
-    return scores.device.type == "cuda" and requested_backend() in ("auto", "torch", "triton")
-
-
-register("nonprojective", Implementation(
-    "device", DeviceLogPartition.apply, DeviceMarginals.apply, applies=_on_device), before="torch")

@@ -244,7 +244,7 @@ def _compiled_marginals_tangent(scores: torch.Tensor, lengths: torch.Tensor, mul
                                 direction: torch.Tensor) -> torch.Tensor:
     """``[B, N+1, N+1]`` derivative of the marginals in ``direction`` (the Hessian of ``log Z``
     times ``direction``) by the compiled forward-mode GTH kernel, in the scores' dtype."""
-    kernels = backend_kernels("dependency._matrix_tree_kernels")
+    kernels = backend_kernels("dependency._matrix_tree_tangent_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape, dtype=s.dtype)
     kernels.gth_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot, out,
@@ -273,7 +273,7 @@ def _compiled_closed_form_tangent(scores: torch.Tensor, lengths: torch.Tensor, m
     elimination (:func:`_compiled_marginals_tangent`), which recomputes the sentences that fail
     the check of :data:`TANGENT_RESIDUAL`.
     """
-    kernels = backend_kernels("dependency._matrix_tree_kernels")
+    kernels = backend_kernels("dependency._matrix_tree_tangent_kernels")
     s = as_array(scores)
     out = np.zeros(s.shape, dtype=s.dtype)
     kernels.closed_form_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot,

@@ -86,9 +86,14 @@ def _marginals(q: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.where(_words(q, lengths), q.softmax(1), q.new_zeros(()))
 
 
+def _kernels(lbp: bool):
+    """The compiled rounds of LBP (:mod:`._lbp_kernels`) or MFVI (:mod:`._vi_kernels`)."""
+    return kernels("dependency._lbp_kernels" if lbp else "dependency._vi_kernels")
+
+
 def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.Tensor, lengths,
               who: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """``(logits, marginals, lengths)`` by the compiled kernels (:mod:`._vi_kernels`), which
+    """``(logits, marginals, lengths)`` by the compiled kernels (:func:`_kernels`), which
     read the raw scores with the masks and checks of :func:`_arcs` fused; None where the PyTorch
     path must run (CUDA, or LBP with sibling scores beyond :data:`~._vi_kernels.LBP_LIMIT`).
     Scores the kernels flag (NaN, out of range) go through the shared checks, which refuse them
@@ -110,8 +115,8 @@ def _compiled(module: _SiblingInference, scores: torch.Tensor, siblings: torch.T
     source = siblings.dtype
     if source not in (torch.float32, torch.float64):
         siblings = mask_impossible(siblings.float(), source)
-    vi = kernels("dependency._vi_kernels")
-    q, mu, checks = vi.logits(s, siblings, lengths, module.max_iter, lbp)  # (no autograd: arrays)
+    vi = _kernels(lbp)
+    q, mu, checks = vi.logits(s, siblings, lengths, module.max_iter)  # (no autograd: arrays)
     if kernel_flagged(checks[0], L - 1)[0]:
         check_arc_scores(s, lengths)  # (refuses them with its message)
     refused, top = kernel_flagged(checks[1], L - 1)
@@ -147,8 +152,8 @@ class _CompiledLogits(torch.autograd.Function):
                 gx, gy = torch.autograd.grad(outputs, (x, y), (gq, gmu), create_graph=True, allow_unused=True)
             return gx, gy, None, None, None, None, None
         gq = gq + mu * (gmu - (mu * gmu).sum(1, keepdim=True))  # through the column softmax
-        gs, gsib = kernels("dependency._vi_kernels").logits_backward(
-            s, siblings, lengths, ctx.max_iter, ctx.lbp, gq, ctx.needs_input_grad[1])
+        gs, gsib = _kernels(ctx.lbp).logits_backward(s, siblings, lengths, ctx.max_iter, gq,
+                                                     ctx.needs_input_grad[1])
         return gs, gsib, None, None, None, None, None
 
 
@@ -158,7 +163,7 @@ class _SiblingInference(IterativeInference):
     def logits(self, scores: torch.Tensor, siblings: torch.Tensor,
                lengths: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, n+1, n+1]`` logits ``q[b, h, d]`` whose ``softmax`` over ``h`` are the marginals
-        (compiled kernels on CPU, :mod:`._vi_kernels`; the PyTorch rounds otherwise)."""
+        (compiled kernels on CPU, :func:`_kernels`; the PyTorch rounds otherwise)."""
         return self._logits(scores, siblings, lengths)[0]
 
     def _logits(self, scores, siblings, lengths) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,8 +1,10 @@
 """Semirings a user runs synattn's dynamic programs under (Goodman 1999), torch-struct 0.5's set.
 
 A semiring value is a tensor with a leading *semiring dimension* of :meth:`Semiring.size`
-entries: ``[S, B, ...]``. The programs of :mod:`synattn.structs.semirings.programs` (linear
-chain, semi-Markov, Eisner, CKY) touch values only through four operations:
+entries: ``[S, B, ...]``. The programs (:mod:`synattn.structs.reference`: linear chain,
+semi-Markov, Eisner, second-order Eisner, CKY) touch values only through four operations of
+the interface :class:`~synattn.structs.semirings.log_max.Semiring` (defined with the log and
+max semirings in :mod:`~synattn.structs.semirings.log_max`, and given here too):
 
 - ``convert(potentials)``: log-potentials ``[B, ...]`` → semiring values ``[S, B, ...]``
   (a pair ``(p, q)`` of potentials for :class:`CrossEntropySemiring` and :class:`KLSemiring`);
@@ -30,108 +32,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from ..constants import NEG
-from ..scores import impossible_as_inf
-from . import log_max as _kernel_semirings
+from .log_max import LogSemiring, MaxSemiring, Semiring
 
 __all__ = ["CheckpointSemiring", "CrossEntropySemiring", "EntropySemiring", "KLSemiring",
            "KMaxSemiring", "LogSemiring", "MaxSemiring", "Semiring", "SparseMaxSemiring"]
-
-
-class Semiring:
-    """The interface of a semiring (all classmethods: pass the class itself to ``run``).
-
-    Subclasses define ``sum(x, dim)`` (``⊕`` over ``dim`` of ``[S, ...]`` values, ``dim`` never
-    0), ``mul(a, b)`` (``⊗``, broadcasting) and the identities ``zero``/``one`` (the fill values
-    of each semiring entry, a number or a list of ``size()`` numbers).
-    """
-
-    zero: float | list[float] = 0.0
-    one: float | list[float] = 1.0
-    expectation = False
-    """True for the expectation semirings (entropy, cross-entropy, KL): ``run`` gives 0 where
-    masks leave no structure, as the classes' ``entropy`` and ``kl`` do."""
-
-    @classmethod
-    def size(cls) -> int:
-        """``S``, the entries of the semiring dimension."""
-        return 1
-
-    @classmethod
-    def convert(cls, potentials: torch.Tensor) -> torch.Tensor:
-        """``[B, ...]`` log-potentials → ``[S, B, ...]`` values (default: as they are)."""
-        return potentials.unsqueeze(0)
-
-    @classmethod
-    def unconvert(cls, value: torch.Tensor) -> torch.Tensor:
-        """``[S, B]`` → the result (default: ``[B]``)."""
-        return value.squeeze(0)
-
-    @classmethod
-    def sum(cls, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        raise NotImplementedError
-
-    @classmethod
-    def mul(cls, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    @classmethod
-    def sum_product(cls, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``⊕_k a[..., k] ⊗ b[..., k]``: ``[S, ..., K]`` (broadcasting) → ``[S, ...]``."""
-        return cls.sum(cls.mul(a, b), -1)
-
-    @classmethod
-    def _fill(cls, like: torch.Tensor, value) -> torch.Tensor:
-        values = value if isinstance(value, (list, tuple)) else [value] * like.shape[0]
-        return torch.stack([torch.full_like(like[0], v) for v in values])
-
-    @classmethod
-    def zeros(cls, like: torch.Tensor) -> torch.Tensor:
-        """The additive identity in the shape of ``like [S, ...]``."""
-        return cls._fill(like, cls.zero)
-
-    @classmethod
-    def ones(cls, like: torch.Tensor) -> torch.Tensor:
-        """The multiplicative identity in the shape of ``like [S, ...]``."""
-        return cls._fill(like, cls.one)
-
-    @classmethod
-    def mask(cls, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        """``x`` where ``keep`` (broadcast over the semiring dimension), :attr:`zero` elsewhere."""
-        return torch.where(keep, x, cls.zeros(x))
-
-    @classmethod
-    def finalize(cls, value: torch.Tensor) -> torch.Tensor:
-        """Applied to ``[S, B]`` before :meth:`unconvert` (log semirings: masks to ``-inf``)."""
-        return value
-
-
-class LogSemiring(_kernel_semirings.LogSemiring, Semiring):
-    """``(logsumexp, +, NEG, 0)``: ``log Z``; its gradient gives the marginals. ``run`` takes the
-    compiled kernels (or the registered PyTorch path) for it."""
-
-    zero: float | list[float] = NEG
-    one: float | list[float] = 0.0
-
-    @classmethod
-    def sum(cls, x: torch.Tensor, dim: int = -1, overwrite: bool = False) -> torch.Tensor:
-        return torch.logsumexp(x, dim)
-
-    @classmethod
-    def mul(cls, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return a + b
-
-    @classmethod
-    def finalize(cls, value: torch.Tensor) -> torch.Tensor:
-        return impossible_as_inf(value)
-
-
-class MaxSemiring(_kernel_semirings.MaxSemiring, LogSemiring):
-    """``(max, +, NEG, 0)``: the best score; its gradient is the best structure (a subgradient
-    at ties)."""
-
-    @classmethod
-    def sum(cls, x: torch.Tensor, dim: int = -1, overwrite: bool = False) -> torch.Tensor:
-        return x.amax(dim)
 
 
 class SparseMaxSemiring(LogSemiring):

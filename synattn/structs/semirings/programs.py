@@ -17,11 +17,12 @@ and :class:`~synattn.structs.semirings.KLSemiring`.
 :class:`~synattn.structs.semirings.MaxSemiring` values go to the classes' own ``log_partition``
 and ``max`` (compiled kernels on CPU, the explicit-outside PyTorch code elsewhere) and the log
 semiring's marginals to ``crf.marginals``; ``compiled=False`` runs the generic program instead.
-Everything else runs the generic program below, written once per structure after the plain
-recursions of :mod:`synattn.structs.reference` with ``⊕``/``⊗`` taken from the semiring and the
-batch vectorised: a Python step per position (chains) or per span (trees), so it is meant for
-what the compiled paths do not offer, not for speed. Values are ``[S, B, ...]`` tensors
-(``S``: the semiring's size); gradients of the value by autograd are the semiring's
+Everything else runs the structure's one plain recursion, written once for any semiring in
+:mod:`synattn.structs.reference` (``chain``, ``semi_markov``, ``eisner``, ``eisner2o``, ``cky``;
+the same functions are the reference ``log Z`` under the log semiring), with ``⊕``/``⊗`` taken
+from the semiring and the batch vectorised: a Python step per position (chains) or per span
+(trees), so it is meant for what the compiled paths do not offer, not for speed. Values are
+``[S, B, ...]`` tensors (``S``: the semiring's size); gradients of the value by autograd are the semiring's
 "marginals" (argmax for max, samples for the sampled semirings, k-best for k-max).
 
 :class:`~synattn.structs.NonProjectiveDependencyCRF` has no dynamic program (its ``log Z`` is a
@@ -35,141 +36,11 @@ import math
 import torch
 
 from ..constants import NEG
+from ..reference import chain, cky, eisner, eisner2o, semi_markov
 from ..scores import fp32_inside
-from . import log_max as _kernel_semirings
-from .generic import LogSemiring, MaxSemiring, Semiring
+from .log_max import LogSemiring, MaxSemiring, Semiring
 
 __all__ = ["chain", "cky", "count", "eisner", "eisner2o", "marginals", "run", "semi_markov"]
-
-LOG = (LogSemiring, _kernel_semirings.LogSemiring)
-MAX = (MaxSemiring, _kernel_semirings.MaxSemiring)
-
-
-# ---------------------------------------------------------------------------------------------
-# The programs: values [S, B, ...] in, [S, B] out.
-# ---------------------------------------------------------------------------------------------
-
-def chain(sr: type[Semiring], unary: torch.Tensor, edge: torch.Tensor,
-          lengths: torch.Tensor) -> torch.Tensor:
-    """Forward algorithm: ``unary [S, B, n, C]``, ``edge [S, B, n-1, C, C]`` (``[p, c]``)."""
-    n = unary.shape[2]
-    valid = torch.arange(n, device=lengths.device) < lengths[:, None]  # [B, n]
-    # alpha_0(c) = u_0(c)
-    alpha = unary[:, :, 0]
-    for i in range(1, n):
-        # alpha_i(c) = (⊕_p alpha_{i-1}(p) ⊗ e_{i-1}(p, c)) ⊗ u_i(c)
-        step = sr.mul(sr.sum_product(alpha.unsqueeze(-2), edge[:, :, i - 1].transpose(-1, -2)),
-                      unary[:, :, i])
-        alpha = torch.where(valid[:, i, None], step, alpha)  # (an ended chain keeps its alpha)
-    # Z = ⊕_c alpha_{n-1}(c)
-    return sr.sum(alpha, -1)
-
-
-def semi_markov(sr: type[Semiring], edge: torch.Tensor, lengths: torch.Tensor,
-                init: torch.Tensor | None = None) -> torch.Tensor:
-    """Forward recursion over segment ends: ``edge [S, B, n-1, K, C, C]`` (``[s, k, p, c]``),
-    ``init [S, B, C]`` (None: one)."""
-    S, B, m, K, C, _ = edge.shape
-    alpha = [sr.ones(edge.new_zeros(S, B, C)) if init is None else init]  # [S, B, C]
-    for t in range(1, m + 1):
-        # alpha_t(c) = ⊕_{k, p} alpha_{t-k}(p) ⊗ edge(t-k, k, p, c)
-        ks = range(1, min(K - 1, t) + 1)
-        prev = torch.cat([alpha[t - k] for k in ks], -1)  # [S, B, k*p]
-        terms = torch.cat([edge[:, :, t - k, k] for k in ks], -2)  # [S, B, k*p, C]
-        alpha.append(sr.sum_product(prev.unsqueeze(-2), terms.transpose(-1, -2)))
-    # Z = ⊕_c alpha_{L-1}(c)
-    chart = torch.stack(alpha, 2)  # [S, B, n, C]
-    last = chart.gather(2, (lengths - 1).view(1, B, 1, 1).expand(S, B, 1, C)).squeeze(2)
-    return sr.sum(last, -1)
-
-
-def _at_length(chart: dict, lengths: torch.Tensor, first: int) -> torch.Tensor:
-    """``[S, B]``: ``chart[0, lengths[b] - 1 + first]`` of each sentence ``b``."""
-    ends = range(first, first + (int(lengths.max()) if lengths.numel() else 1))  # (1: B = 0)
-    stacked = torch.stack([chart[0, j] for j in ends], -1)  # [S, B, J]
-    index = (lengths - 1).view(1, -1, 1).expand(stacked.shape[0], -1, 1)
-    return stacked.gather(-1, index).squeeze(-1)
-
-
-def _split(sr, left: list[torch.Tensor], right: list[torch.Tensor]) -> torch.Tensor:
-    """``⊕_r left[r] ⊗ right[r]`` over ``[S, B]`` values."""
-    return sr.sum_product(torch.stack(left, -1), torch.stack(right, -1))
-
-
-def eisner(sr: type[Semiring], scores: torch.Tensor, lengths: torch.Tensor,
-           multiroot: bool = True) -> torch.Tensor:
-    """Eisner's algorithm over ``scores [S, B, N+1, N+1]`` (``[h, d]``, ROOT = 0); the spans
-    and recursions of :func:`synattn.structs.reference.eisner_log_partition`."""
-    L = scores.shape[-1]
-    one = sr.ones(scores[:, :, 0, 0])
-    CR = {(i, i): one for i in range(L)}
-    CL = dict(CR)
-    IR, IL = {}, {}
-    for w in range(1, L):
-        for i in range(L - w):
-            j = i + w
-            # S(i, j) = ⊕_r C→(i, r) ⊗ C←(r+1, j); I→(i, j) = s(i → j) ⊗ S; I←(i, j) = s(j → i) ⊗ S
-            shared = _split(sr, [CR[i, r] for r in range(i, j)], [CL[r + 1, j] for r in range(i, j)])
-            IR[i, j] = sr.mul(scores[:, :, i, j], shared)
-            IL[i, j] = sr.mul(scores[:, :, j, i], shared)
-            # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j); C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
-            CR[i, j] = _split(sr, [IR[i, r] for r in range(i + 1, j + 1)],
-                              [CR[r, j] for r in range(i + 1, j + 1)])
-            CL[i, j] = _split(sr, [CL[i, r] for r in range(i, j)], [IL[r, j] for r in range(i, j)])
-            if i == 0 and not multiroot:  # one root: C→(0, j) only at the sentence's end
-                CR[0, j] = sr.mask(CR[0, j], lengths == j)
-    # Z = C→(0, n)
-    return _at_length(CR, lengths, 1)
-
-
-def eisner2o(sr: type[Semiring], scores: torch.Tensor, siblings: torch.Tensor, lengths: torch.Tensor,
-             multiroot: bool = True) -> torch.Tensor:
-    """Second-order (adjacent-sibling) Eisner over arc scores ``[S, B, N+1, N+1]`` (``[h, d]``)
-    and sibling scores ``[S, B, N+1, N+1, N+1]`` (``[h, s, m]``); the spans and recursions of
-    :func:`synattn.structs.dependency.eisner2o.eisner2o_reference` (McDonald and Pereira 2006)."""
-    L = scores.shape[-1]
-    one = sr.ones(scores[:, :, 0, 0])
-    CR = {(i, i): one for i in range(L)}
-    CL = dict(CR)
-    IR: dict[tuple[int, int], torch.Tensor] = {}
-    IL: dict[tuple[int, int], torch.Tensor] = {}
-    SB: dict[tuple[int, int], torch.Tensor] = {}
-
-    def total(terms: list[torch.Tensor]) -> torch.Tensor:
-        return sr.sum(torch.stack(terms, -1), -1)
-
-    for w in range(1, L):
-        for i in range(L - w):
-            j = i + w
-            # S(i, j) = ⊕_{i<=r<j} C→(i, r) ⊗ C←(r+1, j)
-            SB[i, j] = _split(sr, [CR[i, r] for r in range(i, j)], [CL[r + 1, j] for r in range(i, j)])
-            # I→(i, j) = s[i, j] ⊗ (C←(i+1, j) ⊕ ⊕_{i<r<j} I→(i, r) ⊗ S(r, j) ⊗ sib[i, r, j])
-            inner = range(i + 1, j) if i > 0 or multiroot else range(0)  # (one root: no siblings)
-            right = [sr.mul(sr.mul(IR[i, r], SB[r, j]), siblings[:, :, i, r, j]) for r in inner]
-            IR[i, j] = sr.mul(scores[:, :, i, j], total([CL[i + 1, j], *right]))
-            # I←(i, j) = s[j, i] ⊗ (C→(i, j-1) ⊕ ⊕_{i<r<j} I←(r, j) ⊗ S(i, r) ⊗ sib[j, r, i])
-            left = [sr.mul(sr.mul(IL[r, j], SB[i, r]), siblings[:, :, j, r, i]) for r in range(i + 1, j)]
-            IL[i, j] = sr.mul(scores[:, :, j, i], total([CR[i, j - 1], *left]))
-            # C→(i, j) = ⊕_{i<r<=j} I→(i, r) ⊗ C→(r, j); C←(i, j) = ⊕_{i<=r<j} C←(i, r) ⊗ I←(r, j)
-            CR[i, j] = _split(sr, [IR[i, r] for r in range(i + 1, j + 1)],
-                              [CR[r, j] for r in range(i + 1, j + 1)])
-            CL[i, j] = _split(sr, [CL[i, r] for r in range(i, j)], [IL[r, j] for r in range(i, j)])
-    # Z = C→(0, n)
-    return _at_length(CR, lengths, 1)
-
-
-def cky(sr: type[Semiring], scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """CKY over span scores ``[S, B, N, N]`` (words ``i..j`` inclusive)."""
-    N = scores.shape[-1]
-    # beta(i, i) = s(i, i)
-    beta = {(i, i): scores[:, :, i, i] for i in range(N)}
-    for w in range(1, N):
-        for i in range(N - w):
-            j = i + w
-            # beta(i, j) = s(i, j) ⊗ ⊕_k beta(i, k) ⊗ beta(k+1, j)
-            inner = _split(sr, [beta[i, k] for k in range(i, j)], [beta[k + 1, j] for k in range(i, j)])
-            beta[i, j] = sr.mul(scores[:, :, i, j], inner)
-    return _at_length(beta, lengths, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,9 +74,7 @@ def _program(crf):
 
 
 def _check(crf, sr, other) -> type[Semiring]:
-    """``sr`` (synattn.structs' kernel log/max semirings as these), or TypeError/ValueError."""
-    sr = {_kernel_semirings.LogSemiring: LogSemiring,
-          _kernel_semirings.MaxSemiring: MaxSemiring}.get(sr, sr)
+    """``sr`` if it is a semiring that fits ``other``, else TypeError/ValueError."""
     if not (isinstance(sr, type) and issubclass(sr, Semiring)):
         raise TypeError(f"{type(crf).__name__}.run: the semiring must be a Semiring class from "
                         f"synattn.structs.semirings (or a subclass), got {sr!r}")
@@ -245,9 +114,9 @@ def run(crf, semiring: type[Semiring], other=None, *, compiled: bool = True) -> 
             or the generic program (False).
     """
     semiring = _check(crf, semiring, other)
-    if compiled and semiring in LOG:
+    if compiled and semiring is LogSemiring:
         return crf.log_partition
-    if compiled and semiring in MAX:
+    if compiled and semiring is MaxSemiring:
         return crf.max
     if getattr(crf, "structure", None) == "nonprojective":
         _program(crf)  # (raises)
@@ -269,7 +138,7 @@ def marginals(crf, semiring: type[Semiring], other=None, *, compiled: bool = Tru
     :func:`~synattn.structs.semirings.sampling.GumbelCRFSemiring` needs.
     """
     semiring = _check(crf, semiring, other)
-    if compiled and semiring in LOG:
+    if compiled and semiring is LogSemiring:
         return crf.marginals
     _, potentials, _, to_marginals = _program(crf)
     if create_graph is None:

@@ -1,15 +1,23 @@
-"""Tree Transformer constituent attention (docs/methods.md §3) against a pair-by-pair reference."""
+"""Tree Transformer constituent attention (docs/methods.md §3) against a pair-by-pair reference; the
+links of a masked LM with it, and its training."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
+from synattn.attention import MultiheadAttention
 from synattn.attention.cache import KVCache
-from synattn.attention.constituent import ConstituentAttention, constituent_prior, recorded_links
-from synattn.attention.core import MultiheadAttention
+from synattn.data.subwords import PAD
+from synattn.methods.constituent import ConstituentAttention, constituent_prior, recorded_links
+from synattn.models import (
+    MaskedLM,
+    MaskedLMConfig,
+)
 from tests.helpers.constituent import D, H, reference_links, reference_output, reference_prior
+from tests.helpers.models import TINY, VOCAB
 
 
 def make_layer(layer: int = 0, seed: int = 0):
@@ -214,3 +222,40 @@ def test_links_and_prior_equal_the_public_code_matrix_form():
             torch.testing.assert_close(c[b, :n, :n][off], g[:n, :n][off], rtol=1e-7, atol=2e-9)
             assert (g[:n, :n].diagonal() < 1e-3).all()
         prior = a
+
+
+# ------------------------------------------------------------------------------------------------
+# Tree Transformer in the masked LM
+
+
+def test_masked_lm_exposes_hierarchical_links_that_ignore_padding():
+    torch.manual_seed(1)
+    config = MaskedLMConfig.from_dict(dict(TINY, vocab_size=VOCAB, encoder=dict(layers=3, constituent=True)))
+    mlm = MaskedLM(config).eval()
+    tokens = torch.randint(5, VOCAB, (2, 7))
+    tokens[1, 4:] = PAD
+    links = mlm(tokens).constituent_links["encoder"]  # [B, L, n − 1]
+    assert links.shape == (2, 3, 6)
+    assert ((links >= 0) & (links <= 1)).all()
+    assert (links[:, 1:] >= links[:, :-1] - 1e-6).all()  # a^l ≥ a^{l−1}: the hierarchy
+    assert (links[1, :, 3:] == 0).all()  # edges touching padding are no links
+    alone = mlm(tokens[1:, :4]).constituent_links["encoder"]
+    torch.testing.assert_close(alone[0], links[1, :, :3])
+    assert not hasattr(mlm.encoder, "constituent_state")  # nothing kept between forwards
+
+
+def test_masked_lm_with_constituent_attention_learns():
+    torch.manual_seed(2)
+    mlm = MaskedLM(MaskedLMConfig.from_dict(dict(TINY, vocab_size=VOCAB, encoder=dict(layers=2, constituent=True))))
+    tokens = torch.arange(5, 13).repeat(4, 1)  # a fixed sentence: learnable from the context
+    masked = tokens.clone()
+    masked[:, 3] = 4
+    optimizer = torch.optim.Adam(mlm.parameters(), lr=0.02)
+    losses = []
+    for _ in range(25):
+        loss = F.cross_entropy(mlm(masked).logits[:, 3], tokens[:, 3])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses

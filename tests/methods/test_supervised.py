@@ -1,16 +1,100 @@
-"""The dependency-supervised heads of a translation model learn the gold trees (subword level)
-while the translation loss falls (Deguchi et al. 2019; docs/methods.md §2)."""
+"""The dependency-supervised biaffine head (Deguchi et al. 2019; docs/methods.md §2): the feature
+against a reference, and the heads of a translation model learning the gold trees (subword level)
+while the translation loss falls."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
-from synattn.attention import IGNORE_INDEX, SyntaxInputs
+from synattn.attention import IGNORE_INDEX, MultiheadAttention, SyntaxInputs
+from synattn.methods.supervised import SupervisedHead
 from synattn.models import EncoderDecoderConfig, EncoderDecoderTransformer
 from synattn.trees.relations import head_targets
 from synattn.trees.subword import project_to_subwords
+from tests.helpers.attention import dense_allowed, naive_attention, projections
+
+D, H = 16, 4
+DK = D // H
+
+
+def _reference_scores(attn, head: SupervisedHead, x):
+    q, k, _ = projections(attn, x)
+    qh, kh = q[:, head.head], k[:, head.head]
+    b, n, m = x.shape[0], x.shape[1], x.shape[1]
+    s = torch.empty(b, n, m, dtype=x.dtype)
+    for bi in range(b):
+        for t in range(n):
+            for j in range(m):
+                s[bi, t, j] = (qh[bi, t] / math.sqrt(DK)) @ head.bilinear @ kh[bi, j] + head.key_bias @ kh[bi, j]
+    return s
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_supervised_head_is_biaffine_and_its_loss_is_cross_entropy(causal):
+    torch.manual_seed(1)
+    head = SupervisedHead(DK, head=2, weight=0.7)
+    attn = MultiheadAttention(D, H, features=[head]).double().eval()
+    with torch.no_grad():
+        head.bilinear.copy_(torch.randn(DK, DK))
+        head.key_bias.copy_(torch.randn(DK))
+    x = torch.randn(2, 6, D, dtype=torch.float64)
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    targets = torch.tensor([[1, 1, 1, 5, 3, 2], [2, 0, 2, 1, IGNORE_INDEX, IGNORE_INDEX]])
+    allowed = dense_allowed(pad, causal, 6, 6, batch=2)
+    s = _reference_scores(attn, head, x)
+    expected, probs = naive_attention(attn, x, allowed=allowed, head_logits=(2, s))
+    out, extras = attn(x, key_padding_mask=pad, causal=causal,
+                       syntax=SyntaxInputs(head_targets=targets), need_weights=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(extras.probs, probs)
+    fused, fused_extras = attn(x, key_padding_mask=pad, causal=causal, syntax=SyntaxInputs(head_targets=targets))
+    torch.testing.assert_close(fused, expected)
+    # reference loss: mean over targets that are allowed keys (left arcs only when causal)
+    terms = []
+    for b in range(2):
+        for t in range(6):
+            j = int(targets[b, t])
+            if j >= 0 and allowed[b, t, j]:
+                terms.append(-torch.log(probs[b, 2, t, j]))
+    expected_loss = 0.7 * torch.stack(terms).mean()
+    torch.testing.assert_close(extras.losses["parse"], expected_loss)
+    torch.testing.assert_close(fused_extras.losses["parse"], expected_loss)
+    if causal:
+        assert float(extras.head_log_probs["parse"].detach().exp().triu(1).max()) == 0.0
+        assert len(terms) < int((targets >= 0).sum())  # right-pointing arcs were left out
+
+
+def test_supervised_head_without_valid_targets_has_zero_loss():
+    attn = MultiheadAttention(D, H, features=[SupervisedHead(DK)])
+    targets = torch.full((1, 4), IGNORE_INDEX)
+    _, extras = attn(torch.randn(1, 4, D), syntax=SyntaxInputs(head_targets=targets))
+    assert float(extras.losses["parse"].detach()) == 0.0
+
+
+def test_supervised_head_learns_fixed_targets():
+    """A few gradient steps on the parse loss alone drive the argmax to the targets."""
+    torch.manual_seed(2)
+    attn = MultiheadAttention(D, H, features=[SupervisedHead(DK, head=0)])
+    x = torch.randn(4, 6, D)
+    targets = torch.randint(0, 6, (4, 6))
+    opt = torch.optim.Adam(attn.parameters(), lr=0.05)
+    for _ in range(150):
+        _, extras = attn(x, syntax=SyntaxInputs(head_targets=targets))
+        opt.zero_grad()
+        extras.losses["parse"].backward()
+        opt.step()
+    predicted = extras.head_log_probs["parse"].argmax(-1)
+    assert float((predicted == targets).float().mean()) >= 0.95
+    assert F.nll_loss(extras.head_log_probs["parse"].transpose(1, 2), targets) < 0.2
+
+
+# ------------------------------------------------------------------------------------------------
+# in a translation model
 
 # Hand-parsed sentences (CoNLL-U heads: 1-based, 0 = ROOT).
 SENTENCES = [

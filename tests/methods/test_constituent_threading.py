@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from synattn.attention import ConstituentAttention, SyntaxMultiheadAttention, bind_syntax
-from synattn.attention.constituent import ConstituentState, recorded_links
+from synattn.attention import SyntaxMultiheadAttention, bind_syntax
+from synattn.methods.constituent import ConstituentAttention, ConstituentState, recorded_links
 from synattn.models import MaskedLM, MaskedLMConfig
 from tests.helpers.constituent import D, H, reference_output
 

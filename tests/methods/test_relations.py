@@ -7,16 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from synattn.attention import (
-    KVCache,
-    MultiheadAttention,
-    RelativePositions,
-    SyntaxInputs,
-    TreeRelations,
-    label_logits,
-    label_values,
-    sequential_labels,
-)
+from synattn.attention import KVCache, MultiheadAttention, SyntaxInputs
+from synattn.methods.relations import RelativePositions, TreeRelations, label_logits, label_values, sequential_labels
 from synattn.trees.relations import batch_distance_labels, batch_traversal_labels, distance_vocab, traversal_vocab
 from tests.helpers.attention import dense_allowed, naive_attention, random_heads
 

@@ -1,4 +1,5 @@
-"""Segmentation and syntactic attention (docs/methods.md §5) against brute-force enumeration."""
+"""Syntactic attention (docs/methods.md §5) against brute-force enumeration of the trees, first and
+second order (arcs and adjacent siblings), its gradients, and the config option in a model."""
 
 from __future__ import annotations
 
@@ -7,100 +8,18 @@ import itertools
 import pytest
 import torch
 
-from synattn.attention.cache import KVCache
 from synattn.attention.core import MultiheadAttention
-from synattn.attention.structured import SegmentationAttention, SyntacticAttention
+from synattn.methods.syntactic import SyntacticAttention
+from synattn.structs import Dependency2oCRF
+from tests.helpers.second_order import brute_force
 from tests.helpers.structured import (
-    SRC_PAD,
     D,
     H,
     assert_bidirectional_self_attention_only,
-    bilinear_scores,
     output_from_weights,
-    seg_layer,
+    second_order_layer,
     syn_layer,
 )
-
-
-def brute_chain(theta, pairwise):
-    """p(z_i = 1) of one binary chain by enumerating all 2^L labelings."""
-    length = theta.shape[0]
-    log_weights, labelings = [], list(itertools.product([0, 1], repeat=length))
-    for z in labelings:
-        score = sum(theta[i] * z[i] for i in range(length))
-        score = score + sum(pairwise[z[i - 1], z[i]] for i in range(1, length))
-        log_weights.append(score)
-    p = torch.softmax(torch.stack(log_weights), 0)
-    return torch.stack([sum(p[k] for k, z in enumerate(labelings) if z[i]) for i in range(length)])
-
-
-@pytest.mark.parametrize("normalize", [False, True])
-def test_segmentation_weights_are_brute_force_marginals(normalize):
-    attn, feature = seg_layer(normalize=normalize)
-    x = torch.randn(3, 2, D, dtype=torch.float64)
-    context = torch.randn(3, 4, D, dtype=torch.float64)
-    out, extras = attn(x, context=context, key_padding_mask=SRC_PAD, need_weights=True)
-    theta = bilinear_scores(attn, x, context)  # [B, H, n, m]
-    expected = torch.zeros_like(theta)
-    for b, length in enumerate([4, 2, 1]):
-        for h in range(H):
-            for i in range(2):
-                p = brute_chain(theta[b, h, i, :length], feature.pairwise[h].detach())
-                expected[b, h, i, :length] = 2 * p / p.sum() if normalize else p
-    torch.testing.assert_close(extras.probs, expected)
-    torch.testing.assert_close(out, output_from_weights(attn, expected, context))
-    fresh, _ = attn(x, context=context, key_padding_mask=SRC_PAD)  # without need_weights
-    torch.testing.assert_close(fresh, out)
-
-
-def test_sigmoid_baseline_and_zero_pairwise():
-    attn, _ = seg_layer("sigmoid")
-    x = torch.randn(3, 2, D, dtype=torch.float64)
-    context = torch.randn(3, 4, D, dtype=torch.float64)
-    _, extras = attn(x, context=context, key_padding_mask=SRC_PAD, need_weights=True)
-    expected = torch.sigmoid(bilinear_scores(attn, x, context)) * ~SRC_PAD[:, None, None, :]
-    torch.testing.assert_close(extras.probs, expected)
-    # a structured layer whose pairwise table is 0 (its initial state) is the sigmoid baseline
-    torch.manual_seed(0)
-    structured = MultiheadAttention(D, H, features=[SegmentationAttention(H)]).double()
-    structured.load_state_dict(attn.state_dict(), strict=False)
-    _, same = structured(x, context=context, key_padding_mask=SRC_PAD, need_weights=True)
-    torch.testing.assert_close(same.probs, expected)
-
-
-def test_segmentation_gradcheck_padding_and_length_one():
-    attn, feature = seg_layer(seed=1)
-    x = torch.randn(2, 2, D, dtype=torch.float64, requires_grad=True)
-    context = torch.randn(2, 3, D, dtype=torch.float64, requires_grad=True)
-    pad = torch.tensor([[False] * 3, [False, True, True]])
-
-    assert torch.autograd.gradcheck(lambda a, c: attn(a, context=c, key_padding_mask=pad)[0],
-                                    (x, context))
-    out, extras = attn(x, context=context, key_padding_mask=pad, need_weights=True)
-    assert (extras.probs[1, :, :, 1:] == 0).all()
-    grads = torch.autograd.grad(out.sum(), [feature.pairwise, context])
-    assert grads[0].abs().sum() > 0 and (grads[1][1, 1:] == 0).all()  # padding gets no gradient
-    # a one-position source gives the sigmoid of its score, finite weights and gradients
-    src = torch.randn(2, 1, D, dtype=torch.float64, requires_grad=True)
-    out, extras = attn(x, context=src, need_weights=True)
-    (g,) = torch.autograd.grad(out.sum(), [src])
-    assert torch.isfinite(out).all() and torch.isfinite(g).all()
-    torch.testing.assert_close(extras.probs, torch.sigmoid(bilinear_scores(attn, x, src)))
-
-
-def test_segmentation_with_static_cache_equals_full():
-    attn, _ = seg_layer(seed=2)
-    x = torch.randn(3, 3, D, dtype=torch.float64)
-    context = torch.randn(3, 4, D, dtype=torch.float64)
-    full, _ = attn(x, context=context, key_padding_mask=SRC_PAD)
-    cache = KVCache()
-    steps = [attn(x[:, t:t + 1], context=context, key_padding_mask=SRC_PAD, cache=cache)[0]
-             for t in range(3)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full)
-
-
-# --------------------------------------------------------------------------------------------
-# syntactic attention
 
 
 def all_trees(n: int, projective: bool, multiroot: bool):
@@ -217,3 +136,79 @@ def test_syntactic_rejections():
         SyntacticAttention(D, head=1, children_head=1)
     with pytest.raises(ValueError, match="end of each"):
         attn(x, key_padding_mask=torch.tensor([[True, False, False]]))
+
+
+# ------------------------------------------------------------------------------------------------
+# second order: arcs and adjacent siblings
+
+
+@pytest.mark.parametrize("multiroot", [False, True])
+def test_rows_are_second_order_arc_marginals(multiroot):
+    attn, feature = second_order_layer(multiroot)
+    lengths = [4, 2, 1]
+    x = torch.randn(3, 4, D, dtype=torch.float64)
+    pad = torch.arange(4)[None, :] >= torch.tensor(lengths)[:, None]
+    _, extras = attn(x, key_padding_mask=pad, need_weights=True)
+    arcs, sibs = feature.scorer(x).detach(), feature.siblings(x).detach()
+    assert sibs.abs().max() > 0.1  # the sibling scores matter
+    expected = torch.zeros(3, H, 4, 4, dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        marg = brute_force(arcs[b], sibs[b], n, multiroot)[1][1:n + 1, 1:n + 1]  # [n, n] (head, dependent)
+        expected[b, 1, :n, :n] = marg.t()  # row j: p(i -> j)
+        expected[b, 0, :n, :n] = marg
+    torch.testing.assert_close(extras.probs, expected)
+    # each dependent's parent row plus its ROOT arc sums to 1
+    root = Dependency2oCRF(arcs, sibs, torch.tensor(lengths), multiroot).marginals[:, 0, 1:]
+    valid = ~pad
+    torch.testing.assert_close((extras.probs[:, 1].sum(-1) + root)[valid],
+                               torch.ones(int(valid.sum()), dtype=torch.float64))
+
+
+def test_fresh_layer_equals_first_order():
+    torch.manual_seed(1)
+    second = SyntacticAttention(D, head=1, tree="projective2o", arc_dim=4)
+    first = SyntacticAttention(D, head=1, tree="projective", arc_dim=4)
+    first.scorer.load_state_dict(second.scorer.state_dict())
+    with torch.no_grad():
+        first.scorer.bilinear.normal_()
+        second.scorer.bilinear.copy_(first.scorer.bilinear)
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    a = MultiheadAttention(D, H, features=[second]).double()
+    b = MultiheadAttention(D, H, features=[first]).double()
+    b.load_state_dict({k: v for k, v in a.state_dict().items() if "siblings" not in k})
+    torch.testing.assert_close(a(x, need_weights=True)[1].probs, b(x, need_weights=True)[1].probs)
+
+
+def test_forward_backward_reaches_the_sibling_scorer():
+    attn, feature = second_order_layer(False, seed=3)
+    x = torch.randn(2, 3, D, dtype=torch.float64, requires_grad=True)
+    pad = torch.tensor([[False] * 3, [False, False, True]])
+    out, _ = attn(x, key_padding_mask=pad)
+    out.square().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert feature.siblings.weight.grad.abs().sum() > 0
+    assert torch.autograd.gradcheck(lambda a: attn(a, key_padding_mask=pad)[0], (x.detach().requires_grad_(),))
+
+
+def test_config_option_builds_a_model_that_trains():
+    """``syntactic_attention: {tree: projective2o}`` in a model config: the layer has a sibling
+    scorer, and one optimiser step changes its weights."""
+    from synattn.data.batching import collate_examples
+    from synattn.errors import ConfigError
+    from synattn.train.tasks import TranslationTask
+    from tests.helpers.models import copy_pairs, tiny_mt
+
+    torch.manual_seed(2)
+    model = tiny_mt(encoder=dict(layers=1, syntactic_attention=dict(tree="projective2o", arc_dim=4)),
+                decoder=dict(layers=1))
+    feature = model.encoder.layers[0].self_attn.features[0]
+    assert isinstance(feature, SyntacticAttention) and feature.siblings is not None
+    with torch.no_grad():
+        feature.siblings.weight.fill_(0.5)
+    before = feature.siblings.weight.detach().clone()
+    loss, logs = TranslationTask(0.0).loss(model, collate_examples(copy_pairs(4, seed=1)))
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert not torch.equal(feature.siblings.weight, before)
+    with pytest.raises(ConfigError, match="tree='projective3o'"):
+        tiny_mt(encoder=dict(layers=1, syntactic_attention=dict(tree="projective3o")))

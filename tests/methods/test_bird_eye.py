@@ -1,18 +1,26 @@
-"""Bird-Eye attention (docs/methods.md §4): BET(SG) pointer loss and BET(SF) reweighting, vs references."""
+"""Bird-Eye attention (docs/methods.md §4): BET(SG) pointer loss and BET(SF) reweighting, vs references;
+the hints batches carry and the pointer loss of a language model in training."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from synattn.attention.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, diagonal_free_bias
+from synattn.attention import IGNORE_INDEX, MultiheadAttention
 from synattn.attention.cache import KVCache
-from synattn.attention.core import MultiheadAttention
-from synattn.syntax.inputs import IGNORE_INDEX, SyntaxInputs
+from synattn.data.batching import collate_examples
+from synattn.data.subwords import BOS
+from synattn.methods.bird_eye import BirdEyeReweighting, SyntaxGuidedPointer, diagonal_free_bias
+from synattn.models import LanguageModelConfig, TransformerLM
+from synattn.syntax.inputs import SyntaxInputs
+from synattn.train.tasks import LanguageModelTask, syntax_request_for
 from synattn.trees.relations import batch_syntax_hints
+from tests.helpers.attention import random_heads
+from tests.helpers.models import TINY, VOCAB, tiny_mt
 
 D, H = 16, 4
 DK = D // H
@@ -230,3 +238,97 @@ def test_pointer_loss_drives_attention_to_the_hints():
         optimizer.step()
     after = mass_on_hints()
     assert before < 0.6 and after > 0.9, (before, after)
+
+
+# ------------------------------------------------------------------------------------------------
+# in the models: BET(SG) hints from the data, the pointer loss in training
+
+
+def test_bird_eye_needs_a_causal_call():
+    attn = MultiheadAttention(16, 2, features=[BirdEyeReweighting(16, 2)])
+    with pytest.raises(ValueError, match="BirdEyeReweighting needs causal self-attention"):
+        attn(torch.randn(1, 3, 16))
+
+
+def reference_hints(piece_heads: np.ndarray, length: int) -> list[int]:
+    """Hints over ``<s> y_0 .. y_{P-1}`` (+ padding), by walking up the tree from each y_t."""
+    pieces = len(piece_heads)
+    out = []
+    for t in range(length):
+        if t > pieces:
+            out.append(IGNORE_INDEX)
+            continue
+        hint, head = t, (piece_heads[t] if t < pieces else 0)  # position P predicts </s>
+        while head != 0:
+            if head <= t:  # piece head − 1 sits at position head
+                hint = head
+                break
+            head = piece_heads[head - 1]
+        out.append(hint)
+    return out
+
+
+def _monolingual(count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(2, 9))
+        out.append({"src_ids": rng.integers(4, VOCAB, n).astype(np.int32), "src_heads": random_heads(rng, n)})
+    return out
+
+
+def test_collate_gives_shifted_hints_for_lm_and_translation_targets():
+    examples = _monolingual(6, seed=3)
+    batch = collate_examples(examples, syntax_request_for(
+        LanguageModelConfig.from_dict(dict(TINY, vocab_size=VOCAB, decoder=dict(bird_eye="sg")))))
+    n = batch.src.shape[1]
+    hints = batch.tgt_syntax.hints
+    assert hints.shape == (6, n) and batch.src_syntax is None
+    for b, ex in enumerate(examples):
+        assert hints[b].tolist() == reference_hints(ex["src_heads"], n)
+    parallel = [{"src_ids": e["src_ids"], "tgt_ids": e["src_ids"], "tgt_heads": e["src_heads"]} for e in examples]
+    batch = collate_examples(parallel, syntax_request_for(tiny_mt(decoder=dict(bird_eye="sg")).config))
+    m = batch.tgt_in.shape[1]
+    for b, ex in enumerate(examples):
+        assert batch.tgt_syntax.hints[b].tolist() == reference_hints(ex["src_heads"], m)
+    with pytest.raises(ValueError, match="needs hints on the tgt side, but the dataset has no tgt trees"):
+        collate_examples([{"src_ids": e["src_ids"], "tgt_ids": e["src_ids"]} for e in examples],
+                         syntax_request_for(tiny_mt(decoder=dict(bird_eye="sg")).config))
+
+
+def test_lm_with_bet_sg_trains_with_the_pointer_loss_of_every_block():
+    torch.manual_seed(4)
+    lm = TransformerLM(LanguageModelConfig.from_dict(
+        dict(TINY, vocab_size=VOCAB, decoder=dict(layers=2, bird_eye=dict(variant="sg", pointer_weight=0.5)))))
+    examples = _monolingual(8, seed=5)
+    request = syntax_request_for(lm.config)
+    task = LanguageModelTask(request=request)
+    batch = collate_examples(examples, task.syntax_request())
+    loss, logs = task.loss(lm, batch)
+    assert {k for k in logs if k.startswith("aux/")} == {"aux/decoder.0.pointer", "aux/decoder.1.pointer"}
+    # the objective is the summed CE plus ntokens × Σ λ_p L_p, with L_p from the model's attention
+    inputs = torch.cat([torch.full_like(batch.src[:, :1], BOS), batch.src[:, :-1]], dim=1)
+    torch.manual_seed(0)
+    out = lm(inputs, syntax=batch.tgt_syntax, need_weights=True)
+    target = batch.src.masked_fill(batch.src_padding, IGNORE_INDEX)
+    ce = F.cross_entropy(out.logits.flatten(0, 1), target.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    tokens = int((~batch.src_padding).sum())
+    hints, valid = batch.tgt_syntax.hints, ~batch.src_padding
+    for layer, probs in enumerate(out.attentions["decoder.self"]):  # brute force, position by position
+        terms = [-torch.log(probs[b].mean(0)[t, int(hints[b, t])])
+                 for b in range(hints.shape[0]) for t in range(hints.shape[1]) if valid[b, t]]
+        torch.testing.assert_close(out.losses[f"decoder.{layer}.pointer"], 0.5 * torch.stack(terms).mean())
+    torch.testing.assert_close(loss, ce + tokens * sum(out.losses.values()), rtol=1e-5, atol=1e-4)
+    # a few steps lower the pointer loss: the attention moves toward the hints
+    optimizer = torch.optim.Adam(lm.parameters(), lr=0.02)
+    pointer = []
+    for _ in range(30):
+        loss, logs = task.loss(lm, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        pointer.append(float(logs["aux/decoder.0.pointer"] + logs["aux/decoder.1.pointer"]))
+    assert pointer[-1] < 0.7 * pointer[0], pointer
+    lm.train()
+    with pytest.raises(ValueError, match="hints"):  # training without hints is an error
+        lm(inputs)

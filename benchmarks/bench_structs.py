@@ -2,7 +2,8 @@
 
 Cases: Eisner and Matrix-Tree (dependency CRFs), CKY (constituency: ``TreeCRF`` against
 torch-struct's ``TreeCRF`` with one label and supar's ``ConstituencyCRF``), the linear chain and
-the semi-Markov CRF (torch-struct only; ``--only semimarkov``), labelled arcs ``[B, N+1, N+1,
+the semi-Markov CRF (torch-struct only; ``--only semimarkov``; ``--only dependency``, ``--only cky``
+and ``--only chain`` take the rows of one structure), labelled arcs ``[B, N+1, N+1,
 R]`` (torch-struct only; ``--only labelled``), ``AlignmentCRF`` (``--only alignment``), ``SentCFG``
 (``--only cfg``), ``Autoregressive`` greedy and beam search (``--only autoregressive``),
 the second-order ``Dependency2oCRF`` and ``DependencyMFVI``/``DependencyLBP`` against supar
@@ -51,7 +52,7 @@ source for the ``alignment`` case; see docs/structs.md, "Alignments").
 Run (``--quick`` takes 8 rounds)::
 
     python benchmarks/bench_structs.py [--threads 2] [--quick | --rounds 20] [--small]
-        [--only cky|decoding|semimarkov|labelled|alignment|cfg|autoregressive|secondorder|vi]
+        [--only dependency|cky|chain|decoding|semimarkov|labelled|alignment|cfg|autoregressive|secondorder|vi]
         [--device cpu|cuda] [--launches]
 
 The last rows time ``32`` exact samples and the ``8`` best structures (Eisner, Matrix-Tree,
@@ -267,10 +268,10 @@ def main() -> None:
                         help=f"{QUICK_ROUNDS} paired rounds per row instead of {ROUNDS}")
     parser.add_argument("--rounds", type=int, help=f"paired rounds per row (default {ROUNDS}; at least 3)")
     parser.add_argument("--small", action="store_true", help=f"small sizes only: {SMALL}")
-    parser.add_argument("--only", choices=("cky", "decoding", "semimarkov", "labelled",
+    parser.add_argument("--only", choices=("dependency", "cky", "chain", "decoding", "semimarkov", "labelled",
                                             "alignment", "cfg", "autoregressive", "secondorder", "vi"),
-                        help="only the constituency (CKY) rows, only sampling and k-best, or only "
-                             "the semi-Markov rows")
+                        help="only these rows: the dependency CRFs (Eisner, Matrix-Tree), CKY, the "
+                             "linear chain, sampling and k-best, the semi-Markov chain, ...")
     parser.add_argument("--launches", action="store_true",
                         help="instead of timings: device operations per call of each backend and peer "
                              "(kernel launches on CUDA; see device.device_ops)")
@@ -312,6 +313,12 @@ def run_rows(args, peers: list[str], reps: int) -> None:
                                                     else SEMI_MARKOV_SIZES, reps)}
     if args.only in extra:
         extra[args.only]()
+        return
+    if args.only == "dependency":
+        dependency_rows(peers, SMALL["eisner"] if args.small else EISNER_SIZES, reps, args.threads)
+        return
+    if args.only == "chain":
+        chain_rows(peers, SMALL["chain"] if args.small else CHAIN_SIZES, reps)
         return
     small = args.small
     if not args.only:

@@ -404,7 +404,7 @@ def _gumbel_noise(shape: torch.Size | tuple[int, ...], generator: torch.Generato
 
 def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One draw per row from ``softmax(logits)`` (rows of ``-inf`` give 0) by the Gumbel-max trick."""
-    return (logits + _gumbel_noise(logits.shape, generator, logits.device)).argmax(-1)
+    return (logits + _gumbel_noise(logits.shape, generator, logits.device)).max(-1).indices  # (= argmax)
 
 
 def check_count(count: int, per_sample: int = 0) -> int:

@@ -115,11 +115,19 @@ def in_range(xs: list[torch.Tensor], parts: int) -> bool:
     return in_range_and_zero(xs, parts, [])[0]
 
 
+def _unexpanded(x: torch.Tensor) -> torch.Tensor:
+    """``x`` without its broadcast dimensions (stride 0, e.g. a transition matrix expanded over
+    the batch and positions): the same entries, each once, so its min and max are ``x``'s."""
+    if all(stride or size == 1 for stride, size in zip(x.stride(), x.shape)):
+        return x
+    return x[tuple(slice(None) if stride else slice(0, 1) for stride in x.stride())]
+
+
 def in_range_and_zero(xs: list[torch.Tensor], parts: int, zeros: list[torch.Tensor]
                       ) -> tuple[bool, list[bool]]:
     """:func:`in_range` of ``xs`` and, in the same host synchronisation, whether each of ``zeros``
     (views of the entries a caller needs to be 0, e.g. a diagonal) is all 0."""
-    xs = [x.detach() for x in xs if x.numel()]
+    xs = [_unexpanded(x.detach()) for x in xs if x.numel()]
     zeros = [z if z.numel() else z.new_zeros(1) for z in zeros]  # (an empty view is all 0)
     reduced = [v.double() for x in [*xs, *zeros] for v in torch.aminmax(x.detach())]
     bounds = torch.stack(reduced).tolist() if reduced else []

@@ -28,11 +28,12 @@ def test_demo_prints_a_comparison_with_its_noise_and_writes_its_plots(tmp_path, 
     assert "Over 2 seeds (mean ± std):" in text and "ΔchrF paired by seed" in text
     from synattn.train import read_log
 
-    for name in ("baseline", "tree-distance"):  # every model of every seed ends at the same update
+    for name in ("baseline", "traversal"):  # every model of every seed ends at the same update
         for seed in (1, 2):
             assert read_log(out / "runs" / f"{name}-seed{seed}", "train")[-1]["step"] == 3
     assert any(verdict in text for verdict in ("within the noise", "better,", "worse,", "no evidence (both"))
     assert text.count("(best head)") == 4 and "synattn reproduce mt-syntax" in text
+    assert "Why tree-traversal labels: of the syntax models measured at this size" in text  # why this model
     for name in ("learning_curves.png", "head_attachment.png", "attention_example.png", "relations.png"):
         assert (out / name).stat().st_size > 1000, name
     ((tokens, options),) = drawn  # the attention plot names its sentence, two heads a row

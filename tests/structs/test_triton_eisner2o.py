@@ -138,8 +138,8 @@ def test_third_derivative_falls_back_to_torch():
 def test_second_order_attention_trains_through_the_kernels():
     """The ``projective2o`` syntactic attention: the same output and parameter gradients (arc and
     sibling scorers) as on the PyTorch path."""
-    from synattn.methods.syntactic import SyntacticAttention
     from synattn.attention.core import MultiheadAttention
+    from synattn.methods.syntactic import SyntacticAttention
 
     torch.manual_seed(5)
     feature = SyntacticAttention(8, head=1, tree="projective2o", arc_dim=4)

@@ -356,5 +356,9 @@ def transfer_matrices(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tenso
     C = unary.shape[-1]
     T = edge + unary[:, 1:, None, :]  # [B, n-1, C, C]
     eye = torch.full((C, C), NEG, dtype=T.dtype, device=T.device).fill_diagonal_(0.0)
-    T = torch.where(mask[:, 1:, None, None], T, eye).permute(2, 3, 1, 0)  # [C, C, n-1, B]
+    if batch_innermost:
+        T = torch.where(mask[:, 1:, None, None], T, eye)
+    else:  # (the CPU: overwriting the padded positions only is 2-4x faster than a where)
+        T[~mask[:, 1:]] = eye
+    T = T.permute(2, 3, 1, 0)  # [C, C, n-1, B]
     return unary[:, 0].t(), T.contiguous() if batch_innermost else T

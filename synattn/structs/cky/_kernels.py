@@ -104,7 +104,8 @@ def _batch(s, ds, lengths, mode, outside):
 def _run(scores: torch.Tensor, tangent: torch.Tensor, lengths: torch.Tensor, mode: int,
          outside: bool) -> tuple[torch.Tensor, torch.Tensor]:
     set_threads(int((lengths ** 3).sum()), SERIAL_WORK)
-    log_z, out = _batch(as_array(scores.double()), as_array(tangent.double()),
+    s = as_array(scores.double())
+    log_z, out = _batch(s, s if tangent is scores else as_array(tangent.double()),
                         as_array(lengths.long()), mode, outside)
     return torch.from_numpy(log_z).to(scores.dtype), torch.from_numpy(out).to(scores.dtype)
 

@@ -18,7 +18,7 @@ from .. import registry
 from ..arguments import flag, length_tensor, score_tensor
 from ..constants import NEG
 from ..distribution import Decoding, ExactCRF, LabelledByShape, check_count
-from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, mask_impossible
+from ..scores import check_scores, float_dtype, fp32_inside, impossible_as_inf, in_range_and_zero, mask_impossible
 from .labelled_arcs import labelled_class
 
 
@@ -61,10 +61,18 @@ def check_arc_scores(scores: torch.Tensor, lengths: torch.Tensor | None, with_ma
     if lengths.shape != (batch,):
         raise ValueError(bad_lengths())
     usable = usable_arcs(lengths, L)
-    scores = mask_impossible(scores.to(float_dtype(scores)), scores.dtype)
+    bad = ((lengths < 1) | (lengths > L - 1)).any()
+    # fast path: every entry, padding included, finite, unmasked and in range (one reduction, read
+    # with the lengths' range in one host synchronisation): then mask_impossible and the check of
+    # the zeroed scores would change and find nothing
+    in_range, clear = in_range_and_zero([scores], L - 1, [bad.to(torch.float64).reshape(1)])
+    if not clear[0]:
+        raise ValueError(bad_lengths())
+    source, scores = scores.dtype, scores.to(float_dtype(scores))
+    if not in_range:
+        scores = mask_impossible(scores, source)
     scores = torch.where(usable, scores, scores.new_zeros(()))
-    # (the lengths' range read in the scores' one host synchronisation)
-    masked = check_scores([(scores, None)], L - 1, "scores", (((lengths < 1) | (lengths > L - 1)).any(), bad_lengths))
+    masked = not in_range and check_scores([(scores, None)], L - 1, "scores")
     if fill != 0.0:
         scores = torch.where(usable, scores, scores.new_full((), fill))
     return (scores, lengths, masked) if with_masked else (scores, lengths)
@@ -97,7 +105,7 @@ def tree_score(scores: torch.Tensor, heads: torch.Tensor, lengths: torch.Tensor)
 
 def heads_from_arcs(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """``[batch_size, n]`` heads from 0/1 arc indicators ``[batch_size, n+1, n+1]``; ``-1`` padding."""
-    heads = arcs[:, :, 1:].argmax(1)  # [B, n]
+    heads = arcs[:, :, 1:].max(1).indices  # [B, n] (argmax's first index, faster on the CPU)
     n = heads.shape[1]
     return heads.masked_fill(torch.arange(n, device=heads.device) >= lengths[:, None], -1)
 

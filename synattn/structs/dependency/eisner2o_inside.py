@@ -39,7 +39,7 @@ class _SampledLogSumExp(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         (x,) = ctx.saved_tensors
         u = torch.rand(x.shape, generator=ctx.generator, dtype=x.dtype, device=x.device)
-        pick = (x - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(ctx.dim, keepdim=True)
+        pick = (x - torch.log(-torch.log(u.clamp_min(1e-30)))).max(ctx.dim, keepdim=True).indices  # (= argmax)
         return torch.zeros_like(x).scatter_(ctx.dim, pick, g.unsqueeze(ctx.dim)), None, None
 
 

@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                           for seed, runs in by_seed.items()} for n in ("baseline", name)}
             diff = paired_difference(scores[name], scores["baseline"])
             deltas = [scores[name][s] - scores["baseline"][s] for s in by_seed]
-            t = (float(np.mean(deltas)) / (float(np.std(deltas, ddof=1)) / np.sqrt(len(deltas)))
-                 if len(deltas) > 1 and np.std(deltas) > 0 else float("nan"))
+            t = diff.mean / (diff.std / np.sqrt(len(deltas))) if diff.std > 0 else float("nan")  # paired t
             print(f"  {metric}: baseline {summarize(list(scores['baseline'].values())).format(2)}, {name} "
                   f"{summarize(list(scores[name].values())).format(2)}; Δ paired by seed {diff.mean:+.2f} ± "
                   f"{diff.std:.2f} (t = {t:.1f}; per seed {', '.join(f'{d:+.2f}' for d in deltas)})")

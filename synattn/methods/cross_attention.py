@@ -89,6 +89,17 @@ def chain_marginals(unary: Tensor, pairwise: Tensor, lengths: Tensor, crf: type 
     return crf(unary=scores, transition=pairwise, lengths=lengths).marginals[..., 1]  # [K, m]
 
 
+def key_scores(probs: Tensor, ctx: AttentionContext, who: str) -> tuple[Tensor, Tensor, Tensor]:
+    """What both segmentation features read of a cross-attention call: each sentence's number of
+    keys ``[B]`` (padding must be a suffix; ``who`` names the feature in the error), the valid keys
+    ``[B, m]`` and the scaled query-key scores ``[B, H, n, m]`` in float32 or wider."""
+    b, _, _, m = probs.shape
+    lengths = suffix_lengths(padding_keys(ctx.allowed, who), b, m, who).to(probs.device)
+    valid = torch.arange(m, device=probs.device)[None, :] < lengths[:, None]
+    scores = upcast(torch.matmul(ctx.q, ctx.k.transpose(-1, -2))) * ctx.scale
+    return lengths, valid, scores
+
+
 class SegmentationAttention(AttentionFeature):
     """Every head's attention becomes the marginals of a binary linear-chain CRF per query.
 
@@ -129,11 +140,7 @@ class SegmentationAttention(AttentionFeature):
         return p.view(b, h, n, m)
 
     def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
-        b, h, n, m = probs.shape
-        who = "segmentation attention"
-        lengths = suffix_lengths(padding_keys(ctx.allowed, who), b, m, who).to(probs.device)
-        valid = torch.arange(m, device=probs.device)[None, :] < lengths[:, None]  # [B, m]
-        scores = upcast(torch.matmul(ctx.q, ctx.k.transpose(-1, -2))) * ctx.scale  # [B, H, n, m]
+        lengths, valid, scores = key_scores(probs, ctx, "segmentation attention")
         if self.mode == "sigmoid":
             weights = torch.sigmoid(scores)
         else:
@@ -227,11 +234,7 @@ class SpanSegmentationAttention(AttentionFeature):
         return p.view(b, h, n, m)
 
     def adjust_probs(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
-        b, h, n, m = probs.shape
-        who = "span segmentation attention"
-        lengths = suffix_lengths(padding_keys(ctx.allowed, who), b, m, who).to(probs.device)
-        valid = torch.arange(m, device=probs.device)[None, :] < lengths[:, None]  # [B, m]
-        scores = upcast(torch.matmul(ctx.q, ctx.k.transpose(-1, -2))) * ctx.scale  # [B, H, n, m]
+        lengths, valid, scores = key_scores(probs, ctx, "span segmentation attention")
         weights = self.marginals(scores, lengths) * valid[:, None, None, :]
         return weights.to(probs.dtype)
 

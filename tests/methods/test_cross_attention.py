@@ -96,8 +96,9 @@ def test_segmentation_gradcheck_padding_and_length_one():
     torch.testing.assert_close(extras.probs, torch.sigmoid(bilinear_scores(attn, x, src)))
 
 
-def test_segmentation_with_static_cache_equals_full():
-    attn, _ = seg_layer(seed=2)
+@pytest.mark.parametrize("feature", ["segmentation", "span segmentation"])
+def test_decoding_with_the_static_cross_cache_equals_the_full_pass(feature):
+    attn, _ = seg_layer(seed=2) if feature == "segmentation" else span_layer(3, seed=2)
     x = torch.randn(3, 3, D, dtype=torch.float64)
     context = torch.randn(3, 4, D, dtype=torch.float64)
     full, _ = attn(x, context=context, key_padding_mask=SRC_PAD)
@@ -206,18 +207,6 @@ def test_config_option_builds_the_feature_and_bad_values_are_errors():
             cross_attention="segments", cross_attention_max_segment=0)))
     with pytest.raises(ValueError, match="max_length must be"):
         SpanSegmentationAttention(2, 0)
-
-
-def test_decoding_with_the_static_cross_cache_equals_the_full_pass():
-    from synattn.attention.cache import KVCache
-    attn, _ = span_layer(3, seed=2)
-    x = torch.randn(3, 3, D, dtype=torch.float64)
-    context = torch.randn(3, 4, D, dtype=torch.float64)
-    full, _ = attn(x, context=context, key_padding_mask=SRC_PAD)
-    cache = KVCache()
-    steps = [attn(x[:, t:t + 1], context=context, key_padding_mask=SRC_PAD, cache=cache)[0]
-             for t in range(3)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -198,8 +198,15 @@ def serial_if_small(step_elements: int, device: torch.device) -> Iterator[None]:
     synchronisation than it gains (measured on a 2-core machine, also under load). The thread
     count is restored afterwards.
     """
+    with one_thread(device.type == "cpu" and step_elements < SMALL_STEP):
+        yield
+
+
+@contextlib.contextmanager
+def one_thread(when: bool = True) -> Iterator[None]:
+    """Run the block with one intra-op thread if ``when``; the thread count is restored afterwards."""
     threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1 or step_elements >= SMALL_STEP:
+    if not when or threads == 1:
         yield
         return
     torch.set_num_threads(1)

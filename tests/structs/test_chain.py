@@ -6,6 +6,7 @@ give the same numbers.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -331,3 +332,46 @@ def test_compiled_expectation_backward_equals_signed_semifield_at_large_scales(C
     for a, b in zip(grads["numba"], grads["torch"]):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-7)
+
+
+def test_log_partition_from_unary_and_transition_recomputes_underflowed_sums():
+    """The compiled ``log Z`` of a chain given as ``unary`` and ``transition`` reads the two
+    factors (no transfer matrices): here label 1's every term at positions 1 and 2 is ``e^-800``
+    of the largest one, so its sums underflow and are recomputed in log space. The labellings
+    ending in 1 (label 0 is masked last) score -800 three times: ``log Z = -800 + log 3``."""
+    pytest.importorskip("numba")
+    inf = float("inf")
+    unary = torch.tensor([[[0.0, -800.0], [0.0, 0.0], [-inf, 0.0]]], dtype=torch.float64)
+    transition = torch.tensor([[0.0, -800.0], [0.0, 0.0]], dtype=torch.float64)
+    with use_backend("numba"):
+        log_z = LinearChainCRF(unary=unary, transition=transition).log_partition
+    torch.testing.assert_close(log_z, torch.tensor([-800.0 + math.log(3)], dtype=torch.float64),
+                               atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_log_partition_from_unary_and_transition_equals_the_edge_form(scale):
+    """The same chains as unary and per-chain transitions (read as factors) and as edge
+    potentials (transfer matrices): ``log Z`` and its gradients agree, masks and ragged lengths
+    included."""
+    pytest.importorskip("numba")
+    gen = torch.Generator().manual_seed(int(scale))
+    unary, _, lengths = random_chain(int(scale), [9, 2, 6, 9], 4, scale)
+    transition = scale * torch.randn(4, 4, 4, generator=gen, dtype=torch.float64)
+    unary[torch.rand(unary.shape, generator=gen) < 0.2] = -float("inf")
+    transition[torch.rand(transition.shape, generator=gen) < 0.2] = -float("inf")
+    grads = []
+    with use_backend("numba"):
+        for form in ("factors", "edge"):
+            u, t = unary.clone().requires_grad_(), transition.clone().requires_grad_()
+            if form == "factors":
+                crf = LinearChainCRF(unary=u, transition=t, lengths=lengths)
+            else:  # the edge form has no unaries: fold them into the transfer matrices
+                edge = t.unsqueeze(1) + u[:, 1:, None, :]
+                edge = torch.cat((edge[:, :1] + u[:, :1, :, None], edge[:, 1:]), 1)
+                crf = LinearChainCRF(edge, lengths)
+            log_z = crf.log_partition
+            grads.append((log_z, *torch.autograd.grad(log_z.where(log_z > -float("inf"), 0).sum(), (u, t))))
+    assert torch.isfinite(grads[0][0]).any()
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-10)

@@ -271,13 +271,16 @@ def test_dispatch(monkeypatch):
 
 @pytest.mark.parametrize("multiroot", [True, False])
 @pytest.mark.parametrize("scale", [1.0, 10.0, 100.0])
-def test_closed_form_backward_equals_the_forward_mode_kernel(compiled, multiroot, scale):
+@pytest.mark.parametrize("longest", [30, 70])
+def test_closed_form_backward_equals_the_forward_mode_kernel(compiled, multiroot, scale, longest):
     """The backward of the compiled marginals (two matrix products with the inverses the forward
-    kept) against the forward-mode GTH kernel, at scales where the inverse's entries cancel."""
+    kept: the GTH kernel's below ``LAPACK_FROM`` words, LAPACK's from there, with the products
+    batched by BLAS) against the forward-mode GTH kernel, at scales where the inverse's entries
+    cancel."""
     from synattn.structs.dependency.matrix_tree import _marginals
     from synattn.structs.dependency.matrix_tree_gth import _compiled_closed_form_tangent, _compiled_marginals_tangent
 
-    scores, lengths = check_arc_scores(*random_batch(21, [30, 12, 1, 25, 30, 7], scale))
+    scores, lengths = check_arc_scores(*random_batch(21, [longest, 12, 1, 25, 30, 7], scale))
     g = torch.randn(scores.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     _, _, log_space, swap, inverse = _marginals(scores, lengths, multiroot, True, True, with_inverse=True)
     fast = ~log_space & (swap == 1)

@@ -3,7 +3,9 @@
 They compute what the pure-PyTorch path of :mod:`synattn.structs.chain` computes, with the same
 recursions, up to rounding:
 
-- the forward recursion alone → ``log Z``;
+- the forward recursion alone → ``log Z``; for chains given as unaries and one transition matrix
+  each, read from the two factors without forming the transfer matrices, with one exponential per
+  label and step instead of one per pair (:func:`_log_partition_factored`);
 - log-space forward-backward → ``alpha``, ``beta``, node marginals ``exp(alpha + beta - log Z)``
   and edge marginals ``exp(alpha[i, p] + T[i, p, c] + beta[i+1, c] - log Z)`` (the gradient of
   ``log Z``);
@@ -246,6 +248,53 @@ def _log_partition(u0, T, mask, log_z):
 
 
 @_parallel
+def _log_partition_factored(unary, trans, mask, log_z):
+    """:func:`_log_partition` for transfer matrices ``T[b, i, p, c] = trans[b, p, c] +
+    unary[b, i+1, c]`` read from their two factors, never formed: with ``E = exp(trans - top)``
+    (``top[c] = max_p trans[b, p, c]``, ``C²`` exponentials per chain) a step is
+    ``alpha'[c] = unary[i+1, c] + m + top[c] + log Σ_p exp(alpha[p] - m) E[p, c]``
+    (``m = max alpha``): ``C`` exponentials and ``C`` logarithms. A sum below
+    :data:`SHARED_EXP_FLOOR` (its largest term may have underflowed) is recomputed term by term in
+    log space, as in :func:`_alpha_beta_shared`."""
+    B, N, C = unary.shape
+    for b in numba.prange(B):
+        n = _length(mask, b)
+        E, top = np.empty((C, C)), np.empty(C)
+        alpha, new, v, s = unary[b, 0].astype(np.float64), np.empty(C), np.empty(C), np.empty(C)
+        for c in range(C):
+            top[c] = trans[b, 0, c]
+        for p in range(1, C):
+            for c in range(C):
+                top[c] = max(top[c], np.float64(trans[b, p, c]))
+        for p in range(C):
+            for c in range(C):
+                E[p, c] = math.exp(np.float64(trans[b, p, c]) - top[c])
+        for i in range(1, n):
+            m = alpha.max()
+            for p in range(C):
+                v[p] = _exp(alpha[p] - m)
+            s[:] = 0.0
+            for p in range(C):
+                vp = v[p]
+                for c in range(C):
+                    s[c] += vp * E[p, c]
+            for c in range(C):
+                if s[c] > SHARED_EXP_FLOOR:
+                    new[c] = m + top[c] + math.log(s[c])
+                else:
+                    new[c] = alpha[0] + np.float64(trans[b, 0, c])
+                    for p in range(1, C):
+                        new[c] = max(new[c], alpha[p] + np.float64(trans[b, p, c]))
+                    total = 0.0
+                    for p in range(C):
+                        total += math.exp(alpha[p] + np.float64(trans[b, p, c]) - new[c])
+                    new[c] += math.log(total)
+            for c in range(C):
+                alpha[c] = new[c] + np.float64(unary[b, i, c])
+        log_z[b] = _lse(alpha)
+
+
+@_parallel
 def _marginals(u0, T, mask, alpha, beta, log_z, mu):
     B, N, C = mu.shape
     for b in numba.prange(B):
@@ -276,15 +325,22 @@ def _viterbi(u0, T, mask, score, labels):
                         arg, best = p, x
                 new[c], back[i, c] = best, arg
             delta[:] = new
-        last = 0
-        for c in range(1, C):
-            if delta[c] > delta[last]:
-                last = c
-        score[b] = delta[last]
-        labels[b, n - 1] = last
-        for i in range(n - 1, 0, -1):
-            labels[b, i - 1] = back[i, labels[b, i]]
-        labels[b, n:] = -1
+        _backtrack(delta, back, b, n, score, labels)
+
+
+@_jit
+def _backtrack(delta, back, b, n, score, labels):
+    """Chain ``b``'s best final label (the first on ties), its score and the labels read back
+    through ``back [n, C]`` (``-1`` past ``n``)."""
+    last = 0
+    for c in range(1, delta.shape[0]):
+        if delta[c] > delta[last]:
+            last = c
+    score[b] = delta[last]
+    labels[b, n - 1] = last
+    for i in range(n - 1, 0, -1):
+        labels[b, i - 1] = back[i, labels[b, i]]
+    labels[b, n:] = -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +358,17 @@ def log_partition(u0: torch.Tensor, T: torch.Tensor, mask: torch.Tensor) -> torc
     log_z = np.empty(t.shape[0], t.dtype)
     _threads(t)
     _log_partition(as_array(u0), t, as_array(mask), log_z)
+    return torch.from_numpy(log_z)
+
+
+def log_partition_factored(unary: torch.Tensor, trans: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B]`` log-partition of the chains of ``unary [B, N, C]`` and ``trans [B, C, C]`` (the
+    transfer matrices ``trans[b] + unary[b, i+1]`` of every position, not formed), ``mask [B, N]``;
+    the dtype of ``unary``."""
+    u = as_array(unary)
+    log_z = np.empty(u.shape[0], u.dtype)
+    set_threads(u.size * u.shape[-1], PARALLEL_WORK)
+    _log_partition_factored(u, as_array(trans), as_array(mask), log_z)
     return torch.from_numpy(log_z)
 
 

@@ -20,10 +20,14 @@ segmentation attention of docs/methods.md §5.
 On CPU tensors with numba installed (see :mod:`synattn.structs.backend`) everything runs in
 compiled kernels (:mod:`synattn.structs.chain._kernels`: one loop per chain, chains over threads)
 inside the same autograd Functions, and these then take the transfer matrices batch-first in
-memory (``T`` is a ``[C, C, N-1, B]`` view of ``[B, N-1, C, C]`` storage). Otherwise (CUDA, or no
-numba) two equivalent PyTorch schedules compute the forward and backward vectors: a sequential
-scan (one step per position) and, for small label sets (``C <= 4``), a parallel Hillis–Steele
-prefix scan over transfer matrices in ``O(log N)`` steps. All give the same numbers up to rounding.
+memory (``T`` is a ``[C, C, N-1, B]`` view of ``[B, N-1, C, C]`` storage); ``log Z`` of a chain
+built from ``unary`` and ``transition`` reads the two directly, the transfer matrices being
+formed only for its backward (:class:`~synattn.structs.chain.dp.FactoredChainLogPartition`), and
+so does its Viterbi (:mod:`synattn.structs.chain._viterbi_kernels`).
+Otherwise (CUDA, or no numba) two equivalent PyTorch schedules compute the forward and backward
+vectors: a sequential scan (one step per position) and, for small label sets (``C <= 4``), a
+parallel Hillis–Steele prefix scan over transfer matrices in ``O(log N)`` steps. All give the
+same numbers up to rounding.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from .dp import (
     PROMOTE_ABOVE,
     ChainLogPartition,
     ChainMarginals,
+    FactoredChainLogPartition,
     _batch_first,
     _step_elements,
     chain_log_partition,
@@ -100,12 +105,15 @@ class LinearChainCRF(ExactCRF, Decoding):
             raise ValueError("give either log_potentials [B, n-1, C, C] or unary [B, n, C] "
                              "(with transition [C, C])")
         scan = flag(scan, "scan", "LinearChainCRF", optional=True)
+        raw = start is None and end is None  # (then masks are applied only where there are some)
+        trans = None
         if log_potentials is not None:
             score_tensor(log_potentials, "log_potentials", "LinearChainCRF")
             if log_potentials.dim() != 4 or log_potentials.shape[-1] != log_potentials.shape[-2]:
                 raise ValueError(f"log_potentials must be [B, n-1, C, C], got {tuple(log_potentials.shape)}")
             dtype = float_dtype(log_potentials)
-            edge = mask_impossible(log_potentials.to(dtype), log_potentials.dtype)
+            raw = raw and log_potentials.dtype == dtype
+            edge = log_potentials if raw else mask_impossible(log_potentials.to(dtype), log_potentials.dtype)
             batch, n, C = edge.shape[0], edge.shape[1] + 1, edge.shape[-1]
             unary = edge.new_zeros(batch, n, C)
         else:
@@ -120,9 +128,11 @@ class LinearChainCRF(ExactCRF, Decoding):
                 raise ValueError(f"transition must be [C, C] or [B, C, C] with C={C}, "
                                  f"got {tuple(transition.shape)}")
             dtype = float_dtype(unary)
-            unary = mask_impossible(unary.to(dtype), unary.dtype)
-            trans = mask_impossible(transition.to(dtype), transition.dtype)
-            trans = trans if trans.dim() == 3 else trans.unsqueeze(0)
+            raw = raw and unary.dtype == transition.dtype == dtype
+            if not raw:
+                unary = mask_impossible(unary.to(dtype), unary.dtype)
+                transition = mask_impossible(transition.to(dtype), transition.dtype)
+            trans = transition if transition.dim() == 3 else transition.unsqueeze(0)
             edge = trans.unsqueeze(1).expand(batch, n - 1, C, C)
         if C < 1:  # (the compiled kernels would index an empty label set)
             raise ValueError(f"LinearChainCRF: the number of labels C must be >= 1, got {C}")
@@ -140,6 +150,10 @@ class LinearChainCRF(ExactCRF, Decoding):
                                    "unary/log_potentials/transition")
         """Whether some label or transition is masked (``<= NEG``): only then can a chain have no
         valid labelling."""
+        if raw and self.masked:  # (scores as given so far, checked alike: now their masks as NEG)
+            self.unary = mask_impossible(unary)
+            self.edge = (mask_impossible(edge) if trans is None
+                         else mask_impossible(trans).unsqueeze(1).expand(batch, n - 1, C, C))
 
     @classmethod
     def hmm(cls, transition: torch.Tensor, emission: torch.Tensor, init: torch.Tensor,
@@ -224,6 +238,9 @@ class LinearChainCRF(ExactCRF, Decoding):
         with torch.no_grad():
             if use_triton(self.unary, self.edge):
                 return kernels("triton_kernels.chain").viterbi(self.unary, self.edge, self.lengths)
+            trans = _transition(self.edge.detach()) if compiled else None
+            if trans is not None:  # (one transition matrix per chain: no transfer matrices formed)
+                return kernels("chain._viterbi_kernels").viterbi_factored(self.unary, trans, self.mask)
             u0, T = transfer_matrices(self.unary.detach(), self.edge.detach(), self.mask,
                                       batch_innermost=not compiled)
             if compiled:
@@ -233,6 +250,12 @@ class LinearChainCRF(ExactCRF, Decoding):
     def _decoded(self, best: torch.Tensor) -> torch.Tensor:
         """The Viterbi labels ``[batch_size, n]`` with ``-1`` past each length."""
         return best.masked_fill(~self.mask, -1)
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """``[batch_size, n]`` the best labelling (first best on ties), ``-1`` past each length,
+        all ``-1`` where masks leave none (only possible when some score is masked)."""
+        return self._decoded(self._best[1]) if not self.masked else super().argmax
 
     # --- constraints, sampling, k-best (the helpers live in decoding.py) -----------------------
 
@@ -349,6 +372,14 @@ def _with_start_end(unary: torch.Tensor, lengths: torch.Tensor, start: torch.Ten
     return unary
 
 
+def _transition(edge: torch.Tensor) -> torch.Tensor | None:
+    """``[B, C, C]``: the one transition matrix per chain of ``edge [B, n-1, C, C]`` when it is
+    broadcast over the positions (stride 0) or there is at most one position, else None."""
+    if edge.shape[1] > 1 and edge.stride(1) != 0:
+        return None
+    return edge[:, 0] if edge.shape[1] else edge.new_zeros(edge.shape[0], *edge.shape[2:])
+
+
 def _prepared(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,
               compiled: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``u0``, ``T`` (:func:`transfer_matrices`) in the layout of the compiled kernels or of the
@@ -371,6 +402,8 @@ def _prepared(unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,
 
 def _numba_log_partition(unary, edge, lengths, scan=None):
     mask = lengths_mask(lengths, unary.shape[1])
+    if edge.shape[1] > 1 and edge.stride(1) == 0:  # one transition matrix per chain: not expanded
+        return FactoredChainLogPartition.apply(unary, edge, mask)
     return ChainLogPartition.apply(*_prepared(unary, edge, mask, True), mask)
 
 

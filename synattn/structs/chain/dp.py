@@ -323,6 +323,34 @@ class ChainLogPartition(torch.autograd.Function):
         return node0.t(), xi.permute(2, 3, 1, 0), None  # [C, B], [C, C, N-1, B]
 
 
+class FactoredChainLogPartition(torch.autograd.Function):
+    """:class:`ChainLogPartition` for potentials ``unary [B, N, C]`` and ``edge [B, N-1, C, C]``
+    whose ``edge`` is one transition matrix per chain broadcast over the positions (stride 0 on
+    dim 1): the compiled forward reads ``unary`` and ``edge[:, 0]``, and the ``[B, N-1, C, C]``
+    transfer matrices are formed only in the backward, which is :class:`ChainLogPartition`'s
+    (edge marginals, or differentiable PyTorch operations under ``create_graph``) carried over
+    ``T = edge + unary[:, 1:, None, :]`` (0 past each length, where the identity padding does not
+    depend on the potentials).
+    """
+
+    @staticmethod
+    def forward(ctx, unary: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(unary, edge, mask)
+        return kernels("chain._kernels").log_partition_factored(unary, edge[:, 0], mask)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        unary, edge, mask = ctx.saved_tensors
+        u0, T = transfer_matrices(unary, edge, mask, batch_innermost=False)
+        if torch.is_grad_enabled():
+            node0, xi = pair_marginals(u0, T)  # [C, B], [C, C, N-1, B]
+            node0, xi = node0.t() * grad[:, None], _batch_first(xi) * (grad[:, None] * mask[:, 1:])[..., None, None]
+        else:
+            node0, xi = kernels("chain._kernels_grad").edge_marginals(u0.t(), _batch_first(T), mask, grad,
+                                                                      pad_diagonal=False)
+        return torch.cat((node0.unsqueeze(1), xi.sum(-2)), 1), xi, None
+
+
 # ---------------------------------------------------------------------------------------------
 # Viterbi.
 # ---------------------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def _batch(s, ds, lengths, mode, outside):
 
 def _run(scores: torch.Tensor, tangent: torch.Tensor, lengths: torch.Tensor, mode: int,
          outside: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    set_threads(int((lengths ** 3).sum()), SERIAL_WORK)
+    set_threads(int((lengths ** 3).sum()) if torch.get_num_threads() > 1 else None, SERIAL_WORK)
     s = as_array(scores.double())
     log_z, out = _batch(s, s if tangent is scores else as_array(tangent.double()),
                         as_array(lengths.long()), mode, outside)

@@ -6,15 +6,18 @@ interface.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
+from torch.autograd.forward_ad import unpack_dual
 
 from .. import reference, registry
 from ..arguments import length_tensor, score_tensor
 from ..backend import kernels, serial_if_small, use_numba
 from ..constants import IMPOSSIBLE, NEG
 from ..forward_mode import forward_derivative
-from ..scores import check_scores, float_dtype
+from ..scores import check_scores, float_dtype, in_range_and_zero
 from ..semirings.log_max import LogSemiring, MaxSemiring
 
 DEAD = IMPOSSIBLE
@@ -45,11 +48,17 @@ def from_width_major(sd: torch.Tensor) -> torch.Tensor:
     return out[:, :, :N]
 
 
+@functools.lru_cache(maxsize=64)
+def _upper(N: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(positions [N], [N, N] True at i <= j)`` (read only; cached: a call costs ~20 µs)."""
+    pos = torch.arange(N, device=device)
+    return pos, pos[:, None] <= pos[None, :]
+
+
 def span_mask(lengths: torch.Tensor, N: int) -> torch.Tensor:
     """``[batch_size, N, N]`` True at the spans ``i <= j < lengths[b]`` of each sentence."""
-    pos = torch.arange(N, device=lengths.device)
-    inside = pos < lengths.unsqueeze(-1)  # [B, N]
-    return (pos[:, None] <= pos[None, :]) & inside.unsqueeze(1) & inside.unsqueeze(2)
+    pos, upper = _upper(N, lengths.device)
+    return upper & (pos < lengths.unsqueeze(-1)).unsqueeze(1)  # (j < length; then i <= j is too)
 
 
 def check_lengths(lengths: torch.Tensor | None, batch: int, N: int,
@@ -58,11 +67,13 @@ def check_lengths(lengths: torch.Tensor | None, batch: int, N: int,
     if lengths is None:
         return torch.full((batch,), N, dtype=torch.long, device=device)
     lengths = length_tensor(lengths, device)
-    # (one host synchronisation for the lengths and one in check_scores: on CUDA as many as the
-    # two comparisons of the lengths took before the scores were checked for NaN and range)
     if lengths.shape != (batch,) or bool(((lengths < 1) | (lengths > N)).any()):
-        raise ValueError(f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}")
+        raise ValueError(_bad_lengths(lengths, N))
     return lengths
+
+
+def _bad_lengths(lengths: torch.Tensor, N: int) -> str:
+    return f"lengths must be [B] with values in 1..{N}, got {lengths.tolist()}"
 
 
 def check_span_scores(scores: torch.Tensor,
@@ -81,10 +92,24 @@ def check_span_scores(scores: torch.Tensor,
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 1:
         raise ValueError(f"span scores must be [B, N, N] with N >= 1, got {tuple(scores.shape)}")
     batch, N, _ = scores.shape
-    lengths = check_lengths(lengths, batch, N, scores.device)
+    if lengths is None:
+        lengths, bad = torch.full((batch,), N, dtype=torch.long, device=scores.device), None
+    else:
+        lengths = length_tensor(lengths, scores.device)
+        if lengths.shape != (batch,):
+            raise ValueError(_bad_lengths(lengths, N))
+        bad = lengths.clamp(1, N) - lengths  # (0 where in range)
+    # fast path: every entry, padding included, finite, unmasked and in range (one reduction, read
+    # with the lengths' range in one host synchronisation): then the clamp and the check of the
+    # masked scores below would change and find nothing
+    in_range, clear = in_range_and_zero([scores], 2 * N - 1, [] if bad is None else [bad])
+    if bad is not None and not clear[0]:
+        raise ValueError(_bad_lengths(lengths, N))
     scores = scores.to(float_dtype(scores))
-    scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(())).clamp_min(NEG)
-    check_scores([(scores, None)], 2 * N - 1, "scores")  # (NaN, and the range of the scores)
+    scores = torch.where(span_mask(lengths, N), scores, scores.new_zeros(()))
+    if not in_range:
+        scores = scores.clamp_min(NEG)
+        check_scores([(scores, None)], 2 * N - 1, "scores")  # (NaN, and the range of the scores)
     return scores, lengths
 
 
@@ -202,6 +227,23 @@ class CKYMarginals(torch.autograd.Function):
         return _zero_dead(out, log_z, lengths), None, None
 
 
+def _log_partition(scores: torch.Tensor, lengths: torch.Tensor, compiled: bool) -> torch.Tensor:
+    """:class:`_CKYLogPartition`, through the autograd Function only where a derivative may be
+    asked for (its call costs a tenth of a small compiled pass)."""
+    if (torch.is_grad_enabled() and scores.requires_grad) or unpack_dual(scores).tangent is not None:
+        return _CKYLogPartition.apply(scores, lengths, compiled)
+    return _inside_only(scores, lengths, compiled)
+
+
+def _inside_only(scores: torch.Tensor, lengths: torch.Tensor, compiled: bool) -> torch.Tensor:
+    """``log Z [B]`` (``-inf`` without a tree) by the inside pass alone, no derivative."""
+    if compiled:
+        return _dead_to_inf(kernels("cky._kernels").log_partition(scores, lengths))
+    sd = to_width_major(scores)
+    with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
+        return _dead_to_inf(cky_inside(sd, lengths)[0])
+
+
 class _CKYLogPartition(torch.autograd.Function):
     """``log Z`` whose backward is the outside pass (the marginals)."""
 
@@ -211,11 +253,7 @@ class _CKYLogPartition(torch.autograd.Function):
         compiled = use_numba(scores) if compiled is None else compiled
         ctx.compiled = compiled
         if not ctx.needs_input_grad[0]:
-            if compiled:
-                return _dead_to_inf(kernels("cky._kernels").log_partition(scores, lengths))
-            sd = to_width_major(scores)
-            with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
-                return _dead_to_inf(cky_inside(sd, lengths)[0])
+            return _inside_only(scores, lengths, compiled)
         log_z, mu = cky_marginals(scores, lengths, compiled=compiled)
         ctx.save_for_backward(scores, lengths, mu, log_z)
         return log_z
@@ -245,10 +283,10 @@ def _reference_marginals(scores: torch.Tensor, lengths: torch.Tensor) -> torch.T
 # (CPU), Triton (CUDA; :mod:`synattn.structs.triton_kernels.cky`, imported on first use), PyTorch.
 registry.set_reference("cky", _reference_log_partition, _reference_marginals)
 registry.register("cky", registry.Implementation(
-    "numba", lambda s, lengths: _CKYLogPartition.apply(s, lengths, True),
+    "numba", lambda s, lengths: _log_partition(s, lengths, True),
     lambda s, lengths: CKYMarginals.apply(s, lengths, True), applies=registry.numba_applies))
 registry.register("cky", registry.Implementation(
-    "torch", lambda s, lengths: _CKYLogPartition.apply(s, lengths, False),
+    "torch", lambda s, lengths: _log_partition(s, lengths, False),
     lambda s, lengths: CKYMarginals.apply(s, lengths, False)))
 registry.register("cky", registry.Implementation(
     "triton", lambda s, lengths: kernels("triton_kernels.cky").LogPartition.apply(s, lengths),

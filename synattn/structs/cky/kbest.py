@@ -1,7 +1,12 @@
-"""The exact k best (labelled) binary bracketings: Lawler's scheme
-(:func:`~synattn.structs.kbest.lawler`) over masked CKY argmaxes, shared by
-:class:`~synattn.structs.cky.crf.TreeCRF` (one label), its labelled spans and
-:class:`~synattn.structs.cky.cfg.SentCFG` (a symbol per span)."""
+"""The exact k best (labelled) binary bracketings.
+
+On CPU tensors with numba, :class:`~synattn.structs.cky.crf.TreeCRF` (one label or labelled spans)
+runs one compiled k-best CKY pass (:mod:`synattn.structs.cky._kbest_kernels`): a tree is one
+derivation, so the k best derivations are the k best trees. Otherwise (PyTorch backend, CUDA
+tensors, no numba) and for :class:`~synattn.structs.cky.cfg.SentCFG` (a symbol per span) it is
+Lawler's scheme (:func:`~synattn.structs.kbest.lawler`) over masked CKY argmaxes: the same lists,
+up to the order of equal scores (and rounding on the PyTorch path).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..backend import kernels, use_numba
 from ..constants import NEG
 from ..kbest import Constraints, lawler
 
@@ -67,11 +73,26 @@ def labelled_kbest(k: int, lengths: torch.Tensor, usable: torch.Tensor,
                   torch.zeros(N, N, L, dtype=dtype))
 
 
+def compiled_kbest(scores: torch.Tensor, lengths: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The compiled k-best pass (:func:`synattn.structs.cky._kbest_kernels.kbest`) over checked
+    labelled scores ``[B, N, N, L]`` on the CPU: ``scores [B, K]``, charts ``[B, K, N, N, L]``."""
+    return kernels("cky._kbest_kernels").kbest(scores.detach(), lengths, k)
+
+
 def tree_kbest(crf, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` best binary trees of a :class:`~synattn.structs.cky.crf.TreeCRF` over unlabelled
     spans: ``scores [B, k]`` and 0/1 span charts ``[B, k, N, N]`` (all 0 where fewer than ``k``
     trees exist; ``k`` columns at most, as many as the largest list when every element has fewer,
-    see :func:`~synattn.structs.kbest.lawler`): :func:`labelled_kbest` with one label."""
+    see :func:`~synattn.structs.kbest.lawler`): the compiled pass on CPU tensors with numba, else
+    :func:`tree_kbest_lawler`."""
+    if use_numba(crf.scores):
+        best, charts = compiled_kbest(crf.scores.unsqueeze(-1), crf.lengths, k)
+        return best, charts[..., 0]
+    return tree_kbest_lawler(crf, k)
+
+
+def tree_kbest_lawler(crf, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`tree_kbest` by :func:`labelled_kbest` with one label (masked CKY argmaxes)."""
     scores, lengths = crf.scores.detach(), crf.lengths
     batch, N, _ = scores.shape
     device = scores.device

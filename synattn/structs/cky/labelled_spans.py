@@ -10,9 +10,12 @@ over one score per span, as for labelled arcs (:mod:`synattn.structs.dependency.
   are then drawn from ``softmax_l s[i, j, :]``;
 - marginals: ``p((i, j) with l) = p((i, j)) · softmax_l s[i, j, l]``;
 - ``max``/``argmax``: the tree CRF over ``max_l s[i, j, l]``, each span with its best label;
-- ``kbest``: Lawler's scheme over (span, label) pairs (:func:`~synattn.structs.cky.kbest.labelled_kbest`,
-  shared with the unlabelled CRF and :class:`~synattn.structs.cky.cfg.SentCFG`): exact, the
-  second best may differ from the best in one label only;
+- ``kbest``: exact; on CPU tensors with numba one compiled k-best CKY pass whose span lists also
+  rank the span's labels (:mod:`synattn.structs.cky._kbest_kernels`, shared with the unlabelled
+  CRF), otherwise Lawler's scheme over (span, label) pairs
+  (:func:`~synattn.structs.cky.kbest.labelled_kbest`, shared with
+  :class:`~synattn.structs.cky.cfg.SentCFG`); the second best may differ from the best in one
+  label only;
 - the semiring programs: CKY over ``⊕_l s[i, j, l]`` (any semiring: the labels are independent).
 
 On CPU tensors one compiled pass over the labelled scores (:mod:`synattn.structs._label_kernels`)
@@ -177,10 +180,13 @@ class LabelledSpans(StructDistribution, _Mixed):
     def kbest(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` best labelled trees, exactly, best first: ``scores [B, k]`` (``-inf`` where
         fewer than ``k`` exist) and 0/1 charts ``[B, k, N, N, NT]`` (all 0 for the missing ones;
-        fewer columns when every batch element has fewer than ``k`` trees)."""
-        from .kbest import labelled_kbest
+        fewer columns when every batch element has fewer than ``k`` trees): the compiled k-best
+        pass on CPU tensors with numba, else Lawler's scheme."""
+        from .kbest import compiled_kbest, labelled_kbest
 
         s, lengths, device = self.labelled_scores.detach(), self.lengths, self.labelled_scores.device
+        if use_numba(s):
+            return compiled_kbest(s, lengths, k)
 
         def solve(sents: torch.Tensor, allowed: torch.Tensor) -> tuple[list[float], torch.Tensor]:
             sents = sents.to(device)

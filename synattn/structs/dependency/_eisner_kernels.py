@@ -10,7 +10,11 @@ rounding (the tests compare the two):
   product ``H g``, the backward of the marginals. A log-sum-exp carries the tangent
   ``Σ_k softmax(t)_k ṫ_k``; an adjoint's share ``p = a·exp(t - T)`` of a term ``t`` of a sum
   ``T`` carries ``ṗ = exp(t - T)·(ȧ + a·(ṫ - Ṫ))``: bounded numbers, no logarithm of a signed one;
-- the max semiring (Viterbi) with the adjoint routed to the first best split → the best tree.
+- the max semiring (Viterbi) with the adjoint routed to the first best split → the best tree;
+- exact samples (:func:`sample`): the inside chart, then per sample a top-down walk in which each
+  span draws one split with its posterior weight. The same distribution as the PyTorch path's
+  sampled outside pass, not the same draws: each path reproduces its own samples for a given
+  generator.
 
 Loop structure: ``numba.prange`` over the sentences of the batch, one sentence per iteration
 (on as many threads as PyTorch's intra-op pool); per sentence of ``n`` words, span widths in
@@ -277,3 +281,87 @@ def marginals_jvp(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
     product of the marginals (``H`` is symmetric): inside-outside on dual numbers.
     """
     return _run(scores, tangent, lengths, multiroot, DUAL, True)[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact samples: one inside pass per sentence, then a top-down walk per sample.
+# ---------------------------------------------------------------------------------------------
+
+@_jit
+def _drawn(X, Y, x0, y0, w, i, total, u):
+    """The split ``q < w`` of the sum ``total = ⊕_q X[x0+q, i] ⊗ Y[y0-q, w+i]`` (a chart entry,
+    :func:`_split_sums`) drawn with its posterior weight ``exp(term - total)`` by the uniform
+    ``u`` (inverse distribution function, stopping at the split drawn; a term of weight 0, such as
+    a masked arc's, is never drawn: where rounding leaves ``u`` past the weights' sum, the last
+    term of positive weight)."""
+    acc, last = 0.0, 0
+    for q in range(w):
+        p = math.exp(X[x0 + q, i] + Y[y0 - q, w + i] - total)
+        if p > 0.0:
+            last = q
+            acc += p
+            if acc > u:
+                return q
+    return last
+
+
+@_jit
+def _sample_tree(n, K, u, heads, stack):
+    """One tree drawn top-down from the inside chart ``K`` (:func:`_inside`): from ``C→(0, n)``,
+    each nonempty span picks the split of its sum with its posterior weight and expands the two
+    spans it joins, until only empty complete spans are left; an incomplete span ``I→(i, j)``
+    (``I←(i, j)``) is the arc ``i → j`` (``j → i``), written into ``heads [n]``. ``u``: one uniform
+    per expanded span (``2n``: each of the ``n`` arcs and the complete span that made it); ``stack
+    [>= 4n + 1, 3]``: the spans still to expand (channel, start, width; each expansion pushes two)."""
+    stack[0, 0], stack[0, 1], stack[0, 2] = A_CR, 0, n
+    top, used = 1, 0
+    while top > 0:
+        top -= 1
+        c, i, w = stack[top, 0], stack[top, 1], stack[top, 2]
+        if w == 0:
+            continue
+        if c == A_CR:  # C→(i, j) = ⊕ I→(i, r) ⊗ C→(r, j), r = i+1+q
+            q = _drawn(K[A_IR], K[B_CR], 1, w - 1, w, i, K[A_CR, w, i], u[used])
+            a0, a1, a2, b0, b1, b2 = A_IR, i, q + 1, A_CR, i + q + 1, w - q - 1
+        elif c == A_CL:  # C←(i, j) = ⊕ C←(i, r) ⊗ I←(r, j), r = i+q
+            q = _drawn(K[A_CL], K[B_IL], 0, w, w, i, K[A_CL, w, i], u[used])
+            a0, a1, a2, b0, b1, b2 = A_CL, i, q, B_IL, i + q, w - q
+        else:  # I→(i, j) or I←(i, j): the arc, then S(i, j) = ⊕ C→(i, r) ⊗ C←(r+1, j), r = i+q
+            if c == A_IR:
+                heads[i + w - 1] = i
+            else:
+                heads[i - 1] = i + w
+            q = _drawn(K[A_CR], K[B_CL], 0, w - 1, w, i, K[A_S, w, i], u[used])
+            a0, a1, a2, b0, b1, b2 = A_CR, i, q, A_CL, i + q + 1, w - q - 1
+        used += 1
+        stack[top, 0], stack[top, 1], stack[top, 2] = a0, a1, a2
+        stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = b0, b1, b2
+        top += 2
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False)
+def _sample_batch(s, lengths, multiroot, u, heads):
+    """``heads [count, B, N]`` (filled with -1) of ``count`` trees per sentence: one inside pass
+    per sentence (:func:`_inside`), then one top-down walk per sample (``u [count, B, >= 2N]``)."""
+    count, batch, L = u.shape[0], s.shape[0], s.shape[1]
+    K = np.empty((batch, 7, L, L))
+    for b in numba.prange(batch):
+        n = lengths[b]
+        _inside(s[b], s[b], n, multiroot, LOG, K[b], K[b], np.empty((6, n + 1)))
+    for z in numba.prange(count * batch):
+        c, b = z // batch, z % batch
+        n = lengths[b]
+        _sample_tree(n, K[b], u[c, b], heads[c, b], np.empty((4 * n + 1, 3), np.int64))
+
+
+def sample(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, count: int,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """``[count, batch_size, N]`` heads (``-1`` padding) of exact samples of projective trees
+    (arguments as for :func:`log_partition`): one inside pass per sentence, then a top-down walk
+    per sample (:func:`_sample_tree`) with uniforms drawn from ``generator`` (float64)."""
+    batch, L = scores.shape[0], scores.shape[1]
+    u = torch.rand(count, batch, 2 * L, generator=generator, dtype=torch.float64)
+    heads = np.full((count, batch, L - 1), -1, dtype=np.int64)
+    set_threads(int(((lengths + 1) ** 3).sum()) + count * int(((lengths + 1) ** 2).sum()), SERIAL_WORK)
+    _sample_batch(as_array(scores.double()), as_array(lengths.long()), multiroot, as_array(u), heads)
+    return torch.from_numpy(heads)

@@ -7,9 +7,10 @@ symmetric) is the backward of the arc marginals, per sentence, in two ways:
   :mod:`synattn.structs.dependency._matrix_tree_kernels` and of its adjoint, written out (same
   work matrices, same order of elimination);
 - :func:`closed_form_tangent`: ``H v = v * mu - w * K(X P X)`` from the inverses ``X`` of Koo's
-  matrices that :func:`~synattn.structs.dependency._matrix_tree_kernels.gth_forward` kept, two
-  ``n × n`` matrix products per sentence; a sentence whose result fails a column-sum check is
-  recomputed by the forward-mode kernel.
+  matrices that the forward kept, two ``n × n`` matrix products per sentence (in the kernel, or
+  for long sentences by the caller with batched BLAS between :func:`closed_form_inputs` and
+  :func:`closed_form_finish`); a sentence whose result fails a column-sum check is recomputed by
+  the forward-mode kernel.
 
 Same loop structure as the forward kernels (whole sentences spread over threads by
 :func:`~synattn.structs.dependency._matrix_tree_kernels._balance`, ``O(n^3)`` loops as
@@ -198,16 +199,12 @@ def _matmul(A, B, C, n):
 
 
 @numba.njit(cache=True, fastmath=False)
-def _closed_form(scores, direction, b, n, multiroot, X, out, residual):
-    """Sentence ``b``'s ``H v = v * mu - w * K(X P X)`` with ``P = L(v * w)`` (see
-    :func:`synattn.structs.dependency.matrix_tree_gth._compiled_closed_form_tangent`) into ``out[b]``;
-    returns False when a column of the result does not sum to 0 within ``residual`` times the
-    direction's largest entry, or a column of the marginals ``w * K(X)`` not to 1 within
-    ``residual`` (then ``out[b]`` is left for the caller to overwrite)."""
-    W = np.empty((n + 1, n))
-    shift = np.empty(n)
-    _load(scores, b, n, multiroot, W, shift)
-    P = np.zeros((n, n))
+def _inputs(scores, direction, b, n, multiroot, W, P):
+    """Sentence ``b``'s column-scaled weights ``W [n+1, n]`` (the layout of
+    :func:`~synattn.structs.dependency._matrix_tree_kernels._load`) and Koo's matrix ``P [n, n]``
+    (zero-initialised) of the weights ``v * w``; returns the direction's largest absolute entry
+    on a usable arc."""
+    _load(scores, b, n, multiroot, W, np.empty(n))
     largest = 0.0
     for i in range(n + 1):
         h = _head(i, n, multiroot)
@@ -217,10 +214,16 @@ def _closed_form(scores, direction, b, n, multiroot, X, out, residual):
                 v = np.float64(direction[b, h, d])
                 largest = max(largest, abs(v))
                 _koo_add(P, h, d, v * W[i, c], multiroot)
-    T = np.empty((n, n))
-    Y = np.empty((n, n))
-    _matmul(X, P, T, n)
-    _matmul(T, X, Y, n)
+    return largest
+
+
+@numba.njit(cache=True, fastmath=False)
+def _closed_form_from(direction, b, n, multiroot, W, X, Y, largest, out, residual):
+    """Sentence ``b``'s ``H v = v * mu - w * K(Y)``, ``Y = X P X`` (see
+    :func:`synattn.structs.dependency.matrix_tree_gth._compiled_closed_form_tangent`) into ``out[b]``;
+    returns False when a column of the result does not sum to 0 within ``residual`` times the
+    direction's largest entry, or a column of the marginals ``w * K(X)`` not to 1 within
+    ``residual`` (then ``out[b]`` is left for the caller to overwrite)."""
     sums = np.zeros(n)  # of each column of the result: 0
     ones = np.zeros(n)  # of each column of the marginals from X: 1
     for i in range(n + 1):
@@ -241,20 +244,54 @@ def _closed_form(scores, direction, b, n, multiroot, X, out, residual):
 
 @numba.njit(cache=True, parallel=True, fastmath=False)
 def closed_form_tangent(scores, direction, lengths, multiroot, inverse, out, residual, parts):
-    """:func:`gth_tangent` from the inverses of Koo's matrices that
-    :func:`~synattn.structs.dependency._matrix_tree_kernels.gth_forward` gave:
-    two ``n × n`` matrix products per sentence instead of the forward-mode elimination, which
+    """:func:`gth_tangent` from the inverses of Koo's matrices that the forward kept: two
+    ``n × n`` matrix products per sentence instead of the forward-mode elimination, which
     recomputes a sentence whose result fails the column-sum check (``residual``).
 
     Args:
         scores, direction, lengths, multiroot, out, parts: as :func:`gth_tangent`.
-        inverse: ``[B, L-1, L-1]`` float64, the ``inverse`` output of ``gth_forward``.
+        inverse: ``[B, L-1, L-1]`` float64, the inverses (sentence ``b`` in its first ``n`` rows
+            and columns).
         residual: the check's tolerance, a fraction of the direction's largest entry.
     """
     order, starts = _balance(lengths, parts)
     for t in numba.prange(starts.shape[0] - 1):  # one group of sentences per thread
         for q in range(starts[t], starts[t + 1]):
             b = order[q]
-            if not _closed_form(scores, direction, b, lengths[b], multiroot, inverse[b], out,
-                                residual):
-                _tangent(scores, direction, b, lengths[b], multiroot, out)
+            n = lengths[b]
+            W = np.empty((n + 1, n))
+            P = np.zeros((n, n))
+            largest = _inputs(scores, direction, b, n, multiroot, W, P)
+            T = np.empty((n, n))
+            Y = np.empty((n, n))
+            X = inverse[b]
+            _matmul(X, P, T, n)
+            _matmul(T, X, Y, n)
+            if not _closed_form_from(direction, b, n, multiroot, W, X, Y, largest, out, residual):
+                _tangent(scores, direction, b, n, multiroot, out)
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False)
+def closed_form_inputs(scores, direction, lengths, multiroot, W, P, largest):
+    """The first half of :func:`closed_form_tangent` for long sentences, whose two matrix
+    products the caller batches with BLAS: per sentence ``b`` the weights ``W[b, :n+1, :n]``,
+    Koo's matrix ``P[b]`` of the weights ``v * w`` (zero-initialised ``[B, N, N]``) and
+    ``largest[b]`` (:func:`_inputs`)."""
+    for b in numba.prange(scores.shape[0]):
+        n = lengths[b]
+        largest[b] = _inputs(scores, direction, b, n, multiroot, W[b, :n + 1, :n], P[b])
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False)
+def closed_form_finish(scores, direction, lengths, multiroot, W, inverse, Y, largest, out, residual, parts):
+    """The second half: :func:`closed_form_tangent`'s result from ``Y = X P X`` [B, N, N] and the
+    outputs of :func:`closed_form_inputs`, recomputing by the forward-mode elimination a sentence
+    that fails the column-sum check."""
+    order, starts = _balance(lengths, parts)
+    for t in numba.prange(starts.shape[0] - 1):  # one group of sentences per thread
+        for q in range(starts[t], starts[t + 1]):
+            b = order[q]
+            n = lengths[b]
+            if not _closed_form_from(direction, b, n, multiroot, W[b], inverse[b], Y[b], largest[b], out,
+                                     residual):
+                _tangent(scores, direction, b, n, multiroot, out)

@@ -381,11 +381,18 @@ class DependencyCRF(ArcCRF):
 
     def sample(self, count: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``[count, batch_size, n]`` exact samples of projective trees as heads (``-1``
-        padding, all ``-1`` where no tree exists): top-down from the inside chart
-        (:func:`eisner_sample`, one inside and one outside pass, PyTorch path in float64).
-        Not differentiable."""
-        check_count(count, 8 * self.scores[..., 0, 0].numel() * self.scores.shape[-1] ** 2)  # chart copies
-        heads = eisner_sample(self.scores.detach(), self.lengths, self.multiroot, count, generator)
+        padding, all ``-1`` where no tree exists), top-down from the inside chart, in float64:
+        on CPU tensors with numba one compiled inside pass and a walk per sample that picks each
+        span's split with its posterior weight (:func:`~._eisner_kernels.sample`), elsewhere
+        :func:`eisner_sample` (one inside and one sampled outside pass in PyTorch). The uniforms
+        come from ``generator``. Not differentiable."""
+        if use_numba(self.scores):
+            check_count(count, 8 * self.scores.shape[0] * 3 * self.scores.shape[-1])  # uniforms, heads
+            heads = kernels("dependency._eisner_kernels").sample(self.scores.detach(), self.lengths,
+                                                                 self.multiroot, count, generator)
+        else:
+            check_count(count, 8 * self.scores[..., 0, 0].numel() * self.scores.shape[-1] ** 2)  # chart copies
+            heads = eisner_sample(self.scores.detach(), self.lengths, self.multiroot, count, generator)
         if self.masked:
             heads = heads.masked_fill(~self.feasible.view(1, -1, 1), -1)
         return heads

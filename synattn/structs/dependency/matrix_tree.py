@@ -39,9 +39,14 @@ every sentence takes the GTH way in compiled code (:mod:`synattn.structs.depende
 the backward in :mod:`~synattn.structs.dependency._matrix_tree_tangent_kernels`: whole sentences
 spread over threads, each at its own length): ``log Z``, the adjoint for the marginals, and for
 their backward the forward-mode derivative of both, written out. It needs no
-certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding. The
-adjoint also determines the inverse ``X`` of Koo's matrix entry by entry, which the forward keeps
-for the backward: ``H v = v * mu - w * K(X P X)`` (``P`` Koo's matrix of the weights ``v * w``,
+certificate and no LAPACK call and gives the pure-PyTorch GTH numbers to float64 rounding. From
+:data:`~synattn.structs.dependency.matrix_tree_lapack.LAPACK_FROM` words, where LAPACK's blocked LU
+beats the unblocked elimination, the compiled path factorises the batch with LAPACK instead and
+keeps the sentences that pass the certificate, the GTH kernel taking the others
+(:mod:`synattn.structs.dependency.matrix_tree_lapack`). The
+adjoint also determines the inverse ``X`` of Koo's matrix entry by entry (LAPACK's path has it from
+``lu_solve``), which the forward keeps for the backward: ``H v = v * mu - w * K(X P X)`` (``P``
+Koo's matrix of the weights ``v * w``,
 ``K`` the closed form's contraction), two ``n × n`` matrix products per sentence instead of the
 forward-mode elimination (about 1.7× faster at ``n = 80``). A sentence is kept only if the
 result's columns sum to 0 and the marginals ``w * K(X)`` to 1 (to
@@ -79,12 +84,12 @@ from .matrix_tree_gth import (
     SAFE_PIVOT,
     TINY,
     _compiled_closed_form_tangent,
-    _compiled_marginals,
     _compiled_marginals_tangent,
     _factorize,
     _gth_marginals,
     _lapack_marginals,
 )
+from .matrix_tree_lapack import compiled_marginals
 from .matrix_tree_log import (
     _has_tree,
     _log_space_log_z,
@@ -115,7 +120,7 @@ def _marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
     best root arc. Every sentence still flagged, or with a column wider than ``SAFE_SPREAD``, is
     computed by the log-space elimination."""
     if with_inverse:
-        log_z, mu, inverse = _compiled_marginals(scores, lengths, multiroot, True, inverse=True)
+        log_z, mu, inverse = compiled_marginals(scores, lengths, multiroot, True, inverse=True)
         unsafe = log_z.isnan()
     else:
         log_z, mu, unsafe = _fast_marginals(scores, lengths, multiroot, need_marginals, compiled)
@@ -172,7 +177,7 @@ def _fast_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool
                     compiled: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """:func:`_marginals` without the log-space fallback; the last output flags small pivots."""
     if compiled:
-        log_z, mu = _compiled_marginals(scores, lengths, multiroot, need_marginals)
+        log_z, mu = compiled_marginals(scores, lengths, multiroot, need_marginals)
         return log_z, mu, log_z.isnan()
     N = scores.shape[-1] - 1
     if N >= LAPACK_MAX_N:

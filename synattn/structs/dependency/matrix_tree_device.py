@@ -1,4 +1,4 @@
-"""Matrix-Tree on a GPU: a fixed number of launches whatever ``N``, one read back to the host a call.
+"""Matrix-Tree on a GPU: a fixed number of launches whatever ``N``, one read back to the host a forward.
 
 The PyTorch path of :mod:`synattn.structs.dependency.matrix_tree` was written for the CPU: it
 checks LAPACK's result sentence by sentence on the host (three reads back per call), takes the
@@ -17,10 +17,10 @@ This path keeps the same numbers with device-sized steps only:
   ``H v = v * mu - w * K(X P X)`` with ``P`` Koo's matrix of the weights ``v * w`` (the
   derivation is at :func:`~synattn.structs.dependency.matrix_tree_gth._compiled_closed_form_tangent`):
   two batched matrix products;
-- one read back to the host per call, of one boolean ("is every sentence certified?"). Only a
-  sentence that fails the certificate (extreme score scales, masks that starve a pivot) is
-  recomputed by the robust elimination of :func:`~synattn.structs.dependency.matrix_tree._marginals`,
-  which reads back more.
+- one read back to the host per forward, of one boolean ("is every sentence certified?"), which
+  the marginals' backward reuses instead of reading it again. Only a sentence that fails the
+  certificate (extreme score scales, masks that starve a pivot) is recomputed by the robust
+  elimination of :func:`~synattn.structs.dependency.matrix_tree._marginals`, which reads back more.
 
 It runs for CUDA tensors (registered as the ``device`` acceleration of ``nonprojective``,
 ahead of the CPU-oriented PyTorch path); on CPU tensors the same functions give the same numbers,
@@ -37,13 +37,14 @@ from .matrix_tree_log import _wide_columns
 
 
 def device_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool
-                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None, bool]:
     """``log Z [B]`` (float64), marginals ``[B, N+1, N+1]`` (float64, or None), ``[B]`` True
-    where the device result is certified, and the inverses ``X [B, N, N]`` (certified rows)."""
+    where the device result is certified, the inverses ``X [B, N, N]`` (certified rows) and
+    whether every row is certified (read back once, here; a backward reuses it)."""
     log_z, mu, ok, inverse = _lapack_inverse(scores, lengths, multiroot, need_marginals)
     ok = ok & ~_wide_columns(scores, lengths)
     if bool(ok.all()):  # the one read back to the host
-        return log_z, mu, ok, inverse
+        return log_z, mu, ok, inverse, True
     from .matrix_tree import _marginals  # (the robust path, for the rows that fail the certificate)
 
     redo = (~ok).nonzero().squeeze(1)
@@ -51,7 +52,7 @@ def device_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: boo
     log_z = log_z.index_copy(0, redo, z.to(log_z.dtype))
     if mu is not None and m is not None:
         mu = mu.index_copy(0, redo, m.to(mu.dtype))
-    return log_z, mu, ok, inverse
+    return log_z, mu, ok, inverse, False
 
 
 def closed_form_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, mu: torch.Tensor,
@@ -72,7 +73,7 @@ class DeviceLogPartition(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
         ctx.multiroot = multiroot
-        log_z, mu, _, _ = device_marginals(scores, lengths, multiroot, ctx.needs_input_grad[0])
+        log_z, mu = device_marginals(scores, lengths, multiroot, ctx.needs_input_grad[0])[:2]
         ctx.save_for_backward(scores, lengths, mu if mu is not None else scores.new_zeros(0))
         return log_z.to(scores.dtype)
 
@@ -90,7 +91,7 @@ class DeviceMarginals(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
         ctx.multiroot = multiroot
-        _, mu, ok, inverse = device_marginals(scores, lengths, multiroot, True)
+        _, mu, ok, inverse, ctx.certified = device_marginals(scores, lengths, multiroot, True)
         assert mu is not None and inverse is not None
         ctx.save_for_backward(scores, lengths, mu, ok, inverse)
         return mu.to(scores.dtype)
@@ -103,7 +104,7 @@ class DeviceMarginals(torch.autograd.Function):
         if torch.is_grad_enabled():  # a third derivative: autograd through the log-space elimination
             return marginals_vjp_by_autograd(scores, lengths, ctx.multiroot, g), None, None
         hv = closed_form_tangent(scores, lengths, ctx.multiroot, mu, inverse, g)
-        if not bool(ok.all()):  # rows the forward recomputed: the robust path's backward
+        if not ctx.certified:  # rows the forward recomputed: the robust path's backward
             redo = (~ok).nonzero().squeeze(1)
             with torch.enable_grad():
                 x = scores[redo].detach().requires_grad_()

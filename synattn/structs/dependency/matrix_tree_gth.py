@@ -274,9 +274,22 @@ def _compiled_closed_form_tangent(scores: torch.Tensor, lengths: torch.Tensor, m
     the check of :data:`TANGENT_RESIDUAL`.
     """
     kernels = backend_kernels("dependency._matrix_tree_tangent_kernels")
-    s = as_array(scores)
+    s, v, n = as_array(scores), as_array(direction.to(scores.dtype)), as_array(lengths)
+    batch, L, _ = s.shape
+    threads = set_threads(_work(lengths), SERIAL_WORK)
     out = np.zeros(s.shape, dtype=s.dtype)
-    kernels.closed_form_tangent(s, as_array(direction.to(scores.dtype)), as_array(lengths), multiroot,
-                                as_array(inverse), out, TANGENT_RESIDUAL,
-                                set_threads(_work(lengths), SERIAL_WORK))
+    if L - 1 < BLAS_FROM:  # the two products in the kernel
+        kernels.closed_form_tangent(s, v, n, multiroot, as_array(inverse), out, TANGENT_RESIDUAL, threads)
+        return torch.from_numpy(out)
+    W, P, largest = np.zeros((batch, L, L - 1)), np.zeros((batch, L - 1, L - 1)), np.empty(batch)
+    kernels.closed_form_inputs(s, v, n, multiroot, W, P, largest)
+    X = inverse.double()
+    Y = torch.matmul(torch.matmul(X, torch.from_numpy(P)), X)  # batched BLAS
+    kernels.closed_form_finish(s, v, n, multiroot, W, as_array(X), as_array(Y), largest, out,
+                               TANGENT_RESIDUAL, threads)
     return torch.from_numpy(out)
+
+
+BLAS_FROM = 64
+"""From this padded length the closed-form backward's two matrix products per sentence are one
+batched BLAS call each (numba's loops are faster below)."""

@@ -9,6 +9,8 @@ from hypothesis import given, settings, strategies as st
 from synattn.structs import TreeCRF
 from synattn.structs.backend import numba_available, use_backend
 from synattn.structs.cky.crf import chart_to_spans, spans_to_chart
+from synattn.structs.cky.dp import check_span_scores
+from synattn.structs.constants import IMPOSSIBLE
 from tests.helpers.spans import bracketings, brute_force, random_batch, tree_scores
 
 BACKENDS = ["torch", "numba"] if numba_available() else ["torch"]
@@ -143,6 +145,27 @@ def test_compiled_equals_torch_path_on_ragged_batches(seed):
         with use_backend(backend):
             grads.append(torch.autograd.grad((TreeCRF(x, lengths).marginals * g).sum(), x)[0])
     torch.testing.assert_close(*grads, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.skipif(not numba_available(), reason="numba not installed")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_log_partition_equals_the_inside_outside_kernel(threads):
+    # the inside-only kernel repeats the general kernel's operations: the same numbers, serial
+    # (one thread or little work) or in parallel, -inf where no tree is allowed
+    from synattn.structs.cky import _kernels
+
+    torch.set_num_threads(threads)  # (the suite's fixture restores the thread count)
+    scores, lengths = random_batch(3, [70, 1, 9, 70, 2, 40] * 10, scale=3.0)
+    scores[:, 2:5, 6:9] = -INF  # (forbidden spans)
+    scores[3::6, 5, 5] = -INF  # (a forbidden word: no tree)
+    scores, lengths = check_span_scores(scores, lengths)
+    for dtype in (torch.float64, torch.float32):
+        x = scores.to(dtype)
+        want = _kernels.marginals(x, lengths)[0]
+        got = _kernels.log_partition(x, lengths)
+        dead = want < IMPOSSIBLE
+        assert got.dtype == dtype and dead.sum() == 10 and bool(dead[3::6].all())
+        assert torch.equal(got, torch.where(dead, -INF, want))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -3,7 +3,9 @@
 They compute what the PyTorch path of :mod:`synattn.structs.cky` computes, with the same
 recursion, up to rounding (the tests compare the two):
 
-- the inside pass (log semiring) → ``log Z``;
+- the inside pass (log semiring) → ``log Z``; without derivatives by :func:`_log_z`, the same
+  operations (the same numbers) on flat charts reused across the sentences, on one thread below
+  ``SERIAL_WORK`` without numba's parallel launch;
 - the outside pass, its adjoint → span marginals ``d log Z / d s``;
 - both on dual numbers (value and tangent in a direction ``g``) → the Hessian-vector product
   ``H g``, the backward of the marginals;
@@ -19,12 +21,15 @@ exponential, a zero adjoint passes nothing). ``numba.prange`` over the sentences
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 import torch
 
+from .._numba_math import exp as _exp
 from ..backend import as_array, set_threads
-from ..constants import NEG, SERIAL_WORK
+from ..constants import IMPOSSIBLE, NEG, SERIAL_WORK
 from ..dependency._eisner_kernels import DUAL, LOG, VITERBI, _split_adjoints, _split_sums
 
 CA, CB, CS = 0, 1, 2  # chart channels: beta by start, beta by end, split sums S by start
@@ -110,10 +115,78 @@ def _run(scores: torch.Tensor, tangent: torch.Tensor, lengths: torch.Tensor, mod
     return torch.from_numpy(log_z).to(scores.dtype), torch.from_numpy(out).to(scores.dtype)
 
 
+@_jit
+def _log_z(s, n, A, B, v, acc):
+    """``log Z`` of one sentence by :func:`_inside`'s LOG recursion with the same operations in
+    the same order (the same numbers), on flat charts ``A[w*n + i]``, ``B[w*n + j]`` (scratch of
+    ``n*n`` or more, ``v`` and ``acc`` of ``n``): no fill (every entry read is written before),
+    one view per row read (an index ``A[x + i]`` of unknown sign would not vectorise)."""
+    for i in range(n):
+        A[i] = B[i] = s[i, i]
+    for w in range(1, n):
+        c = n - w
+        y = (w - 1) * n + w
+        a, b = A[:c], B[y:y + c]
+        for i in range(c):
+            v[i] = a[i] + b[i]
+        for q in range(1, w):
+            x, y = q * n, (w - 1 - q) * n + w
+            a, b = A[x:x + c], B[y:y + c]
+            for i in range(c):
+                t = a[i] + b[i]
+                if t > v[i]:
+                    v[i] = t
+        for i in range(c):
+            acc[i] = 0.0
+        for q in range(w):
+            x, y = q * n, (w - 1 - q) * n + w
+            a, b = A[x:x + c], B[y:y + c]
+            for i in range(c):
+                acc[i] += _exp(a[i] + b[i] - v[i])
+        x = w * n
+        a, b = A[x:x + c], B[x + w:x + w + c]
+        for i in range(c):
+            a[i] = b[i] = s[i, i + w] + (v[i] + math.log(acc[i]))
+    return A[(n - 1) * n]
+
+
+@_jit
+def _store(out, b, z):
+    """``out[b] = z`` in ``out``'s dtype, ``-inf`` if below ``IMPOSSIBLE`` there (no tree)."""
+    out[b] = z
+    if out[b] < IMPOSSIBLE:
+        out[b] = -np.inf
+
+
+@_jit
+def _log_z_serial(s, lengths, out):
+    """``out[b] = log Z`` of each sentence on one thread, one set of charts for all."""
+    N = s.shape[1]
+    A, B, v, acc = np.empty(N * N), np.empty(N * N), np.empty(N), np.empty(N)
+    for b in range(lengths.shape[0]):
+        _store(out, b, _log_z(s[b], lengths[b], A, B, v, acc))
+
+
+@numba.njit(cache=True, parallel=True, fastmath=False)
+def _log_z_parallel(s, lengths, out):
+    """:func:`_log_z_serial` with ``numba.prange`` over the sentences."""
+    for b in numba.prange(lengths.shape[0]):
+        n = lengths[b]
+        _store(out, b, _log_z(s[b], n, np.empty(n * n), np.empty(n * n), np.empty(n), np.empty(n)))
+
+
 def log_partition(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``[batch_size]`` ``log Z`` (inside pass only) of checked span scores ``[B, N, N]`` (CPU);
-    a sentence whose every tree uses a forbidden span gets a value near ``NEG``."""
-    return _run(scores, scores, lengths, LOG, False)[0]
+    """``[batch_size]`` ``log Z`` (inside pass only) of checked span scores ``[B, N, N]`` (CPU) in
+    their dtype, ``-inf`` for a sentence whose every tree uses a forbidden span. Float64 inside
+    (float32 scores are read as they are: no copy); one thread below ``SERIAL_WORK``, without
+    numba's parallel launch."""
+    out = torch.empty(scores.shape[0], dtype=scores.dtype)
+    s, n = as_array(scores), as_array(lengths.long())
+    if torch.get_num_threads() > 1 and set_threads(int((n ** 3).sum()), SERIAL_WORK) > 1:
+        _log_z_parallel(s, n, out.numpy())
+    else:
+        _log_z_serial(s, n, out.numpy())
+    return out
 
 
 def marginals(scores: torch.Tensor, lengths: torch.Tensor,

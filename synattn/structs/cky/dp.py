@@ -237,8 +237,8 @@ def _log_partition(scores: torch.Tensor, lengths: torch.Tensor, compiled: bool) 
 
 def _inside_only(scores: torch.Tensor, lengths: torch.Tensor, compiled: bool) -> torch.Tensor:
     """``log Z [B]`` (``-inf`` without a tree) by the inside pass alone, no derivative."""
-    if compiled:
-        return _dead_to_inf(kernels("cky._kernels").log_partition(scores, lengths))
+    if compiled:  # (-inf without a tree already)
+        return kernels("cky._kernels").log_partition(scores, lengths)
     sd = to_width_major(scores)
     with serial_if_small(_step_elements(*sd.shape[1:]), sd.device):
         return _dead_to_inf(cky_inside(sd, lengths)[0])

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Everything synattn measures and tests on CUDA, on one card, in at most 9 minutes and a half:
 #   1. the cuda tests (tests/test_cuda.py: every structure and attention feature against the CPU
-#      in float64, a few training steps of every config)              at most 120 s
+#      in float64, a few training steps of every config)              at most 115 s
 #   1b. the Triton kernels compiled on the card (tests/structs/test_triton_*.py, the registry's
 #      triton cases) and the Matrix-Tree GPU path                     at most 90 s
 #   2. bench_structs.py --device cuda --quick (the sizes of docs/structs.md)   120 s
-#   3. bench_attention.py --device cuda --quick --lengths 64               75 s
-#   4. bench_train.py --device cuda --make-data 300 --steps 5              120 s
-#   5. bench_hf.py --device cuda --batch 32 --length 128                   45 s
+#   2b. bench_matrix_tree_device.py --device cuda (the robust kernel gated on the device
+#      against one read back)                                          30 s
+#   3. bench_attention.py --device cuda --quick --lengths 64               65 s
+#   4. bench_train.py --device cuda --make-data 300 --steps 5              110 s
+#   5. bench_hf.py --device cuda --batch 32 --length 128                   40 s
 # Each part runs under its own time limit (a part cut off keeps what it printed), writes its output
 # to OUT/<part>.txt, and the script ends with a summary: the card, the date, each part's status and
 # time, and the tables. Run from anywhere, after scripts/setup.sh (the peers of bench_structs, if
@@ -39,14 +41,16 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit, output to OUT/N
   printf '%-10s status %3d  %4d s%s\n' "$name" "$rc" "$(( $(date +%s) - start ))" "$note" >> "$out/status.txt"
 }
 
-part tests 120 "$py" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
+part tests 115 "$py" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py
 part triton 90 "$py" -m pytest -q -p no:cacheprovider tests/structs/test_triton_eisner.py \
   tests/structs/test_triton_chain.py tests/structs/test_triton_cky.py tests/structs/test_matrix_tree_device.py \
+  tests/structs/test_triton_matrix_tree.py \
   tests/structs/test_registry.py -k "triton or device or Triton or cuda"
 part structs 120 "$py" benchmarks/bench_structs.py --device cuda --quick
-part attention 75 "$py" benchmarks/bench_attention.py --device cuda --quick --lengths 64
-part train 120 "$py" benchmarks/bench_train.py --device cuda --make-data 300 --steps 5 --warmup 2
-part hf 45 "$py" benchmarks/bench_hf.py --device cuda --batch 32 --length 128 --repeats 5
+part mtdevice 30 "$py" benchmarks/bench_matrix_tree_device.py --device cuda --rounds 10
+part attention 65 "$py" benchmarks/bench_attention.py --device cuda --quick --lengths 64
+part train 110 "$py" benchmarks/bench_train.py --device cuda --make-data 300 --steps 5 --warmup 2
+part hf 40 "$py" benchmarks/bench_hf.py --device cuda --batch 32 --length 128 --repeats 5
 
 {
   echo "# synattn gpu_check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -58,6 +62,8 @@ part hf 45 "$py" benchmarks/bench_hf.py --device cuda --batch 32 --length 128 --
   echo "## triton";    tail -n 3 "$out/triton.txt"
   echo "## structs (ms; speed-up = faster peer / synattn)"
   grep -E '^(case|Eisner|Matrix-Tree|CKY|chain|# peak)' "$out/structs.txt"
+  echo "## Matrix-Tree device path (ms; ratio = read back / gated)"
+  sed -n '/^case/,$p' "$out/mtdevice.txt"
   echo "## attention (forward+backward of one layer)"
   sed -n '/^variant/,/^$/p' "$out/attention.txt"
   echo "## train (one update, vs the baseline config)"

@@ -13,7 +13,8 @@
   (``NonProjectiveDependencyCRF``, the Matrix-Tree theorem) with its eliminations
   ``matrix_tree_gth.py`` and ``matrix_tree_log.py``, compiled ``_matrix_tree_kernels.py`` (forward) and
   ``_matrix_tree_tangent_kernels.py`` (backward), the
-  GPU path ``matrix_tree_device.py`` (batched LU on the device, closed-form backward),
+  GPU path ``matrix_tree_device.py`` (batched LU on the device, closed-form backward, the
+  sentences LU cannot certify by the Triton kernel ``triton_kernels/matrix_tree.py``),
   exact samples ``matrix_tree_sample.py`` and the best tree ``chu_liu_edmonds.py``.
 """
 

@@ -255,7 +255,8 @@ class MatrixTreeMarginals(torch.autograd.Function):
         if bool(log_space.any()):
             idx = log_space.nonzero().squeeze(1)
             hv = _log_space_marginals_tangent(scores[idx], lengths[idx], ctx.multiroot, g[idx])
-            out = out.index_copy(0, idx, hv.to(out.dtype))
+            none = ~_has_tree(scores[idx], lengths[idx], ctx.multiroot)  # (the forward gave 0 there)
+            out = out.index_copy(0, idx, hv.masked_fill(none[:, None, None], 0.0).to(out.dtype))
         if bool((~log_space).any()):  # the fast path, with the words swapped as in the forward
             idx = (~log_space).nonzero().squeeze(1)
             word = swap[idx]

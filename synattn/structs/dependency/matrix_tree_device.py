@@ -1,4 +1,4 @@
-"""Matrix-Tree on a GPU: a fixed number of launches whatever ``N``, one read back to the host a forward.
+"""Matrix-Tree on a GPU: a fixed number of launches whatever ``N``, nothing read back to the host.
 
 The PyTorch path of :mod:`synattn.structs.dependency.matrix_tree` was written for the CPU: it
 checks LAPACK's result sentence by sentence on the host (three reads back per call), takes the
@@ -17,33 +17,45 @@ This path keeps the same numbers with device-sized steps only:
   ``H v = v * mu - w * K(X P X)`` with ``P`` Koo's matrix of the weights ``v * w`` (the
   derivation is at :func:`~synattn.structs.dependency.matrix_tree_gth._compiled_closed_form_tangent`):
   two batched matrix products;
-- one read back to the host per forward, of one boolean ("is every sentence certified?"), which
-  the marginals' backward reuses instead of reading it again. Only a sentence that fails the
-  certificate (extreme score scales, masks that starve a pivot) is recomputed by the robust
-  elimination of :func:`~synattn.structs.dependency.matrix_tree._marginals`, which reads back more.
+- a sentence that fails the certificate (extreme score scales, masks that starve a pivot) is
+  computed by the log-space elimination of :mod:`synattn.structs.dependency.matrix_tree_log`, its
+  adjoint for the marginals, and both on dual numbers for their backward, in one Triton kernel
+  (:mod:`synattn.structs.triton_kernels.matrix_tree`) launched for the whole batch: a program
+  whose sentence is certified returns at once, so the choice is made on the device and nothing
+  is read back to the host. Without Triton (or with the ``torch`` backend), one boolean is read
+  back per forward ("is every sentence certified?"; the marginals' backward reuses it) and those
+  sentences take :func:`~synattn.structs.dependency.matrix_tree._marginals`, which reads back more.
 
 It runs for CUDA tensors (registered as the ``device`` acceleration of ``nonprojective``,
-ahead of the CPU-oriented PyTorch path); on CPU tensors the same functions give the same numbers,
-which is how the tests check it.
+ahead of the CPU-oriented PyTorch path); on CPU tensors the same functions give the same numbers
+(the kernel under Triton's interpreter), which is how the tests check it.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..backend import kernels, requested_backend, triton_available, triton_interpreted
 from .arc_scores import usable_arcs
 from .matrix_tree_gth import _koo_gradient, _koo_matrix, _lapack_inverse, _scaled_arcs
 from .matrix_tree_log import _wide_columns
 
 
 def device_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, need_marginals: bool
-                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None, bool]:
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None, bool | None]:
     """``log Z [B]`` (float64), marginals ``[B, N+1, N+1]`` (float64, or None), ``[B]`` True
-    where the device result is certified, the inverses ``X [B, N, N]`` (certified rows) and
-    whether every row is certified (read back once, here; a backward reuses it)."""
+    where the LU result is certified, the inverses ``X [B, N, N]`` (certified rows) and whether
+    every row is certified: None when the robust kernel decided on the device (no read back),
+    else read back once, here (a backward reuses it)."""
     log_z, mu, ok, inverse = _lapack_inverse(scores, lengths, multiroot, need_marginals)
     ok = ok & ~_wide_columns(scores, lengths)
-    if bool(ok.all()):  # the one read back to the host
+    if _on_device(scores):
+        z, m = robust_marginals(scores, lengths, multiroot, ok, need_marginals)
+        log_z = torch.where(ok, log_z, z)
+        if mu is not None and m is not None:
+            mu = torch.where(ok[:, None, None], mu, m)
+        return log_z, mu, ok, inverse, None
+    if bool(ok.all()):  # the one read back to the host (without Triton)
         return log_z, mu, ok, inverse, True
     from .matrix_tree import _marginals  # (the robust path, for the rows that fail the certificate)
 
@@ -53,6 +65,34 @@ def device_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: boo
     if mu is not None and m is not None:
         mu = mu.index_copy(0, redo, m.to(mu.dtype))
     return log_z, mu, ok, inverse, False
+
+
+def _on_device(scores: torch.Tensor) -> bool:
+    """Whether the rows that fail the certificate take the Triton kernel, gated on the device:
+    when triton imports (on CPU tensors: under its interpreter), unless the ``torch`` backend
+    was asked for."""
+    if requested_backend() == "torch" or not triton_available():
+        return False
+    return scores.device.type == "cuda" or (scores.device.type == "cpu" and triton_interpreted())
+
+
+def robust_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, ok: torch.Tensor,
+                     need_marginals: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log Z [B]`` and marginals ``[B, N+1, N+1]`` (float64, or None) by the log-space
+    elimination in one Triton launch (:mod:`synattn.structs.triton_kernels.matrix_tree`), for
+    the rows where ``ok [B]`` is False (the others: unspecified). A sentence whose masks leave no
+    tree gets ``log Z = 2·NEG`` and zero marginals, as on the CPU paths."""
+    return kernels("triton_kernels.matrix_tree").robust(scores, lengths, ok, multiroot, need_marginals)
+
+
+def robust_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, ok: torch.Tensor,
+                   direction: torch.Tensor) -> torch.Tensor:
+    """The Hessian of ``log Z`` times ``direction``, ``[B, N+1, N+1]`` float64, by the log-space
+    elimination and its adjoint on dual numbers, for the rows where ``ok`` is False (0 where
+    no tree)."""
+    hv = kernels("triton_kernels.matrix_tree").robust(scores, lengths, ok, multiroot, True, direction)[1]
+    assert hv is not None
+    return hv
 
 
 def closed_form_tangent(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool, mu: torch.Tensor,
@@ -104,7 +144,10 @@ class DeviceMarginals(torch.autograd.Function):
         if torch.is_grad_enabled():  # a third derivative: autograd through the log-space elimination
             return marginals_vjp_by_autograd(scores, lengths, ctx.multiroot, g), None, None
         hv = closed_form_tangent(scores, lengths, ctx.multiroot, mu, inverse, g)
-        if not ctx.certified:  # rows the forward recomputed: the robust path's backward
+        if ctx.certified is None:  # the rows that failed the certificate: the kernel, gated on the device
+            robust = robust_tangent(scores, lengths, ctx.multiroot, ok, g)
+            hv = torch.where(ok[:, None, None], hv, robust)
+        elif not ctx.certified:  # rows the forward recomputed: the robust path's backward
             redo = (~ok).nonzero().squeeze(1)
             with torch.enable_grad():
                 x = scores[redo].detach().requires_grad_()

@@ -33,22 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import NEG_INF, lse_accumulate, lse_finish, signature, tile, tl_dtype
-
-
-@triton.jit
-def _fold(x, dx, m, acc, dacc, VITERBI: tl.constexpr, DUAL: tl.constexpr):
-    """Fold a chunk ``x [BK]`` (``-inf`` where masked; tangent ``dx``, 0 there) into the running
-    scalar ``(max, Σ exp(x - max), Σ exp(x - max)·ẋ)`` (:func:`lse_finish` ends it)."""
-    m_new = tl.maximum(m, tl.max(x, 0))
-    if not VITERBI:
-        safe = tl.where(m_new == NEG_INF, 0.0, m_new)
-        scale = tl.exp(m - safe)
-        e = tl.exp(x - safe)
-        acc = acc * scale + tl.sum(e, 0)
-        if DUAL:
-            dacc = dacc * scale + tl.sum(e * dx, 0)
-    return m_new, acc, dacc
+from .common import NEG_INF, fold, lse_accumulate, lse_finish, signature, tile, tl_dtype
 
 
 @triton.jit
@@ -132,7 +117,7 @@ def _forward(U, E, DU, DE, LEN, A, DA, SH, LOGZ, DLOGZ, N, C, VITERBI: tl.conste
     for c0 in range(0, C, BI):
         c = c0 + ri
         x, dx = _shifted(a, u, da, du, (n - 1) * C + c, c < C, shift, DUAL)
-        m, acc, dacc = _fold(x, dx, m, acc, dacc, VITERBI, DUAL)
+        m, acc, dacc = fold(x, dx, m, acc, dacc, VITERBI, DUAL)
     value, d_value = lse_finish(m, acc, dacc, VITERBI, DUAL)
     tl.store(LOGZ + b, total + value)
     if DUAL:
@@ -157,7 +142,7 @@ def _adjoint(U, E, DU, DE, LEN, A, DA, SH, MU, DMU, XI, DXI, N, C, DUAL: tl.cons
     for c0 in range(0, C, BI):
         c = c0 + ri
         x, dx = _shifted(a, u, da, du, (n - 1) * C + c, c < C, last, DUAL)
-        m, acc, dacc = _fold(x, dx, m, acc, dacc, False, DUAL)
+        m, acc, dacc = fold(x, dx, m, acc, dacc, False, DUAL)
     lam, d_lam = lse_finish(m, acc, dacc, False, DUAL)
     for c0 in range(0, C, BI):
         c = c0 + ri

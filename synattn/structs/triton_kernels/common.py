@@ -43,6 +43,21 @@ def lse_finish(m, acc, dacc, VITERBI: tl.constexpr, DUAL: tl.constexpr):
 
 
 @triton.jit
+def fold(x, dx, m, acc, dacc, VITERBI: tl.constexpr, DUAL: tl.constexpr):
+    """Fold a chunk ``x [BK]`` (``-inf`` where masked; tangent ``dx``, 0 there) into the running
+    scalar ``(max, Σ exp(x - max), Σ exp(x - max)·ẋ)`` (:func:`lse_finish` ends it)."""
+    m_new = tl.maximum(m, tl.max(x, 0))
+    if not VITERBI:
+        safe = tl.where(m_new == NEG_INF, 0.0, m_new)
+        scale = tl.exp(m - safe)
+        e = tl.exp(x - safe)
+        acc = acc * scale + tl.sum(e, 0)
+        if DUAL:
+            dacc = dacc * scale + tl.sum(e * dx, 0)
+    return m_new, acc, dacc
+
+
+@triton.jit
 def gather_pair(x_ptr, y_ptr, dx_ptr, dy_ptr, mask, m, acc, dacc, VITERBI: tl.constexpr, DUAL: tl.constexpr):
     """Fold the terms ``X + Y`` at the pointers ``x_ptr``, ``y_ptr`` ``[BI, BK]`` (``mask`` where
     they exist; their tangents at ``dx_ptr``, ``dy_ptr`` under ``DUAL``) into the running

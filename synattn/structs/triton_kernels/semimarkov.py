@@ -30,8 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .chain import _better, _fold, _nonempty
-from .common import NEG_INF, lse_accumulate, lse_finish, signature, tile, tl_dtype
+from .chain import _better, _nonempty
+from .common import NEG_INF, fold, lse_accumulate, lse_finish, signature, tile, tl_dtype
 
 
 @triton.jit
@@ -101,7 +101,7 @@ def _forward(E, DE, INIT, LEN, A, DA, SH, LOGZ, DLOGZ, N, K, C, VITERBI: tl.cons
         dx = x
         if DUAL:
             dx = tl.load(da + (n - 1) * C + c, mask=ok, other=0.0)
-        m, acc, dacc = _fold(x, dx, m, acc, dacc, VITERBI, DUAL)
+        m, acc, dacc = fold(x, dx, m, acc, dacc, VITERBI, DUAL)
     value, d_value = lse_finish(m, acc, dacc, VITERBI, DUAL)
     tl.store(LOGZ + b, total + value)
     if DUAL:
@@ -130,7 +130,7 @@ def _adjoint(E, DE, LEN, A, DA, SH, G, DG, MU, DMU, N, K, C, DUAL: tl.constexpr,
         dx = x
         if DUAL:
             dx = tl.load(da + (n - 1) * C + c, mask=ok, other=0.0)
-        m, acc, dacc = _fold(x, dx, m, acc, dacc, False, DUAL)
+        m, acc, dacc = fold(x, dx, m, acc, dacc, False, DUAL)
     lam, d_lam = lse_finish(m, acc, dacc, False, DUAL)
     for c0 in range(0, C, BI):
         c = c0 + ri

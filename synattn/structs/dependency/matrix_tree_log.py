@@ -34,25 +34,20 @@ def _wide_columns(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def _log_weights(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-    """:func:`_log_weights_and_floor` without the floor."""
-    return _log_weights_and_floor(scores, lengths, multiroot)[0]
-
-
-def _log_weights_and_floor(scores: torch.Tensor, lengths: torch.Tensor,
-                           multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_weights` in log space, unscaled (``log W [B, R, N]``, :data:`LOG0` for no arc).
 
     Masked arcs (``<= NEG``) get a score low enough that every tree using one weighs less than
     ``e^-1000`` times the best tree without (for a sentence that has one), but not so low that
     the single-root elimination, whose intermediate pivots may consist of masked arcs only,
     cancels digits: ``n·lo - (n-1)·hi - 1000 - n log(n+1)`` with ``lo``/``hi`` the smallest and
-    largest unmasked usable score of the sentence. Second output, ``n·lo [B]``: no tree
-    without a masked arc weighs less, and all trees with one together weigh less than
-    ``exp(n·lo - 1000)``, so a sentence has a tree without masked arcs if and only if its
-    ``log Z`` exceeds ``n·lo - 500``.
+    largest unmasked usable score of the sentence. No tree without a masked arc weighs less than
+    ``exp(n·lo)``, and all trees with one together weigh less than ``exp(n·lo - 1000)``: a
+    sentence has a tree without masked arcs if and only if its ``log Z`` exceeds ``n·lo - 500``
+    (how the GPU path's kernel, :mod:`synattn.structs.triton_kernels.matrix_tree`, tells).
     """
     s = scores.double()
-    L = s.shape[-1]
+    batch, L, _ = s.shape
+    N = L - 1
     valid = torch.arange(1, L, device=s.device) <= lengths.unsqueeze(-1)  # [B, N]
     into = usable_arcs(lengths, L)[:, :, 1:]  # [B, N+1, N]
     s = s[:, :, 1:]
@@ -61,25 +56,7 @@ def _log_weights_and_floor(scores: torch.Tensor, lengths: torch.Tensor,
     lo = torch.where(free, s, float("inf")).amin((1, 2)).clamp_max(0.0)
     n = lengths.double()
     soft = n * lo - (n - 1) * hi - 1000.0 - n * torch.log(n + 1)
-    w = _arrange(torch.where(free, s, torch.where(into, soft[:, None, None], LOG0)), valid, multiroot)
-    return w, n * lo
-
-
-def _log_tangents(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
-                  direction: torch.Tensor) -> torch.Tensor:
-    """``direction [B, N+1, N+1]`` (a change of the scores) in the layout of :func:`_log_weights`:
-    the derivative of those log weights along it (0 for masked, unusable and padding arcs)."""
-    L = scores.shape[-1]
-    valid = torch.arange(1, L, device=scores.device) <= lengths.unsqueeze(-1)
-    free = usable_arcs(lengths, L)[:, :, 1:] & (scores[:, :, 1:] > NEG)
-    return _arrange(torch.where(free, direction[:, :, 1:].double(), 0.0), valid, multiroot)
-
-
-def _arrange(w: torch.Tensor, valid: torch.Tensor, multiroot: bool) -> torch.Tensor:
-    """Log weights (or their tangents) ``[B, N+1 (ROOT, words), N]`` in the elimination's layout:
-    rows as in :func:`~synattn.structs.dependency.matrix_tree_gth._weights`, a padded word's one
-    in-arc ``0`` (unit weight; no change for a tangent)."""
-    N = w.shape[-1]
+    w = torch.where(free, s, torch.where(into, soft[:, None, None], LOG0))
     root, words = w[:, 0], w[:, 1:]
     if multiroot:  # padded words: one unit arc from ROOT
         return torch.cat((words, torch.where(valid, root, 0.0).unsqueeze(1)), 1)

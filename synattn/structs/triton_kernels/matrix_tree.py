@@ -256,7 +256,7 @@ def _load(s, ds, w, v, m, dm, n, L, N, R, NEG: tl.constexpr, SINGLE: tl.constexp
           BR: tl.constexpr, BC: tl.constexpr):
     """The log weights ``W`` (and ``M``, which starts as ``W``) of the scores ``s [L, L]`` in the
     elimination's layout, and their tangents from ``ds``: as
-    :func:`~synattn.structs.dependency.matrix_tree_log._log_weights_and_floor` (masked arcs at the
+    :func:`~synattn.structs.dependency.matrix_tree_log._log_weights` (masked arcs at the
     sentence's ``soft`` score, padded words a unit arc); returns ``n·lo``, the floor of a tree."""
     rr, cc = tl.arange(0, BR), tl.arange(0, BC)
     nf = n.to(tl.float64)

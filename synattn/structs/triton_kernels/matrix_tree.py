@@ -38,8 +38,11 @@ On dual numbers (``DUAL``) each stored value carries its derivative in a directi
 the scores: ``Ṁ`` (of the logarithms), ``Ṗ``, ``ġ`` (of ``log G``) and the marginals' ``μ̇``, the
 Hessian of ``log Z`` times ``v`` — the marginals' backward, ``H`` being symmetric.
 
-Scratch: ``M``, ``G`` ``[B, R, N]``, the pivots ``[B, N]`` and their tangents; everything a
-program reads it has written first (``torch.empty``).
+A program reads the scores ``[N+1, N+1]`` of its sentence and writes its ``log Z`` and its
+marginals (or, under ``DUAL``, their tangents) ``[N+1, N+1]`` in the scores' layout; in between
+it keeps ``W`` (the log weights), ``M``, ``G``, ``μ`` ``[R, N]``, the pivots ``[N]`` and their
+tangents in scratch, everything it reads written first (``torch.empty``). A sentence whose masks
+leave no tree gets ``log Z = 2·NEG`` and zeros, as on the CPU paths.
 """
 
 from __future__ import annotations

@@ -112,23 +112,17 @@ def _gth_marginals(scores: torch.Tensor, lengths: torch.Tensor, multiroot: bool,
             G[:, k + 1:, k] = (rest * row.unsqueeze(1)).sum(2)
             G[:, k + 1:rows_end, k] += g_pivot.unsqueeze(-1)
             G[:, k, k + 1:] = g_row / pivots[:, k, None]
-    out = _unarrange(G * W, lengths, multiroot)
-    if with_flag:
-        return log_z, out, pivots.amin(1) < SAFE_PIVOT
-    return log_z, out
-
-
-def _unarrange(mu: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-    """Per-arc values ``[B, R, N]`` in the elimination's layout (:func:`_weights`) as
-    ``[B, N+1, N+1]`` in the scores' layout, 0 on unusable arcs."""
-    batch, R, N = mu.shape
+    mu = G * W  # [B, R, N]
     if multiroot:
         mu = torch.cat((mu[:, N:], mu[:, :N]), 1)  # rows: ROOT, words
     else:  # rows [words 2..N, word 1, replaced row (ROOT)], columns [words 2..N, word 1]
-        order = torch.argsort(_single_root_order(N, mu.device))
+        order = torch.argsort(_single_root_order(N, W.device))
         mu = torch.cat((mu[:, R - 1:], mu[:, :N][:, order]), 1)[:, :, order]
     out = torch.cat((mu.new_zeros(batch, N + 1, 1), mu), 2)  # [B, N+1, N+1]
-    return torch.where(usable_arcs(lengths, N + 1), out, 0.0)
+    out = torch.where(usable_arcs(lengths, N + 1), out, 0.0)
+    if with_flag:
+        return log_z, out, pivots.amin(1) < SAFE_PIVOT
+    return log_z, out
 
 
 def _single_root_order(N: int, device: torch.device) -> torch.Tensor:
